@@ -1,0 +1,408 @@
+//! `config.json` of a Qwen-family checkpoint, read the way both hub checkpoints and recent
+//! `transformers` write it (`rope_theta` top-level or under `rope_parameters`, `torch_dtype`
+//! or `dtype`, `head_dim` present or derived, `sliding_window` null or a number).
+
+use crate::error::{EngineError, Result};
+use serde_json::Value;
+use std::path::Path;
+
+/// The model families the engine implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// Qwen2 and Qwen2.5: bias on q/k/v.
+    Qwen2,
+    /// Qwen3: q/k RMSNorm per head, explicit head_dim.
+    Qwen3,
+}
+
+impl Family {
+    pub const SUPPORTED: &'static str =
+        "Qwen2ForCausalLM (Qwen2, Qwen2.5), Qwen3ForCausalLM (Qwen3)";
+
+    pub fn from_architecture(arch: &str) -> Option<Self> {
+        match arch {
+            "Qwen2ForCausalLM" | "qwen2" => Some(Self::Qwen2),
+            "Qwen3ForCausalLM" | "qwen3" => Some(Self::Qwen3),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Qwen2 => "qwen2",
+            Self::Qwen3 => "qwen3",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct QwenConfig {
+    pub family: Family,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub num_key_value_heads: usize,
+    pub head_dim: usize,
+    pub max_position_embeddings: usize,
+    pub rope_theta: f64,
+    pub rms_norm_eps: f64,
+    pub tie_word_embeddings: bool,
+    /// Bias on q/k/v (always on Qwen2; `attention_bias` on Qwen3, where o_proj gets one too).
+    pub qkv_bias: bool,
+    pub o_bias: bool,
+    /// The dtype the checkpoint was saved in, if the config says.
+    pub torch_dtype: Option<String>,
+    pub bos_token_id: Option<u32>,
+    pub eos_token_ids: Vec<u32>,
+}
+
+struct Fields<'a> {
+    path: &'a Path,
+    v: &'a Value,
+}
+
+impl Fields<'_> {
+    fn err(&self, field: &str, message: impl Into<String>) -> EngineError {
+        EngineError::Config {
+            path: self.path.to_path_buf(),
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    fn get(&self, field: &str) -> Option<&Value> {
+        self.v.get(field).filter(|v| !v.is_null())
+    }
+
+    fn usize(&self, field: &str) -> Result<usize> {
+        self.opt_usize(field)?
+            .ok_or_else(|| self.err(field, "missing"))
+    }
+
+    fn opt_usize(&self, field: &str) -> Result<Option<usize>> {
+        match self.get(field) {
+            None => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .filter(|&n| n > 0)
+                .map(|n| Some(n as usize))
+                .ok_or_else(|| self.err(field, format!("expected a positive integer, found {v}"))),
+        }
+    }
+
+    fn opt_f64(&self, field: &str) -> Result<Option<f64>> {
+        match self.get(field) {
+            None => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| self.err(field, format!("expected a number, found {v}"))),
+        }
+    }
+
+    fn opt_bool(&self, field: &str) -> Result<Option<bool>> {
+        match self.get(field) {
+            None => Ok(None),
+            Some(v) => v
+                .as_bool()
+                .map(Some)
+                .ok_or_else(|| self.err(field, format!("expected true or false, found {v}"))),
+        }
+    }
+
+    /// A token id or a list of them (`eos_token_id` is either).
+    fn ids(&self, field: &str) -> Result<Vec<u32>> {
+        match self.get(field) {
+            None => Ok(vec![]),
+            Some(Value::Number(n)) => n
+                .as_u64()
+                .map(|n| vec![n as u32])
+                .ok_or_else(|| self.err(field, "expected a token id")),
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|v| {
+                    v.as_u64()
+                        .map(|n| n as u32)
+                        .ok_or_else(|| self.err(field, "expected a list of token ids"))
+                })
+                .collect(),
+            Some(v) => Err(self.err(field, format!("expected a token id or a list, found {v}"))),
+        }
+    }
+}
+
+impl QwenConfig {
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => EngineError::MissingFile {
+                what: "config.json",
+                path: path.to_path_buf(),
+            },
+            _ => EngineError::io(path, e),
+        })?;
+        Self::from_json_str(&text, path)
+    }
+
+    pub fn from_json_str(text: &str, path: &Path) -> Result<Self> {
+        let v: Value = serde_json::from_str(text).map_err(|e| EngineError::Config {
+            path: path.to_path_buf(),
+            field: "(file)".into(),
+            message: format!("invalid JSON: {e}"),
+        })?;
+        Self::from_value(&v, path)
+    }
+
+    pub fn from_value(v: &Value, path: &Path) -> Result<Self> {
+        let f = Fields { path, v };
+        let arch = match f.get("architectures") {
+            Some(Value::Array(a)) => a.first().and_then(Value::as_str).map(str::to_owned),
+            _ => None,
+        }
+        .or_else(|| {
+            f.get("model_type")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .ok_or_else(|| f.err("architectures", "missing (and no `model_type`)"))?;
+        let family = Family::from_architecture(&arch).ok_or_else(|| {
+            EngineError::UnsupportedArchitecture {
+                path: path.to_path_buf(),
+                found: arch.clone(),
+                supported: Family::SUPPORTED.into(),
+            }
+        })?;
+
+        let hidden_size = f.usize("hidden_size")?;
+        let num_attention_heads = f.usize("num_attention_heads")?;
+        let num_key_value_heads = f
+            .opt_usize("num_key_value_heads")?
+            .unwrap_or(num_attention_heads);
+        if num_attention_heads % num_key_value_heads != 0 {
+            return Err(f.err(
+                "num_key_value_heads",
+                format!("{num_key_value_heads} does not divide num_attention_heads {num_attention_heads}"),
+            ));
+        }
+        let head_dim = match f.opt_usize("head_dim")? {
+            Some(d) => d,
+            None if hidden_size % num_attention_heads == 0 => hidden_size / num_attention_heads,
+            None => {
+                return Err(f.err(
+                    "head_dim",
+                    "missing, and hidden_size is not a multiple of num_attention_heads",
+                ))
+            }
+        };
+        if head_dim % 2 != 0 {
+            return Err(f.err(
+                "head_dim",
+                format!("{head_dim} is odd; RoPE needs an even size"),
+            ));
+        }
+
+        let rope_params = f.get("rope_parameters");
+        let rope_theta = match f.opt_f64("rope_theta")? {
+            Some(t) => t,
+            None => match rope_params.and_then(|p| p.get("rope_theta")) {
+                Some(t) => t
+                    .as_f64()
+                    .ok_or_else(|| f.err("rope_parameters.rope_theta", "expected a number"))?,
+                None => 10_000.0,
+            },
+        };
+        // Only plain RoPE is implemented; a scaled variant would silently give wrong logits.
+        for (field, scaling) in [
+            ("rope_scaling", f.get("rope_scaling")),
+            ("rope_parameters", rope_params),
+        ] {
+            if let Some(kind) = scaling.and_then(|s| s.get("rope_type").or_else(|| s.get("type"))) {
+                let kind = kind.as_str().unwrap_or("?");
+                if kind != "default" {
+                    return Err(f.err(
+                        field,
+                        format!("RoPE scaling `{kind}` is not supported (only `default`)"),
+                    ));
+                }
+            }
+        }
+        if f.opt_bool("use_sliding_window")?.unwrap_or(false) {
+            return Err(f.err(
+                "use_sliding_window",
+                "sliding-window attention is not supported; set it to false",
+            ));
+        }
+        if let Some(act) = f.get("hidden_act") {
+            if act.as_str() != Some("silu") {
+                return Err(f.err(
+                    "hidden_act",
+                    format!("{act} is not supported (only \"silu\")"),
+                ));
+            }
+        }
+
+        let attention_bias = f.opt_bool("attention_bias")?;
+        let (qkv_bias, o_bias) = match family {
+            Family::Qwen2 => (true, false),
+            Family::Qwen3 => {
+                let b = attention_bias.unwrap_or(false);
+                (b, b)
+            }
+        };
+        let torch_dtype = f
+            .get("dtype")
+            .or_else(|| f.get("torch_dtype"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let mut eos_token_ids = f.ids("eos_token_id")?;
+        eos_token_ids.dedup();
+
+        Ok(Self {
+            family,
+            vocab_size: f.usize("vocab_size")?,
+            hidden_size,
+            intermediate_size: f.usize("intermediate_size")?,
+            num_hidden_layers: f.usize("num_hidden_layers")?,
+            num_attention_heads,
+            num_key_value_heads,
+            head_dim,
+            max_position_embeddings: f.opt_usize("max_position_embeddings")?.unwrap_or(32_768),
+            rope_theta,
+            rms_norm_eps: f.opt_f64("rms_norm_eps")?.unwrap_or(1e-6),
+            tie_word_embeddings: f.opt_bool("tie_word_embeddings")?.unwrap_or(false),
+            qkv_bias,
+            o_bias,
+            torch_dtype,
+            bos_token_id: f.ids("bos_token_id")?.first().copied(),
+            eos_token_ids,
+        })
+    }
+
+    /// Parameters, counting tied embeddings once.
+    pub fn num_parameters(&self) -> usize {
+        let (h, i, d) = (self.hidden_size, self.intermediate_size, self.head_dim);
+        let q = self.num_attention_heads * d;
+        let kv = self.num_key_value_heads * d;
+        let mut attn = h * q + 2 * h * kv + q * h;
+        if self.qkv_bias {
+            attn += q + 2 * kv;
+        }
+        if self.o_bias {
+            attn += h;
+        }
+        if self.family == Family::Qwen3 {
+            attn += 2 * d;
+        }
+        let layer = attn + 3 * h * i + 2 * h;
+        let embed = self.vocab_size * h;
+        let head = if self.tie_word_embeddings { 0 } else { embed };
+        self.num_hidden_layers * layer + embed + head + h
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(v: Value) -> Result<QwenConfig> {
+        QwenConfig::from_value(&v, Path::new("config.json"))
+    }
+
+    fn qwen2() -> Value {
+        json!({
+            "architectures": ["Qwen2ForCausalLM"], "hidden_size": 896, "intermediate_size": 4864,
+            "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+            "vocab_size": 151936, "max_position_embeddings": 32768, "rope_theta": 1000000.0,
+            "rms_norm_eps": 1e-6, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+            "sliding_window": 32768, "use_sliding_window": false, "eos_token_id": 151645
+        })
+    }
+
+    #[test]
+    fn reads_a_hub_qwen2_config() {
+        let c = parse(qwen2()).unwrap();
+        assert_eq!(c.family, Family::Qwen2);
+        assert_eq!(c.head_dim, 64);
+        assert!(c.qkv_bias && !c.o_bias);
+        assert_eq!(c.rope_theta, 1e6);
+        assert_eq!(c.torch_dtype.as_deref(), Some("bfloat16"));
+        assert_eq!(c.eos_token_ids, vec![151645]);
+        // Qwen2.5-0.5B has 494 M parameters.
+        assert_eq!(c.num_parameters() / 1_000_000, 494);
+    }
+
+    #[test]
+    fn reads_the_recent_transformers_layout() {
+        let mut v = qwen2();
+        let o = v.as_object_mut().unwrap();
+        o.remove("rope_theta");
+        o.remove("torch_dtype");
+        o.insert("dtype".into(), json!("float32"));
+        o.insert("sliding_window".into(), Value::Null);
+        o.insert(
+            "rope_parameters".into(),
+            json!({"rope_theta": 5000.0, "rope_type": "default"}),
+        );
+        let c = parse(v).unwrap();
+        assert_eq!(c.rope_theta, 5000.0);
+        assert_eq!(c.torch_dtype.as_deref(), Some("float32"));
+    }
+
+    #[test]
+    fn qwen3_takes_explicit_head_dim() {
+        let v = json!({
+            "architectures": ["Qwen3ForCausalLM"], "hidden_size": 1024, "intermediate_size": 3072,
+            "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8,
+            "head_dim": 128, "vocab_size": 151936, "attention_bias": false,
+            "eos_token_id": [151645, 151643]
+        });
+        let c = parse(v).unwrap();
+        assert_eq!((c.family, c.head_dim), (Family::Qwen3, 128));
+        assert!(!c.qkv_bias);
+        assert_eq!(c.eos_token_ids, vec![151645, 151643]);
+    }
+
+    #[test]
+    fn unknown_architecture_lists_the_supported_ones() {
+        let mut v = qwen2();
+        v["architectures"] = json!(["LlamaForCausalLM"]);
+        let err = parse(v).unwrap_err().to_string();
+        assert!(
+            err.contains("LlamaForCausalLM") && err.contains("Qwen3ForCausalLM"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn missing_and_malformed_fields_are_named() {
+        let mut v = qwen2();
+        v.as_object_mut().unwrap().remove("hidden_size");
+        let err = parse(v).unwrap_err().to_string();
+        assert!(
+            err.contains("`hidden_size`") && err.contains("missing"),
+            "{err}"
+        );
+
+        let mut v = qwen2();
+        v["num_key_value_heads"] = json!(3);
+        assert!(parse(v)
+            .unwrap_err()
+            .to_string()
+            .contains("num_key_value_heads"));
+
+        let mut v = qwen2();
+        v["rope_scaling"] = json!({"type": "yarn", "factor": 4.0});
+        assert!(parse(v).unwrap_err().to_string().contains("yarn"));
+    }
+
+    #[test]
+    fn missing_file_is_named() {
+        let err = QwenConfig::from_file(Path::new("/nonexistent/config.json")).unwrap_err();
+        assert!(
+            err.to_string().contains("/nonexistent/config.json"),
+            "{err}"
+        );
+    }
+}

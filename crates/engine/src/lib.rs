@@ -1,0 +1,33 @@
+//! hearth-engine: Qwen-family models on candle, served in process.
+//!
+//! The model lives on a worker thread ([`Engine`]); callers send [`GenerateRequest`]s and read
+//! an [`EventStream`]. The KV cache ([`KvCache`]) is an explicit per-sequence object, so a
+//! session can keep it between requests and reuse the shared prefix.
+
+pub mod config;
+mod cpu_matmul;
+pub mod device;
+pub mod engine;
+pub mod error;
+pub mod generation;
+pub mod kv_cache;
+pub mod linear;
+pub mod qwen;
+pub mod sampling;
+pub mod source;
+pub mod tokenizer;
+pub mod weights;
+
+pub use config::{Family, QwenConfig};
+pub use device::DeviceSpec;
+pub use engine::{DTypeSpec, Engine, EventStream, LoadOptions, ModelInfo};
+pub use error::{EngineError, Result};
+pub use generation::{
+    Event, FinishReason, GenerateRequest, LanguageModel, Summary, Timings, Usage,
+};
+pub use kv_cache::KvCache;
+pub use qwen::Qwen;
+pub use sampling::{Sampler, SamplingParams};
+pub use source::{HubOptions, ModelFiles};
+pub use tokenizer::{StreamDecoder, Tokenizer};
+pub use weights::Weights;

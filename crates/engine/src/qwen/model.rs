@@ -1,0 +1,190 @@
+//! The Qwen decoder: embeddings, layers, final norm and the LM head. It holds no per-sequence
+//! state; every call reads and extends the caller's [`KvCache`].
+
+use super::attention::Attention;
+use super::mlp::Mlp;
+use super::rotary::Rotary;
+use crate::config::QwenConfig;
+use crate::error::{EngineError, Result};
+use crate::kv_cache::KvCache;
+use crate::linear::Linear;
+use crate::weights::Weights;
+use candle_core::{DType, Device, Module, Tensor};
+
+#[derive(Debug, Clone)]
+struct Layer {
+    input_norm: Tensor,
+    attn: Attention,
+    post_norm: Tensor,
+    mlp: Mlp,
+}
+
+#[derive(Debug, Clone)]
+pub struct Qwen {
+    cfg: QwenConfig,
+    embed: Tensor,
+    layers: Vec<Layer>,
+    norm: Tensor,
+    lm_head: Linear,
+    rotary: Rotary,
+    act_dtype: DType,
+    device: Device,
+}
+
+/// The activation dtype for weights of `weight_dtype` on `device`: the CPU computes in f32
+/// (reading half-precision weights directly), GPUs in the weight dtype.
+pub fn activation_dtype(weight_dtype: DType, device: &Device) -> DType {
+    if device.is_cpu() {
+        DType::F32
+    } else {
+        weight_dtype
+    }
+}
+
+impl Qwen {
+    pub fn load(cfg: &QwenConfig, w: &Weights) -> Result<Self> {
+        let device = w.device().clone();
+        let act = activation_dtype(w.dtype(), &device);
+        let (h, eps_dims) = (cfg.hidden_size, [cfg.hidden_size]);
+        let embed = w.get("model.embed_tokens.weight", &[cfg.vocab_size, h])?;
+        let layers = (0..cfg.num_hidden_layers)
+            .map(|i| {
+                let p = format!("model.layers.{i}");
+                Ok(Layer {
+                    input_norm: w.get_as(&format!("{p}.input_layernorm.weight"), &eps_dims, act)?,
+                    attn: Attention::load(w, &format!("{p}.self_attn"), cfg, act)?,
+                    post_norm: w.get_as(
+                        &format!("{p}.post_attention_layernorm.weight"),
+                        &eps_dims,
+                        act,
+                    )?,
+                    mlp: Mlp::load(w, &format!("{p}.mlp"), h, cfg.intermediate_size)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let lm_head = if cfg.tie_word_embeddings {
+            Linear::new(embed.clone(), None)?
+        } else {
+            Linear::new(w.get("lm_head.weight", &[cfg.vocab_size, h])?, None)?
+        };
+        Ok(Self {
+            cfg: cfg.clone(),
+            norm: w.get_as("model.norm.weight", &eps_dims, act)?,
+            rotary: Rotary::new(
+                cfg.head_dim,
+                cfg.rope_theta,
+                cfg.max_position_embeddings,
+                act,
+                &device,
+            )?,
+            embed,
+            layers,
+            lm_head,
+            act_dtype: act,
+            device,
+        })
+    }
+
+    pub fn config(&self) -> &QwenConfig {
+        &self.cfg
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.embed.dtype()
+    }
+
+    /// A cache sized for this model.
+    pub fn new_cache(&self) -> KvCache {
+        KvCache::new(self.cfg.num_hidden_layers, self.cfg.max_position_embeddings)
+    }
+
+    /// Runs `tokens` at positions `cache.len()..`, extends the cache, and returns the logits of
+    /// the last position as f32 `[vocab]`.
+    pub fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor> {
+        let hidden = self.hidden(tokens, cache)?;
+        let last = hidden.narrow(1, tokens.len() - 1, 1)?;
+        Ok(self
+            .lm_head
+            .forward(&last)?
+            .flatten_all()?
+            .to_dtype(DType::F32)?)
+    }
+
+    /// Like [`Qwen::forward`], but returns logits for every position, `[len, vocab]`.
+    pub fn forward_all(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor> {
+        let hidden = self.hidden(tokens, cache)?;
+        Ok(self
+            .lm_head
+            .forward(&hidden)?
+            .squeeze(0)?
+            .to_dtype(DType::F32)?)
+    }
+
+    fn hidden(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor> {
+        let len = tokens.len();
+        if len == 0 {
+            return Err(EngineError::invalid("tokens", "nothing to run: no tokens"));
+        }
+        let offset = cache.len();
+        if offset + len > self.cfg.max_position_embeddings {
+            return Err(EngineError::PromptTooLong {
+                len: offset + len,
+                max: self.cfg.max_position_embeddings,
+            });
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
+            return Err(EngineError::invalid(
+                "tokens",
+                format!(
+                    "token id {bad} is outside the vocabulary of {}",
+                    self.cfg.vocab_size
+                ),
+            ));
+        }
+        let ids = Tensor::new(tokens, &self.device)?;
+        let mut x = self
+            .embed
+            .index_select(&ids, 0)?
+            .to_dtype(self.act_dtype)?
+            .unsqueeze(0)?;
+        let mask = causal_mask(len, offset, self.act_dtype, &self.device)?;
+        let eps = self.cfg.rms_norm_eps as f32;
+        for (i, layer) in self.layers.iter().enumerate() {
+            let h = candle_nn::ops::rms_norm(&x, &layer.input_norm, eps)?;
+            let h = layer
+                .attn
+                .forward(&h, i, cache, &self.rotary, mask.as_ref())?;
+            x = (x + h)?;
+            let h = candle_nn::ops::rms_norm(&x, &layer.post_norm, eps)?;
+            x = (x + layer.mlp.forward(&h)?)?;
+        }
+        cache.advance(len);
+        Ok(candle_nn::ops::rms_norm(&x, &self.norm, eps)?)
+    }
+}
+
+/// `[len, offset + len]`: position `offset + i` sees keys `0..=offset + i`. None for one token.
+fn causal_mask(len: usize, offset: usize, dtype: DType, device: &Device) -> Result<Option<Tensor>> {
+    if len == 1 {
+        return Ok(None);
+    }
+    let total = offset + len;
+    let mask: Vec<f32> = (0..len)
+        .flat_map(|i| {
+            (0..total).map(move |j| {
+                if j > offset + i {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                }
+            })
+        })
+        .collect();
+    Ok(Some(
+        Tensor::from_vec(mask, (len, total), device)?.to_dtype(dtype)?,
+    ))
+}

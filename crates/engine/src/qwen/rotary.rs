@@ -1,0 +1,45 @@
+//! Rotary position embedding (the "rotate half" layout of HF's Qwen2/Qwen3).
+
+use candle_core::{DType, Device, Result, Tensor};
+
+#[derive(Debug, Clone)]
+pub struct Rotary {
+    /// `[max_positions, head_dim / 2]`, in the activation dtype.
+    cos: Tensor,
+    sin: Tensor,
+}
+
+impl Rotary {
+    /// Positions and angles are computed in f32 (f64 for the frequencies) whatever the model
+    /// dtype: in bf16, positions above 256 would otherwise be rounded.
+    pub fn new(
+        head_dim: usize,
+        theta: f64,
+        max_positions: usize,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Self> {
+        let inv_freq: Vec<f32> = (0..head_dim)
+            .step_by(2)
+            .map(|i| (1.0 / theta.powf(i as f64 / head_dim as f64)) as f32)
+            .collect();
+        let half = inv_freq.len();
+        let mut angles = Vec::with_capacity(max_positions * half);
+        for p in 0..max_positions {
+            angles.extend(inv_freq.iter().map(|f| p as f32 * f));
+        }
+        let angles = Tensor::from_vec(angles, (max_positions, half), &Device::Cpu)?;
+        Ok(Self {
+            cos: angles.cos()?.to_dtype(dtype)?.to_device(device)?,
+            sin: angles.sin()?.to_dtype(dtype)?.to_device(device)?,
+        })
+    }
+
+    /// Rotates `x` (`[1, heads, len, head_dim]`) for positions `offset..offset + len`.
+    pub fn apply(&self, x: &Tensor, offset: usize) -> Result<Tensor> {
+        let len = x.dim(2)?;
+        let cos = self.cos.narrow(0, offset, len)?;
+        let sin = self.sin.narrow(0, offset, len)?;
+        candle_nn::rotary_emb::rope(&x.contiguous()?, &cos, &sin)
+    }
+}

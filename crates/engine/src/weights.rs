@@ -1,0 +1,118 @@
+//! Safetensors weights: memory-mapped, looked up by name across shards, each tensor checked
+//! against the shape the model expects before it is used.
+
+use crate::error::{EngineError, Result};
+use candle_core::safetensors::MmapedSafetensors;
+use candle_core::{DType, Device, Tensor};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+pub struct Weights {
+    files: Vec<(PathBuf, MmapedSafetensors)>,
+    /// Tensor name → index into `files`.
+    index: HashMap<String, usize>,
+    dtype: DType,
+    device: Device,
+}
+
+impl Weights {
+    /// Maps every file. A truncated or malformed file is an error naming it.
+    pub fn open(paths: &[PathBuf], dtype: DType, device: &Device) -> Result<Self> {
+        let mut files = Vec::with_capacity(paths.len());
+        let mut index = HashMap::new();
+        for (i, path) in paths.iter().enumerate() {
+            if !path.is_file() {
+                return Err(EngineError::MissingFile {
+                    what: "safetensors file",
+                    path: path.clone(),
+                });
+            }
+            // SAFETY: the file is mapped read-only; like every mmap-based loader we assume it
+            // is not modified while Hearth runs.
+            let st =
+                unsafe { MmapedSafetensors::new(path) }.map_err(|e| EngineError::Safetensors {
+                    path: path.clone(),
+                    message: root_cause(&e),
+                })?;
+            for (name, _) in st.tensors() {
+                index.insert(name, i);
+            }
+            files.push((path.clone(), st));
+        }
+        Ok(Self {
+            files,
+            index,
+            dtype,
+            device: device.clone(),
+        })
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.index.contains_key(name)
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Loads `name`, checks its shape, converts to the weight dtype and moves it to the device.
+    pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
+        self.get_as(name, shape, self.dtype)
+    }
+
+    /// Like [`Weights::get`] with an explicit dtype (norm weights stay in f32, for example).
+    pub fn get_as(&self, name: &str, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let &i = self
+            .index
+            .get(name)
+            .ok_or_else(|| EngineError::MissingTensor {
+                name: name.into(),
+                files: self.file_list(),
+            })?;
+        let (path, st) = &self.files[i];
+        let view = st.get(name).map_err(|e| EngineError::Safetensors {
+            path: path.clone(),
+            message: root_cause(&e),
+        })?;
+        if view.shape() != shape {
+            return Err(EngineError::ShapeMismatch {
+                name: name.into(),
+                expected: shape.to_vec(),
+                found: view.shape().to_vec(),
+            });
+        }
+        let t = st
+            .load(name, &Device::Cpu)
+            .map_err(|e| EngineError::Safetensors {
+                path: path.clone(),
+                message: format!("tensor `{name}`: {}", root_cause(&e)),
+            })?;
+        // Round through the weight dtype first, so a bf16 load of an f32 checkpoint gives
+        // exactly what a bf16 checkpoint would (norms and biases included).
+        Ok(t.to_dtype(self.dtype)?
+            .to_dtype(dtype)?
+            .to_device(&self.device)?)
+    }
+
+    fn file_list(&self) -> String {
+        let names: Vec<String> = self.files.iter().map(|(p, _)| display_name(p)).collect();
+        names.join(", ")
+    }
+}
+
+fn display_name(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// candle wraps errors with context and backtraces; users need the innermost message.
+fn root_cause(e: &candle_core::Error) -> String {
+    let mut msg = e.to_string();
+    if let Some(first) = msg.lines().next() {
+        msg = first.to_string();
+    }
+    msg
+}

@@ -1,0 +1,117 @@
+//! `hearth run` end to end on the tiny fixture.
+
+mod common;
+
+use std::process::Command;
+
+fn hearth(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(args)
+        .env("HF_HUB_OFFLINE", "1")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn run_streams_a_completion_and_timings() {
+    let model = common::tiny("qwen2");
+    let (ok, stdout, stderr) = hearth(&[
+        "run",
+        "--model",
+        model.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "12",
+        "Hello, world!",
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(!stdout.trim().is_empty());
+    assert!(
+        stderr.contains("12 generated") && stderr.contains("decode"),
+        "{stderr}"
+    );
+    // Greedy is deterministic.
+    let (_, again, _) = hearth(&[
+        "run",
+        "--model",
+        model.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "12",
+        "Hello, world!",
+    ]);
+    assert_eq!(stdout, again);
+}
+
+#[test]
+fn run_rejects_bad_arguments_clearly() {
+    let model = common::tiny("qwen2");
+    let m = model.to_str().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["run", "--model", m, "--max-tokens", "0", "hi"],
+            "--max-tokens",
+        ),
+        (
+            &["run", "--model", m, "--temperature", "-0.5", "hi"],
+            "--temperature",
+        ),
+        (&["run", "--model", m, ""], "empty prompt"),
+        (&["run", "--model", m, "--device", "tpu", "hi"], "--device"),
+        (&["run", "--model", m, "--dtype", "int3", "hi"], "--dtype"),
+        (&["run", "--model", "/no/such/dir", "hi"], "--model"),
+        (
+            &["run", "--model", "Qwen/NotCached-0B", "hi"],
+            "not in the Hugging Face cache",
+        ),
+    ];
+    for (args, needle) in cases {
+        let (ok, _, stderr) = hearth(args);
+        assert!(!ok, "{args:?} should fail");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+#[test]
+fn cuda_without_the_feature_says_how_to_rebuild() {
+    let model = common::tiny("qwen2");
+    let (ok, _, stderr) = hearth(&[
+        "run",
+        "--model",
+        model.to_str().unwrap(),
+        "--device",
+        "cuda",
+        "hi",
+    ]);
+    assert!(!ok);
+    assert!(stderr.contains("--features cuda"), "{stderr}");
+}
+
+#[test]
+fn prompt_longer_than_the_model_is_refused() {
+    let model = common::tiny("qwen2");
+    let long = "word ".repeat(600);
+    let (ok, _, stderr) = hearth(&[
+        "run",
+        "--model",
+        model.to_str().unwrap(),
+        "--device",
+        "cpu",
+        &long,
+    ]);
+    assert!(!ok);
+    assert!(stderr.contains("max_position_embeddings"), "{stderr}");
+}

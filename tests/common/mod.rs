@@ -1,0 +1,81 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+pub fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+pub fn tiny(family: &str) -> PathBuf {
+    fixtures().join(format!("tiny-{family}"))
+}
+
+pub struct Golden {
+    pub prompt_ids: Vec<u32>,
+    pub logits_f32: Vec<f32>,
+    pub greedy_f32: Vec<u32>,
+    pub long_prompt_ids: Vec<u32>,
+    pub long_logits_f32: Vec<f32>,
+    pub logits_bf16_weights: Vec<f32>,
+    pub long_logits_bf16_weights: Vec<f32>,
+    pub logits_bf16_native: Vec<f32>,
+}
+
+pub fn golden(family: &str) -> Golden {
+    let path = fixtures().join(format!("golden/tiny-{family}.json"));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let ids = |k: &str| -> Vec<u32> {
+        v[k].as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
+    let floats = |k: &str| -> Vec<f32> {
+        v[k].as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect()
+    };
+    Golden {
+        prompt_ids: ids("prompt_ids"),
+        logits_f32: floats("logits_f32"),
+        greedy_f32: ids("greedy_f32"),
+        long_prompt_ids: ids("long_prompt_ids"),
+        long_logits_f32: floats("long_logits_f32"),
+        logits_bf16_weights: floats("logits_bf16_weights"),
+        long_logits_bf16_weights: floats("long_logits_bf16_weights"),
+        logits_bf16_native: floats("logits_bf16_native"),
+    }
+}
+
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "length mismatch");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+/// The real Qwen tokenizers: `HEARTH_TOKENIZERS`, else `../shared/tokenizers` beside the repo,
+/// else where `scripts/fetch-tokenizers.sh` puts them (`~/.cache/hearth/tokenizers`).
+pub fn real_tokenizers() -> Option<PathBuf> {
+    let mut candidates = vec![];
+    if let Some(dir) = std::env::var_os("HEARTH_TOKENIZERS") {
+        candidates.push(PathBuf::from(dir));
+    }
+    candidates.push(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/tokenizers"));
+    if let Some(home) = std::env::var_os("HOME") {
+        candidates.push(PathBuf::from(home).join(".cache/hearth/tokenizers"));
+    }
+    let found = candidates.iter().find(|d| {
+        d.join("qwen2.5/tokenizer.json").is_file() && d.join("qwen3/tokenizer.json").is_file()
+    });
+    if found.is_none() {
+        eprintln!("SKIPPED: the real Qwen tokenizers are in none of {candidates:?}; run scripts/fetch-tokenizers.sh");
+    }
+    found.cloned()
+}

@@ -1,0 +1,163 @@
+//! The Qwen forward pass against Hugging Face transformers (goldens by tests/fixtures/generate.py).
+
+mod common;
+
+use candle_core::{DType, Device};
+use common::*;
+use hearth_engine::{KvCache, Qwen, QwenConfig, Weights};
+
+fn load(family: &str, dtype: DType) -> Qwen {
+    let dir = tiny(family);
+    let cfg = QwenConfig::from_file(&dir.join("config.json")).unwrap();
+    let files = hearth_engine::source::local_dir(&dir).unwrap();
+    let w = Weights::open(&files.weights, dtype, &Device::Cpu).unwrap();
+    Qwen::load(&cfg, &w).unwrap()
+}
+
+fn logits(model: &Qwen, ids: &[u32]) -> Vec<f32> {
+    let mut cache = model.new_cache();
+    model.forward(ids, &mut cache).unwrap().to_vec1().unwrap()
+}
+
+fn greedy(model: &Qwen, prompt: &[u32], n: usize) -> Vec<u32> {
+    let mut cache = model.new_cache();
+    let mut l = model.forward(prompt, &mut cache).unwrap();
+    let mut out = vec![];
+    for _ in 0..n {
+        let next = l.argmax(0).unwrap().to_scalar::<u32>().unwrap();
+        out.push(next);
+        l = model.forward(&[next], &mut cache).unwrap();
+    }
+    out
+}
+
+#[test]
+fn f32_logits_match_transformers() {
+    for family in ["qwen2", "qwen3"] {
+        let g = golden(family);
+        let m = load(family, DType::F32);
+        let d = max_abs_diff(&logits(&m, &g.prompt_ids), &g.logits_f32);
+        assert!(d <= 1e-4, "{family}: max abs diff {d}");
+        let d = max_abs_diff(&logits(&m, &g.long_prompt_ids), &g.long_logits_f32);
+        assert!(d <= 1e-4, "{family} (300-token prompt): max abs diff {d}");
+    }
+}
+
+#[test]
+fn greedy_tokens_match_transformers() {
+    for family in ["qwen2", "qwen3"] {
+        let g = golden(family);
+        let m = load(family, DType::F32);
+        assert_eq!(greedy(&m, &g.prompt_ids, 32), g.greedy_f32, "{family}");
+    }
+}
+
+/// bf16 weights: against transformers running the same bf16-rounded weights in f32 (what the
+/// CPU path computes), the math must agree as in f32. Against transformers computing in bf16,
+/// every activation is rounded to 8 bits of mantissa (relative error 2^-9 ≈ 0.4 %) at each of
+/// the ~10 ops per layer, so the logits (of magnitude ~5 here) may differ by a few hundredths:
+/// the bound is 5 % of the largest logit.
+#[test]
+fn bf16_logits_match_transformers() {
+    for family in ["qwen2", "qwen3"] {
+        let g = golden(family);
+        let m = load(family, DType::BF16);
+        let got = logits(&m, &g.prompt_ids);
+        let d = max_abs_diff(&got, &g.logits_bf16_weights);
+        assert!(d <= 1e-4, "{family}: bf16 weights, f32 compute: {d}");
+        let d = max_abs_diff(&logits(&m, &g.long_prompt_ids), &g.long_logits_bf16_weights);
+        assert!(d <= 1e-4, "{family}: bf16 weights, 300 tokens: {d}");
+        let scale = g
+            .logits_bf16_native
+            .iter()
+            .fold(0f32, |a, &x| a.max(x.abs()));
+        let d = max_abs_diff(&got, &g.logits_bf16_native);
+        assert!(
+            d <= 0.05 * scale,
+            "{family}: vs native bf16: {d} (scale {scale})"
+        );
+    }
+}
+
+#[test]
+fn f16_runs_close_to_f32() {
+    let g = golden("qwen2");
+    let m = load("qwen2", DType::F16);
+    let scale = g.logits_f32.iter().fold(0f32, |a, &x| a.max(x.abs()));
+    let d = max_abs_diff(&logits(&m, &g.prompt_ids), &g.logits_f32);
+    assert!(d <= 0.01 * scale, "f16 vs f32: {d}");
+}
+
+#[test]
+fn prefill_then_decode_equals_full_recompute() {
+    for family in ["qwen2", "qwen3"] {
+        let g = golden(family);
+        let m = load(family, DType::F32);
+        let mut all = g.prompt_ids.clone();
+        all.extend(&g.greedy_f32[..8]);
+        // Through the cache: prompt, then one token at a time.
+        let mut cache = m.new_cache();
+        let mut last = m.forward(&g.prompt_ids, &mut cache).unwrap();
+        for &t in &g.greedy_f32[..8] {
+            last = m.forward(&[t], &mut cache).unwrap();
+        }
+        assert_eq!(cache.len(), all.len());
+        let full = logits(&m, &all);
+        let d = max_abs_diff(&last.to_vec1::<f32>().unwrap(), &full);
+        assert!(d <= 1e-5, "{family}: cached vs recomputed {d}");
+        // Every position of a full run equals the cached run's per-step logits.
+        let per_pos = m.forward_all(&all, &mut m.new_cache()).unwrap();
+        let row: Vec<f32> = per_pos.get(all.len() - 1).unwrap().to_vec1().unwrap();
+        assert!(max_abs_diff(&row, &full) <= 1e-5);
+    }
+}
+
+#[test]
+fn truncated_cache_continues_like_a_fresh_run() {
+    for family in ["qwen2", "qwen3"] {
+        let g = golden(family);
+        let m = load(family, DType::F32);
+        let mut cache: KvCache = m.new_cache();
+        // Fill with a different continuation, then cut back to a shared prefix of 10.
+        let mut other = g.prompt_ids[..10].to_vec();
+        other.extend([5, 6, 7, 8, 9, 10, 11]);
+        m.forward(&other, &mut cache).unwrap();
+        cache.truncate(10);
+        assert_eq!(cache.len(), 10);
+        let l = m
+            .forward(&g.prompt_ids[10..], &mut cache)
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        let d = max_abs_diff(&l, &logits(&m, &g.prompt_ids));
+        assert!(d <= 1e-5, "{family}: {d}");
+        let d = max_abs_diff(&l, &g.logits_f32);
+        assert!(d <= 1e-4, "{family}: vs transformers {d}");
+    }
+}
+
+#[test]
+fn prefill_in_chunks_equals_one_prefill() {
+    let g = golden("qwen3");
+    let m = load("qwen3", DType::F32);
+    let mut cache = m.new_cache();
+    let mut last = None;
+    for chunk in g.long_prompt_ids.chunks(64) {
+        last = Some(m.forward(chunk, &mut cache).unwrap());
+    }
+    let d = max_abs_diff(&last.unwrap().to_vec1::<f32>().unwrap(), &g.long_logits_f32);
+    assert!(d <= 1e-4, "{d}");
+}
+
+#[test]
+fn cache_rejects_positions_beyond_the_model() {
+    let m = load("qwen2", DType::F32);
+    let ids: Vec<u32> = (0..513).map(|i| (i % 1000) as u32).collect();
+    let err = m.forward(&ids, &mut m.new_cache()).unwrap_err().to_string();
+    assert!(err.contains("513") && err.contains("512"), "{err}");
+    let err = m
+        .forward(&[5000], &mut m.new_cache())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("5000"), "{err}");
+}
