@@ -1,8 +1,11 @@
 //! `hearth`: run LLM agents offline on a workstation GPU.
 
 mod bench;
+mod chat;
 mod model_args;
+mod models;
 mod run;
+mod template;
 
 use clap::{Parser, Subcommand};
 
@@ -21,6 +24,12 @@ struct Cli {
 enum Command {
     /// Stream a plain completion of a prompt.
     Run(run::RunArgs),
+    /// Chat with a model in the terminal (or through piped stdin).
+    Chat(chat::ChatArgs),
+    /// Print the exact prompt a model would see for a conversation.
+    Template(template::TemplateArgs),
+    /// List the built-in model cards.
+    Models,
     /// Measure prefill and decode tokens per second.
     Bench(bench::BenchArgs),
 }
@@ -38,6 +47,9 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run::run(args),
+        Command::Chat(args) => chat::run(args),
+        Command::Template(args) => template::run(args),
+        Command::Models => models::run(),
         Command::Bench(args) => bench::run(args),
     };
     match result {

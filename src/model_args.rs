@@ -1,10 +1,12 @@
 //! Arguments every model-loading command shares.
 
-use hearth_engine::{DTypeSpec, DeviceSpec, HubOptions, LoadOptions};
+use anyhow::bail;
+use hearth_engine::{DTypeSpec, DeviceSpec, HubOptions, LoadOptions, SamplingParams};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ModelArgs {
-    /// A checkpoint directory or a Hugging Face repo id (owner/name).
+    /// A checkpoint directory, a Hugging Face repo id (owner/name), or a model card name
+    /// (`hearth models` lists them).
     #[arg(short, long)]
     pub model: String,
     /// Hub revision (branch, tag or commit).
@@ -19,6 +21,9 @@ pub struct ModelArgs {
     /// Use only the local Hugging Face cache (also HF_HUB_OFFLINE=1).
     #[arg(long)]
     pub offline: bool,
+    /// Chat format: model (its own template), chatml, internlm2, or a .jinja/.toml file.
+    #[arg(long)]
+    pub template: Option<String>,
 }
 
 impl ModelArgs {
@@ -32,6 +37,53 @@ impl ModelArgs {
                 cache_dir: None,
                 progress: true,
             },
+            template: self.template.clone(),
         })
     }
+}
+
+/// Sampling flags; unset ones keep the model's defaults.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SamplingArgs {
+    /// 0 is greedy. Default: the model's generation_config.json.
+    #[arg(long, allow_negative_numbers = true)]
+    pub temperature: Option<f32>,
+    #[arg(long, allow_negative_numbers = true)]
+    pub top_p: Option<f32>,
+    #[arg(long)]
+    pub top_k: Option<usize>,
+    #[arg(long, allow_negative_numbers = true)]
+    pub min_p: Option<f32>,
+    #[arg(long, allow_negative_numbers = true)]
+    pub repetition_penalty: Option<f32>,
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+impl SamplingArgs {
+    pub fn apply(&self, defaults: &SamplingParams) -> SamplingParams {
+        let mut p = defaults.clone();
+        if let Some(t) = self.temperature {
+            p.temperature = t;
+        }
+        p.top_p = self.top_p.or(p.top_p);
+        p.top_k = self.top_k.or(p.top_k);
+        p.min_p = self.min_p.or(p.min_p);
+        p.repetition_penalty = self.repetition_penalty.unwrap_or(p.repetition_penalty);
+        p.seed = self.seed.unwrap_or(p.seed);
+        p
+    }
+
+    /// Reports bad values before a model is loaded.
+    pub fn check(&self) -> anyhow::Result<()> {
+        self.apply(&SamplingParams::default()).validate()?;
+        Ok(())
+    }
+}
+
+pub fn check_max_tokens(n: usize) -> anyhow::Result<()> {
+    if n == 0 {
+        bail!("invalid --max-tokens: 0 (must be at least 1)");
+    }
+    Ok(())
 }

@@ -169,6 +169,7 @@ fn hub_layout_in_the_cache_loads_offline() {
             cache_dir: Some(tmp.path().into()),
             progress: false,
         },
+        template: None,
     };
     let e = Engine::load("hearth/tiny-qwen2", &opts).unwrap();
     assert_eq!(e.info().origin, "hearth/tiny-qwen2@v1");

@@ -23,6 +23,7 @@ fn collect(mut s: hearth_engine::EventStream) -> (Vec<u32>, String, Summary) {
         match e {
             Event::Token { id } => ids.push(id),
             Event::Text { text: t } => text.push_str(&t),
+            Event::Reasoning { .. } => panic!("plain generation reports no reasoning"),
             Event::Finished(s) => summary = Some(s),
             Event::Error { message } => panic!("{message}"),
         }

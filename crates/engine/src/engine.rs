@@ -1,19 +1,26 @@
 //! The engine: loads a model, gives it to a worker thread that owns it, and serves generation
 //! requests sent through a channel as async streams of events.
 
+use crate::card::ModelCard;
+use crate::chat::{
+    ChatFormat, ChatInput, ChatMessage, JinjaTemplate, MetaTemplate, Piece, ThinkingSplitter,
+};
 use crate::config::QwenConfig;
 use crate::device::{device_name, DeviceSpec};
 use crate::error::{EngineError, Result};
 use crate::generation::{Event, GenerateRequest, Job, LanguageModel, Worker};
 use crate::qwen::Qwen;
 use crate::sampling::SamplingParams;
-use crate::source::{self, HubOptions};
+use crate::source::{self, HubOptions, ModelFiles};
+use crate::stop::StopStrings;
 use crate::tokenizer::Tokenizer;
 use crate::weights::Weights;
 use candle_core::DType;
 use serde_json::Value;
+use std::collections::VecDeque;
 use std::path::Path;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -65,6 +72,10 @@ pub struct LoadOptions {
     pub device: DeviceSpec,
     pub dtype: DTypeSpec,
     pub hub: HubOptions,
+    /// Chat format: `model` (the checkpoint's own template), a built-in meta-template
+    /// (`chatml`, `internlm2`), or a `.jinja` / meta-template `.toml` file. Default: the model
+    /// card's choice, else `model`.
+    pub template: Option<String>,
 }
 
 /// What a loaded model is, for users and benchmark tables.
@@ -77,8 +88,14 @@ pub struct ModelInfo {
     pub device: String,
     pub max_positions: usize,
     pub stop_token_ids: Vec<u32>,
-    /// Sampling defaults from generation_config.json (greedy when it has none).
+    /// Stop strings every chat request gets unless it sets its own.
+    pub stop_strings: Vec<String>,
+    /// Sampling defaults: the model card's, else generation_config.json's, else greedy.
     pub sampling: SamplingParams,
+    /// `model`, a meta-template name, a file, or none.
+    pub chat_template: Option<String>,
+    /// Whether the model writes `<think>` reasoning.
+    pub thinks: bool,
     pub load_s: f64,
 }
 
@@ -91,13 +108,15 @@ pub struct Engine {
     commands: std::sync::mpsc::Sender<Command>,
     tokenizer: Tokenizer,
     info: ModelInfo,
+    chat: Option<Arc<ChatFormat>>,
 }
 
 impl Engine {
-    /// Loads `spec` (a checkpoint directory or a hub repo id) and starts the worker.
+    /// Loads `spec` — a checkpoint directory, a hub repo id, or a model card name such as
+    /// `qwen2.5-0.5b-instruct` — and starts the worker.
     pub fn load(spec: &str, opts: &LoadOptions) -> Result<Self> {
         let start = Instant::now();
-        let files = source::resolve(spec, &opts.hub)?;
+        let (card, files) = resolve_model(spec, opts)?;
         let cfg = QwenConfig::from_file(&files.config)?;
         let tokenizer = Tokenizer::from_file(&files.tokenizer)?;
         let device = opts.device.open()?;
@@ -114,7 +133,22 @@ impl Engine {
             Some(p) => read_json(p)?,
             None => Value::Null,
         };
-        let stop = stop_token_ids(&cfg, &generation, &tokenizer_config, &tokenizer);
+        let template_choice = template_choice(opts, card.as_ref());
+        let origin = files
+            .tokenizer_config
+            .as_deref()
+            .unwrap_or(Path::new("tokenizer_config.json"));
+        let chat = chat_format(&template_choice, &tokenizer_config, origin)?;
+        let mut stop = stop_token_ids(&cfg, &generation, &tokenizer_config, &tokenizer);
+        let mut stop_words: Vec<String> = card.as_ref().map(|c| c.stop.clone()).unwrap_or_default();
+        if let Some(ChatFormat::Meta(m)) = &chat {
+            stop_words.extend(m.stop.iter().cloned());
+        }
+        let stop_strings = split_stop_words(&stop_words, &tokenizer, &mut stop);
+        let mut sampling = sampling_defaults(&generation);
+        if let Some(c) = &card {
+            c.apply_sampling(&mut sampling);
+        }
         let load_time = start.elapsed();
         let info = ModelInfo {
             origin: files.origin.clone(),
@@ -123,8 +157,11 @@ impl Engine {
             dtype: format!("{dtype:?}").to_lowercase(),
             device: device_name(&device),
             max_positions: cfg.max_position_embeddings,
-            stop_token_ids: stop.clone(),
-            sampling: sampling_defaults(&generation),
+            stop_token_ids: stop,
+            stop_strings,
+            sampling,
+            chat_template: chat.as_ref().map(|_| template_choice.clone()),
+            thinks: chat.as_ref().is_some_and(|c| c.thinks()),
             load_s: load_time.as_secs_f64(),
         };
         tracing::info!(
@@ -136,7 +173,13 @@ impl Engine {
             info.device,
             info.load_s
         );
-        Ok(Self::serve(Box::new(model), tokenizer, info, load_time))
+        Ok(Self::serve(
+            Box::new(model),
+            tokenizer,
+            info,
+            chat,
+            load_time,
+        ))
     }
 
     /// Starts a worker thread that owns `model`.
@@ -144,6 +187,7 @@ impl Engine {
         model: Box<dyn LanguageModel>,
         tokenizer: Tokenizer,
         info: ModelInfo,
+        chat: Option<ChatFormat>,
         load_time: Duration,
     ) -> Self {
         let (tx, rx) = std::sync::mpsc::channel::<Command>();
@@ -171,6 +215,7 @@ impl Engine {
             commands: tx,
             tokenizer,
             info,
+            chat: chat.map(Arc::new),
         }
     }
 
@@ -224,6 +269,59 @@ impl Engine {
         })
     }
 
+    /// The prompt the model sees for `input`.
+    pub fn render(&self, input: &ChatInput<'_>) -> Result<String> {
+        match &self.chat {
+            Some(c) => c.render(input),
+            None => Err(EngineError::invalid(
+                "--template",
+                format!(
+                    "{} has no chat_template; pick a meta-template (--template chatml) or a template file",
+                    self.info.origin
+                ),
+            )),
+        }
+    }
+
+    /// Renders `request.messages` with the model's chat format and streams the answer, with
+    /// reasoning (`<think>…</think>`) reported apart from the text.
+    pub fn chat(&self, request: ChatRequest) -> Result<ChatStream> {
+        if request.messages.is_empty() {
+            return Err(EngineError::invalid("messages", "no messages"));
+        }
+        let prompt = self.render(&ChatInput {
+            messages: &request.messages,
+            tools: request.tools.as_deref(),
+            add_generation_prompt: true,
+            enable_thinking: request.enable_thinking,
+            extra: Default::default(),
+        })?;
+        let ids = self.tokenizer.encode(&prompt)?;
+        let stop_strings = request
+            .stop
+            .unwrap_or_else(|| self.info.stop_strings.clone());
+        StopStrings::new(stop_strings.clone())?;
+        let events = self.generate(GenerateRequest {
+            prompt: ids,
+            max_tokens: request.max_tokens,
+            sampling: request
+                .sampling
+                .unwrap_or_else(|| self.info.sampling.clone()),
+            stop_token_ids: None,
+            stop_strings,
+            session: request.session,
+        })?;
+        let thinking = self
+            .info
+            .thinks
+            .then(|| ThinkingSplitter::new(ChatFormat::prompt_opens_reasoning(&prompt)));
+        Ok(ChatStream {
+            events,
+            thinking,
+            ready: VecDeque::new(),
+        })
+    }
+
     /// Forgets a session's KV cache (a session never seen is fine).
     pub fn drop_session(&self, id: &str) -> Result<()> {
         self.commands
@@ -253,6 +351,200 @@ impl tokio_stream::Stream for EventStream {
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
         self.rx.poll_recv(cx)
     }
+}
+
+/// A chat request: messages, tools, and per-call overrides of the model's defaults.
+#[derive(Debug, Clone, Default)]
+pub struct ChatRequest {
+    pub messages: Vec<ChatMessage>,
+    pub tools: Option<Vec<Value>>,
+    pub max_tokens: usize,
+    /// `None` takes the model's defaults.
+    pub sampling: Option<SamplingParams>,
+    /// `None` takes the model's stop strings; `Some` replaces them for this call.
+    pub stop: Option<Vec<String>>,
+    pub enable_thinking: Option<bool>,
+    /// Keep the KV cache of this conversation between calls.
+    pub session: Option<String>,
+}
+
+/// Events of a chat answer: [`Event::Reasoning`] and [`Event::Text`] kept apart.
+pub struct ChatStream {
+    events: EventStream,
+    thinking: Option<ThinkingSplitter>,
+    ready: VecDeque<Event>,
+}
+
+impl ChatStream {
+    pub async fn next(&mut self) -> Option<Event> {
+        loop {
+            if let Some(e) = self.ready.pop_front() {
+                return Some(e);
+            }
+            let e = self.events.next().await?;
+            self.route(e);
+        }
+    }
+
+    pub fn blocking_next(&mut self) -> Option<Event> {
+        loop {
+            if let Some(e) = self.ready.pop_front() {
+                return Some(e);
+            }
+            let e = self.events.blocking_next()?;
+            self.route(e);
+        }
+    }
+
+    fn route(&mut self, e: Event) {
+        let Some(split) = &mut self.thinking else {
+            self.ready.push_back(e);
+            return;
+        };
+        let pieces = match &e {
+            Event::Text { text } => split.push(text),
+            Event::Finished(_) | Event::Error { .. } => split.flush(),
+            _ => vec![],
+        };
+        for p in pieces {
+            self.ready.push_back(match p {
+                Piece::Reasoning(text) => Event::Reasoning { text },
+                Piece::Answer(text) => Event::Text { text },
+            });
+        }
+        if !matches!(e, Event::Text { .. }) {
+            self.ready.push_back(e);
+        }
+    }
+}
+
+/// A model card (when `spec` names one) and the checkpoint's files.
+fn resolve_model(spec: &str, opts: &LoadOptions) -> Result<(Option<ModelCard>, ModelFiles)> {
+    let card = if Path::new(spec).exists() {
+        None
+    } else {
+        ModelCard::find(spec)?
+    };
+    let mut hub = opts.hub.clone();
+    let source = match &card {
+        Some(c) => {
+            if c.format == "gguf" {
+                return Err(EngineError::invalid(
+                    "--model",
+                    format!(
+                        "`{}` is a GGUF model card; this build loads safetensors checkpoints only",
+                        c.name
+                    ),
+                ));
+            }
+            hub.revision = hub.revision.or_else(|| Some(c.revision.clone()));
+            c.hub_id.clone()
+        }
+        None => spec.to_owned(),
+    };
+    Ok((card, source::resolve(&source, &hub)?))
+}
+
+fn template_choice(opts: &LoadOptions, card: Option<&ModelCard>) -> String {
+    opts.template
+        .clone()
+        .or_else(|| card.map(|c| c.template.clone()))
+        .unwrap_or_else(|| "model".into())
+}
+
+/// The chat format of a model without loading its weights (for `hearth template`).
+pub fn load_chat_format(spec: &str, opts: &LoadOptions) -> Result<ChatFormat> {
+    let (card, files) = resolve_model(spec, opts)?;
+    let choice = template_choice(opts, card.as_ref());
+    let tokenizer_config = match &files.tokenizer_config {
+        Some(p) => read_json(p)?,
+        None => Value::Null,
+    };
+    let origin = files
+        .tokenizer_config
+        .as_deref()
+        .unwrap_or(Path::new("tokenizer_config.json"));
+    chat_format(&choice, &tokenizer_config, origin)?.ok_or_else(|| {
+        EngineError::invalid(
+            "--template",
+            format!("{} has no chat_template; pick a meta-template (--template chatml) or a template file", files.origin),
+        )
+    })
+}
+
+/// The chat format named by `choice`.
+fn chat_format(
+    choice: &str,
+    tokenizer_config: &Value,
+    origin: &Path,
+) -> Result<Option<ChatFormat>> {
+    if choice == "model" {
+        let source = match tokenizer_config.get("chat_template") {
+            Some(Value::String(s)) => Some(s.clone()),
+            // Several named templates: the default one.
+            Some(Value::Array(named)) => named
+                .iter()
+                .find(|t| t.get("name").and_then(Value::as_str) == Some("default"))
+                .and_then(|t| t.get("template")?.as_str().map(str::to_owned)),
+            _ => None,
+        };
+        let Some(source) = source else {
+            return Ok(None);
+        };
+        let mut special = serde_json::Map::new();
+        for key in ["bos_token", "eos_token", "pad_token", "unk_token"] {
+            let token = match tokenizer_config.get(key) {
+                Some(Value::String(s)) => Value::String(s.clone()),
+                Some(Value::Object(o)) => o.get("content").cloned().unwrap_or(Value::Null),
+                _ => Value::Null,
+            };
+            special.insert(key.into(), token);
+        }
+        return Ok(Some(ChatFormat::Jinja(JinjaTemplate::new(
+            &source,
+            special,
+            &origin.display().to_string(),
+        )?)));
+    }
+    if let Some(text) = crate::card::meta_template_source(choice) {
+        return Ok(Some(ChatFormat::Meta(MetaTemplate::from_toml(
+            text,
+            Path::new(choice),
+        )?)));
+    }
+    let path = Path::new(choice);
+    if path.is_file() {
+        let text = std::fs::read_to_string(path).map_err(|e| EngineError::io(path, e))?;
+        return Ok(Some(if choice.ends_with(".toml") {
+            ChatFormat::Meta(MetaTemplate::from_toml(&text, path)?)
+        } else {
+            ChatFormat::Jinja(JinjaTemplate::new(&text, serde_json::Map::new(), choice)?)
+        }));
+    }
+    Err(EngineError::invalid(
+        "--template",
+        format!("`{choice}` is neither `model`, a built-in meta-template (chatml, internlm2) nor a file"),
+    ))
+}
+
+/// Stop words that are one special token become stop ids; the rest stay stop strings.
+fn split_stop_words(words: &[String], tok: &Tokenizer, ids: &mut Vec<u32>) -> Vec<String> {
+    let mut strings = vec![];
+    for w in words {
+        match tok.token_id(w) {
+            Some(id) => {
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+            None => {
+                if !strings.contains(w) {
+                    strings.push(w.clone());
+                }
+            }
+        }
+    }
+    strings
 }
 
 fn read_json(path: &Path) -> Result<Value> {

@@ -73,6 +73,9 @@ pub enum EngineError {
     )]
     PromptTooLong { len: usize, max: usize },
 
+    #[error("{origin}: template error: {message}")]
+    Template { origin: String, message: String },
+
     #[error("device: {0}")]
     Device(String),
 

@@ -3,6 +3,7 @@
 use crate::error::{EngineError, Result};
 use crate::kv_cache::KvCache;
 use crate::sampling::{Sampler, SamplingParams};
+use crate::stop::{StopScan, StopStrings};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use candle_core::Tensor;
 use std::collections::HashMap;
@@ -36,6 +37,8 @@ pub struct GenerateRequest {
     pub sampling: SamplingParams,
     /// Token ids that end generation; `None` takes the model's (eos, `<|im_end|>`, …).
     pub stop_token_ids: Option<Vec<u32>>,
+    /// Text that ends generation, matched across token boundaries and never emitted.
+    pub stop_strings: Vec<String>,
     /// Keep this sequence's KV cache after the request and reuse its longest common prefix
     /// with the next request of the same session.
     pub session: Option<String>,
@@ -48,6 +51,7 @@ impl GenerateRequest {
             max_tokens,
             sampling: SamplingParams::default(),
             stop_token_ids: None,
+            stop_strings: Vec::new(),
             session: None,
         }
     }
@@ -59,6 +63,10 @@ pub enum FinishReason {
     /// A stop token (eos, `<|im_end|>`, …) was sampled; it is not part of the text.
     StopToken {
         id: u32,
+    },
+    /// A stop string matched; it is not part of the text.
+    StopString {
+        text: String,
     },
     MaxTokens,
     /// The caller dropped the stream.
@@ -97,6 +105,8 @@ pub enum Event {
     Token { id: u32 },
     /// New text: whole UTF-8 characters only.
     Text { text: String },
+    /// Reasoning (`<think>…</think>`), from the chat layer of a model that thinks.
+    Reasoning { text: String },
     /// The last event of a successful generation.
     Finished(Summary),
     /// Generation failed; no event follows.
@@ -157,6 +167,7 @@ impl Worker {
             events,
         } = job;
         let mut sampler = Sampler::new(req.sampling.clone())?;
+        let mut stop_strings = StopStrings::new(req.stop_strings.clone())?;
         let stop = req
             .stop_token_ids
             .clone()
@@ -182,7 +193,15 @@ impl Worker {
         session.cache.truncate(common);
         session.tokens.truncate(common);
 
-        let result = self.decode_loop(&req, &stop, &mut sampler, &mut session, common, &events);
+        let result = self.decode_loop(
+            &req,
+            &stop,
+            &mut sampler,
+            &mut stop_strings,
+            &mut session,
+            common,
+            &events,
+        );
         if let Some(id) = &req.session {
             if result.is_ok() {
                 self.sessions.insert(id.clone(), session);
@@ -196,6 +215,7 @@ impl Worker {
         req: &GenerateRequest,
         stop: &[u32],
         sampler: &mut Sampler,
+        stop_strings: &mut StopStrings,
         session: &mut Session,
         cached: usize,
         events: &UnboundedSender<Event>,
@@ -226,11 +246,17 @@ impl Worker {
             }
             generated += 1;
             history.push(next);
-            let text = decoder.push(&self.tokenizer, next)?;
+            let (text, matched) = match stop_strings.push(&decoder.push(&self.tokenizer, next)?) {
+                StopScan::Emit(text) => (text, None),
+                StopScan::Stopped { emit, matched } => (emit, Some(matched)),
+            };
             let sent = events.send(Event::Token { id: next }).is_ok()
                 && (text.is_empty() || events.send(Event::Text { text }).is_ok());
             if !sent {
                 break FinishReason::Cancelled;
+            }
+            if let Some(text) = matched {
+                break FinishReason::StopString { text };
             }
             if generated >= req.max_tokens {
                 break FinishReason::MaxTokens;
@@ -242,7 +268,16 @@ impl Worker {
             session.tokens.push(next);
             forwards += 1;
         };
-        let rest = decoder.flush(&self.tokenizer)?;
+        let rest = match &reason {
+            FinishReason::StopString { .. } => String::new(),
+            _ => {
+                let tail = decoder.flush(&self.tokenizer)?;
+                match stop_strings.push(&tail) {
+                    StopScan::Emit(t) => t + &stop_strings.flush(),
+                    StopScan::Stopped { emit, .. } => emit,
+                }
+            }
+        };
         if !rest.is_empty() {
             let _ = events.send(Event::Text { text: rest });
         }

@@ -81,8 +81,8 @@ impl KvCache {
         Ok((kc.narrow(2, 0, end)?, vc.narrow(2, 0, end)?))
     }
 
-    /// Marks `n` positions written by every layer.
-    pub(crate) fn advance(&mut self, n: usize) {
+    /// Marks `n` positions written by every layer (called by a model after its last layer).
+    pub fn advance(&mut self, n: usize) {
         self.len += n;
     }
 

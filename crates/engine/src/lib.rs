@@ -4,6 +4,8 @@
 //! an [`EventStream`]. The KV cache ([`KvCache`]) is an explicit per-sequence object, so a
 //! session can keep it between requests and reuse the shared prefix.
 
+pub mod card;
+pub mod chat;
 pub mod config;
 mod cpu_matmul;
 pub mod device;
@@ -15,12 +17,15 @@ pub mod linear;
 pub mod qwen;
 pub mod sampling;
 pub mod source;
+pub mod stop;
 pub mod tokenizer;
 pub mod weights;
 
+pub use card::ModelCard;
+pub use chat::{ChatFormat, ChatInput, ChatMessage, ToolCall};
 pub use config::{Family, QwenConfig};
 pub use device::DeviceSpec;
-pub use engine::{DTypeSpec, Engine, EventStream, LoadOptions, ModelInfo};
+pub use engine::{ChatRequest, ChatStream, DTypeSpec, Engine, EventStream, LoadOptions, ModelInfo};
 pub use error::{EngineError, Result};
 pub use generation::{
     Event, FinishReason, GenerateRequest, LanguageModel, Summary, Timings, Usage,
@@ -29,5 +34,6 @@ pub use kv_cache::KvCache;
 pub use qwen::Qwen;
 pub use sampling::{Sampler, SamplingParams};
 pub use source::{HubOptions, ModelFiles};
+pub use stop::{StopScan, StopStrings};
 pub use tokenizer::{StreamDecoder, Tokenizer};
 pub use weights::Weights;

@@ -1,0 +1,186 @@
+//! `hearth chat`, `hearth template` and `hearth models` end to end on the tiny fixture.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+fn hearth(args: &[&str], stdin: &str) -> (bool, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(args)
+        .env("HF_HUB_OFFLINE", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn chat_over_piped_stdin_keeps_history_and_obeys_commands() {
+    let model = common::tiny("qwen2");
+    let m = model.to_str().unwrap();
+    let args = [
+        "chat",
+        "--model",
+        m,
+        "--device",
+        "cpu",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "6",
+    ];
+    let (ok, out, err) = hearth(
+        &args,
+        "Hello\n/system Be brief.\nHow are you?\n/think on\n/reset\n/system\nHello\n/bogus\n",
+    );
+    assert!(ok, "{err}");
+    let answers: Vec<&str> = out.lines().collect();
+    assert_eq!(answers.len(), 3, "one line per answer: {out:?}");
+    // After /reset and removing the system message, the first question gets the same
+    // (greedy) answer as at the start.
+    assert_eq!(answers[0], answers[2]);
+    assert!(
+        err.contains("[system message set]")
+            && err.contains("[system message removed]")
+            && err.contains("[history cleared]"),
+        "{err}"
+    );
+    assert!(
+        err.contains("does not think") && err.contains("unknown command /bogus"),
+        "{err}"
+    );
+}
+
+#[test]
+fn chat_rejects_bad_flags() {
+    let model = common::tiny("qwen2");
+    let (ok, _, err) = hearth(
+        &[
+            "chat",
+            "--model",
+            model.to_str().unwrap(),
+            "--think",
+            "maybe",
+        ],
+        "",
+    );
+    assert!(!ok && err.contains("--think"), "{err}");
+}
+
+#[test]
+fn template_prints_exactly_the_prompt() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("conv.json");
+    std::fs::write(
+        &input,
+        r#"{"messages": [{"role": "user", "content": "What is 2+2?"},
+            {"role": "assistant", "content": "", "tool_calls": [{"type": "function",
+             "function": {"name": "calculator", "arguments": "{\"expression\": \"2+2\"}"}}]},
+            {"role": "tool", "content": "4"}]}"#,
+    )
+    .unwrap();
+    let model = common::tiny("qwen2");
+    let (ok, out, err) = hearth(
+        &[
+            "template",
+            "--model",
+            model.to_str().unwrap(),
+            "--input",
+            input.to_str().unwrap(),
+        ],
+        "",
+    );
+    assert!(ok, "{err}");
+    assert!(out.starts_with("<|im_start|>system\nYou are Qwen"), "{out}");
+    // Qwen2.5's template applies tojson to the arguments as given: a string stays a string.
+    assert!(
+        out.contains(r#""arguments": "{\"expression\": \"2+2\"}"}"#),
+        "{out}"
+    );
+    assert!(
+        out.ends_with("<|im_start|>assistant\n"),
+        "no added newline: {out:?}"
+    );
+
+    // A meta-template instead of the model's own.
+    let (ok, out, _) = hearth(
+        &[
+            "template",
+            "--model",
+            model.to_str().unwrap(),
+            "--template",
+            "internlm2",
+            "--input",
+            input.to_str().unwrap(),
+        ],
+        "",
+    );
+    assert!(ok);
+    assert!(
+        out.starts_with(
+            "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n"
+        ),
+        "{out}"
+    );
+
+    std::fs::write(
+        &input,
+        r#"{"messages": [{"role": "wizard", "content": "hi"}]}"#,
+    )
+    .unwrap();
+    let (ok, _, err) = hearth(
+        &[
+            "template",
+            "--model",
+            model.to_str().unwrap(),
+            "--input",
+            input.to_str().unwrap(),
+        ],
+        "",
+    );
+    assert!(!ok && err.contains("wizard"), "{err}");
+}
+
+#[test]
+fn models_lists_the_cards() {
+    let (ok, out, _) = hearth(&["models"], "");
+    assert!(ok);
+    for name in [
+        "qwen2.5-0.5b-instruct",
+        "qwen2.5-7b-instruct",
+        "qwen2.5-coder-0.5b-instruct-q4_k_m",
+        "qwen3-8b",
+    ] {
+        assert!(out.contains(name), "{name} missing from {out}");
+    }
+}
+
+#[test]
+fn a_card_name_resolves_to_its_hub_repo() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(["run", "--model", "qwen2.5-0.5b-instruct", "--offline", "hi"])
+        .env("HF_HUB_CACHE", tmp.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("Qwen/Qwen2.5-0.5B-Instruct") && err.contains("not in the Hugging Face cache"),
+        "{err}"
+    );
+}
