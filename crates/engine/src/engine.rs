@@ -9,6 +9,7 @@ use crate::config::QwenConfig;
 use crate::device::{device_name, DeviceSpec};
 use crate::error::{EngineError, Result};
 use crate::generation::{Event, GenerateRequest, Job, LanguageModel, Worker};
+use crate::gguf::GgufFile;
 use crate::qwen::Qwen;
 use crate::sampling::SamplingParams;
 use crate::source::{self, HubOptions, ModelFiles};
@@ -112,34 +113,62 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Loads `spec` — a checkpoint directory, a hub repo id, or a model card name such as
-    /// `qwen2.5-0.5b-instruct` — and starts the worker.
+    /// Loads `spec` — a checkpoint directory, a `.gguf` file, a hub repo id, or a model card
+    /// name such as `qwen2.5-0.5b-instruct` — and starts the worker.
     pub fn load(spec: &str, opts: &LoadOptions) -> Result<Self> {
         let start = Instant::now();
-        let (card, files) = resolve_model(spec, opts)?;
-        let cfg = QwenConfig::from_file(&files.config)?;
-        let tokenizer = Tokenizer::from_file(&files.tokenizer)?;
+        let (card, checkpoint) = resolve_model(spec, opts)?;
         let device = opts.device.open()?;
-        let dtype = opts.dtype.resolve(cfg.torch_dtype.as_deref(), &device);
-        let weights = Weights::open(&files.weights, dtype, &device)?;
-        let model = Qwen::load(&cfg, &weights)?;
-        drop(weights);
-
-        let generation = match &files.generation_config {
-            Some(p) => read_json(p)?,
-            None => Value::Null,
-        };
-        let tokenizer_config = match &files.tokenizer_config {
-            Some(p) => read_json(p)?,
-            None => Value::Null,
+        let (model, cfg, tokenizer, dtype_label, generation, mut stop): (
+            Box<dyn LanguageModel>,
+            QwenConfig,
+            Tokenizer,
+            String,
+            Value,
+            Vec<u32>,
+        ) = match &checkpoint {
+            Checkpoint::Dense(files) => {
+                let cfg = QwenConfig::from_file(&files.config)?;
+                let tokenizer = Tokenizer::from_file(&files.tokenizer)?;
+                let dtype = opts.dtype.resolve(cfg.torch_dtype.as_deref(), &device);
+                let model = Qwen::load(&cfg, &Weights::open(&files.weights, dtype, &device)?)?;
+                let generation = match &files.generation_config {
+                    Some(p) => read_json(p)?,
+                    None => Value::Null,
+                };
+                let tokenizer_config = match &files.tokenizer_config {
+                    Some(p) => read_json(p)?,
+                    None => Value::Null,
+                };
+                let stop = stop_token_ids(&cfg, &generation, &tokenizer_config, &tokenizer);
+                let label = format!("{dtype:?}").to_lowercase();
+                (Box::new(model), cfg, tokenizer, label, generation, stop)
+            }
+            Checkpoint::Gguf(file) => {
+                if opts.dtype != DTypeSpec::Auto {
+                    tracing::warn!("--dtype is ignored for GGUF files: weights stay quantized");
+                }
+                let cfg = file.config()?;
+                let tokenizer = file.tokenizer()?;
+                let model = Qwen::load(&cfg, &file.weights(&device))?;
+                let mut stop = file.stop_token_ids();
+                for t in ["<|im_end|>", "<|endoftext|>"] {
+                    if let Some(id) = tokenizer.token_id(t).filter(|id| !stop.contains(id)) {
+                        stop.push(id);
+                    }
+                }
+                (
+                    Box::new(model),
+                    cfg,
+                    tokenizer,
+                    "gguf".into(),
+                    Value::Null,
+                    stop,
+                )
+            }
         };
         let template_choice = template_choice(opts, card.as_ref());
-        let origin = files
-            .tokenizer_config
-            .as_deref()
-            .unwrap_or(Path::new("tokenizer_config.json"));
-        let chat = chat_format(&template_choice, &tokenizer_config, origin)?;
-        let mut stop = stop_token_ids(&cfg, &generation, &tokenizer_config, &tokenizer);
+        let chat = chat_format(&template_choice, &checkpoint)?;
         let mut stop_words: Vec<String> = card.as_ref().map(|c| c.stop.clone()).unwrap_or_default();
         if let Some(ChatFormat::Meta(m)) = &chat {
             stop_words.extend(m.stop.iter().cloned());
@@ -151,10 +180,10 @@ impl Engine {
         }
         let load_time = start.elapsed();
         let info = ModelInfo {
-            origin: files.origin.clone(),
+            origin: checkpoint.origin(),
             family: cfg.family.name().into(),
             parameters: cfg.num_parameters(),
-            dtype: format!("{dtype:?}").to_lowercase(),
+            dtype: dtype_label,
             device: device_name(&device),
             max_positions: cfg.max_position_embeddings,
             stop_token_ids: stop,
@@ -173,13 +202,7 @@ impl Engine {
             info.device,
             info.load_s
         );
-        Ok(Self::serve(
-            Box::new(model),
-            tokenizer,
-            info,
-            chat,
-            load_time,
-        ))
+        Ok(Self::serve(model, tokenizer, info, chat, load_time))
     }
 
     /// Starts a worker thread that owns `model`.
@@ -418,31 +441,100 @@ impl ChatStream {
     }
 }
 
-/// A model card (when `spec` names one) and the checkpoint's files.
-fn resolve_model(spec: &str, opts: &LoadOptions) -> Result<(Option<ModelCard>, ModelFiles)> {
-    let card = if Path::new(spec).exists() {
+/// What a model spec resolved to.
+pub enum Checkpoint {
+    /// A safetensors checkpoint directory.
+    Dense(ModelFiles),
+    /// One GGUF file: weights, tokenizer and template.
+    Gguf(Arc<GgufFile>),
+}
+
+impl Checkpoint {
+    pub fn origin(&self) -> String {
+        match self {
+            Self::Dense(f) => f.origin.clone(),
+            Self::Gguf(g) => g.path().display().to_string(),
+        }
+    }
+
+    /// The model's own chat template, its special tokens, and where it came from.
+    fn template(&self) -> Result<Option<(String, serde_json::Map<String, Value>, String)>> {
+        match self {
+            Self::Gguf(g) => Ok(g.chat_template().map(|t| {
+                (
+                    t,
+                    g.special_tokens(),
+                    format!("{} (tokenizer.chat_template)", g.path().display()),
+                )
+            })),
+            Self::Dense(files) => {
+                let Some(path) = &files.tokenizer_config else {
+                    return Ok(None);
+                };
+                let cfg = read_json(path)?;
+                let source = match cfg.get("chat_template") {
+                    Some(Value::String(s)) => Some(s.clone()),
+                    // Several named templates: the default one.
+                    Some(Value::Array(named)) => named
+                        .iter()
+                        .find(|t| t.get("name").and_then(Value::as_str) == Some("default"))
+                        .and_then(|t| t.get("template")?.as_str().map(str::to_owned)),
+                    _ => None,
+                };
+                let Some(source) = source else {
+                    return Ok(None);
+                };
+                let mut special = serde_json::Map::new();
+                for key in ["bos_token", "eos_token", "pad_token", "unk_token"] {
+                    let token = match cfg.get(key) {
+                        Some(Value::String(s)) => Value::String(s.clone()),
+                        Some(Value::Object(o)) => o.get("content").cloned().unwrap_or(Value::Null),
+                        _ => Value::Null,
+                    };
+                    special.insert(key.into(), token);
+                }
+                Ok(Some((source, special, path.display().to_string())))
+            }
+        }
+    }
+}
+
+/// A model card (when `spec` names one) and the checkpoint it points to.
+pub fn resolve_model(spec: &str, opts: &LoadOptions) -> Result<(Option<ModelCard>, Checkpoint)> {
+    let path = Path::new(spec);
+    if path.is_file()
+        && path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+    {
+        return Ok((None, Checkpoint::Gguf(Arc::new(GgufFile::open(path)?))));
+    }
+    let card = if path.exists() {
         None
     } else {
         ModelCard::find(spec)?
     };
     let mut hub = opts.hub.clone();
-    let source = match &card {
+    let checkpoint = match &card {
         Some(c) => {
-            if c.format == "gguf" {
-                return Err(EngineError::invalid(
-                    "--model",
-                    format!(
-                        "`{}` is a GGUF model card; this build loads safetensors checkpoints only",
-                        c.name
-                    ),
-                ));
-            }
             hub.revision = hub.revision.or_else(|| Some(c.revision.clone()));
-            c.hub_id.clone()
+            if c.format == "gguf" {
+                let file = c.files.first().ok_or_else(|| {
+                    EngineError::invalid(
+                        "--model",
+                        format!("model card `{}` lists no GGUF file", c.name),
+                    )
+                })?;
+                Checkpoint::Gguf(Arc::new(GgufFile::open(&source::hub_file(
+                    &c.hub_id, file, &hub,
+                )?)?))
+            } else {
+                Checkpoint::Dense(source::resolve(&c.hub_id, &hub)?)
+            }
         }
-        None => spec.to_owned(),
+        None => Checkpoint::Dense(source::resolve(spec, &hub)?),
     };
-    Ok((card, source::resolve(&source, &hub)?))
+    Ok((card, checkpoint))
 }
 
 fn template_choice(opts: &LoadOptions, card: Option<&ModelCard>) -> String {
@@ -454,57 +546,28 @@ fn template_choice(opts: &LoadOptions, card: Option<&ModelCard>) -> String {
 
 /// The chat format of a model without loading its weights (for `hearth template`).
 pub fn load_chat_format(spec: &str, opts: &LoadOptions) -> Result<ChatFormat> {
-    let (card, files) = resolve_model(spec, opts)?;
+    let (card, checkpoint) = resolve_model(spec, opts)?;
     let choice = template_choice(opts, card.as_ref());
-    let tokenizer_config = match &files.tokenizer_config {
-        Some(p) => read_json(p)?,
-        None => Value::Null,
-    };
-    let origin = files
-        .tokenizer_config
-        .as_deref()
-        .unwrap_or(Path::new("tokenizer_config.json"));
-    chat_format(&choice, &tokenizer_config, origin)?.ok_or_else(|| {
+    chat_format(&choice, &checkpoint)?.ok_or_else(|| {
         EngineError::invalid(
             "--template",
-            format!("{} has no chat_template; pick a meta-template (--template chatml) or a template file", files.origin),
+            format!(
+                "{} has no chat_template; pick a meta-template (--template chatml) or a template file",
+                checkpoint.origin()
+            ),
         )
     })
 }
 
 /// The chat format named by `choice`.
-fn chat_format(
-    choice: &str,
-    tokenizer_config: &Value,
-    origin: &Path,
-) -> Result<Option<ChatFormat>> {
+fn chat_format(choice: &str, checkpoint: &Checkpoint) -> Result<Option<ChatFormat>> {
     if choice == "model" {
-        let source = match tokenizer_config.get("chat_template") {
-            Some(Value::String(s)) => Some(s.clone()),
-            // Several named templates: the default one.
-            Some(Value::Array(named)) => named
-                .iter()
-                .find(|t| t.get("name").and_then(Value::as_str) == Some("default"))
-                .and_then(|t| t.get("template")?.as_str().map(str::to_owned)),
-            _ => None,
+        return match checkpoint.template()? {
+            Some((source, special, origin)) => Ok(Some(ChatFormat::Jinja(JinjaTemplate::new(
+                &source, special, &origin,
+            )?))),
+            None => Ok(None),
         };
-        let Some(source) = source else {
-            return Ok(None);
-        };
-        let mut special = serde_json::Map::new();
-        for key in ["bos_token", "eos_token", "pad_token", "unk_token"] {
-            let token = match tokenizer_config.get(key) {
-                Some(Value::String(s)) => Value::String(s.clone()),
-                Some(Value::Object(o)) => o.get("content").cloned().unwrap_or(Value::Null),
-                _ => Value::Null,
-            };
-            special.insert(key.into(), token);
-        }
-        return Ok(Some(ChatFormat::Jinja(JinjaTemplate::new(
-            &source,
-            special,
-            &origin.display().to_string(),
-        )?)));
     }
     if let Some(text) = crate::card::meta_template_source(choice) {
         return Ok(Some(ChatFormat::Meta(MetaTemplate::from_toml(

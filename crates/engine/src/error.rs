@@ -44,6 +44,9 @@ pub enum EngineError {
     #[error("{path}: not a valid safetensors file: {message}")]
     Safetensors { path: PathBuf, message: String },
 
+    #[error("{path}: GGUF: {message}")]
+    Gguf { path: PathBuf, message: String },
+
     #[error("{path}: cannot load tokenizer: {message}")]
     Tokenizer { path: PathBuf, message: String },
 

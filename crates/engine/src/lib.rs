@@ -12,6 +12,7 @@ pub mod device;
 pub mod engine;
 pub mod error;
 pub mod generation;
+pub mod gguf;
 pub mod kv_cache;
 pub mod linear;
 pub mod qwen;

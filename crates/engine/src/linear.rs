@@ -1,36 +1,88 @@
-//! A dense linear layer, `y = x · Wᵀ + b`, that keeps its weight in the storage dtype.
+//! A linear layer, `y = x · Wᵀ + b`, that keeps its weight as stored: dense in its dtype, or in
+//! quantized GGUF blocks.
 //!
-//! On the CPU, activations are f32 and few-row products go to [`crate::cpu_matmul`], which reads
-//! bf16/f16 weights directly; longer prefills use candle's gemm on an f32 view of the weight.
-//! On GPUs candle's matmul runs in the model dtype.
+//! Dense: on the CPU, activations are f32 and few-row products go to [`crate::cpu_matmul`],
+//! which reads bf16/f16 weights directly; longer prefills use candle's gemm on an f32 view of
+//! the weight. On GPUs candle's matmul runs in the model dtype. Quantized: candle's `QMatMul`.
+//!
+//! Several matrices that read the same input (q, k and v; gate and up) are fused: dense ones
+//! are concatenated into one matrix, quantized ones (often of different types) run in turn
+//! and their outputs are concatenated.
 
 use crate::cpu_matmul::{matmul_t, WeightRows};
-use candle_core::{DType, Device, Module, Result, Storage, Tensor};
+use crate::weights::Matrix;
+use candle_core::quantized::QMatMul;
+use candle_core::{DType, Device, Module, Result, Storage, Tensor, D};
 
 /// Up to this many rows the memory-bound row kernel beats converting the weight for gemm.
 const ROW_KERNEL_MAX_ROWS: usize = 16;
 
 #[derive(Debug, Clone)]
 pub struct Linear {
-    /// `[out, in]`, contiguous.
-    weight: Tensor,
+    parts: Vec<Part>,
     bias: Option<Tensor>,
+}
+
+#[derive(Debug, Clone)]
+enum Part {
+    /// `[out, in]`, contiguous.
+    Dense(Tensor),
+    Quantized(QMatMul),
 }
 
 impl Linear {
     pub fn new(weight: Tensor, bias: Option<Tensor>) -> Result<Self> {
         Ok(Self {
-            weight: weight.contiguous()?,
+            parts: vec![Part::Dense(weight.contiguous()?)],
             bias,
         })
     }
 
-    pub fn weight(&self) -> &Tensor {
-        &self.weight
+    /// One layer computing the outputs of every matrix in `mats`, in order.
+    pub fn fused(mats: Vec<Matrix>, bias: Option<Tensor>) -> Result<Self> {
+        let dense: Vec<&Tensor> = mats
+            .iter()
+            .filter_map(|m| match m {
+                Matrix::Dense(t) => Some(t),
+                Matrix::Quantized(_) => None,
+            })
+            .collect();
+        if dense.len() == mats.len() {
+            return Self::new(Tensor::cat(&dense, 0)?, bias);
+        }
+        let parts = mats
+            .into_iter()
+            .map(|m| match m {
+                Matrix::Dense(t) => Ok(Part::Dense(t.contiguous()?)),
+                Matrix::Quantized(q) => Ok(Part::Quantized(QMatMul::from_arc(q)?)),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self { parts, bias })
     }
+}
 
-    fn cpu_rows(&self, x: &Tensor) -> Result<Option<Tensor>> {
-        let (n, k) = self.weight.dims2()?;
+impl Part {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Part::Quantized(q) => q.forward(x),
+            Part::Dense(w) => match cpu_rows(w, x)? {
+                Some(y) => Ok(y),
+                None => {
+                    let w = if w.dtype() == x.dtype() {
+                        w.clone()
+                    } else {
+                        w.to_dtype(x.dtype())?
+                    };
+                    x.broadcast_matmul(&w.t()?)
+                }
+            },
+        }
+    }
+}
+
+fn cpu_rows(weight: &Tensor, x: &Tensor) -> Result<Option<Tensor>> {
+    {
+        let (n, k) = weight.dims2()?;
         let dims = x.dims().to_vec();
         let m = x.elem_count() / k;
         if !matches!(x.device(), Device::Cpu) || x.dtype() != DType::F32 || m > ROW_KERNEL_MAX_ROWS
@@ -39,7 +91,7 @@ impl Linear {
         }
         let x = x.contiguous()?;
         let (xs, xl) = x.storage_and_layout();
-        let (ws, wl) = self.weight.storage_and_layout();
+        let (ws, wl) = weight.storage_and_layout();
         let (Storage::Cpu(xs), Storage::Cpu(ws)) = (&*xs, &*ws) else {
             return Ok(None);
         };
@@ -48,7 +100,7 @@ impl Linear {
             return Ok(None);
         };
         let xv = &xs.as_slice::<f32>()?[x0..x1];
-        let rows = match self.weight.dtype() {
+        let rows = match weight.dtype() {
             DType::F32 => WeightRows::F32(&ws.as_slice::<f32>()?[w0..w1]),
             DType::BF16 => WeightRows::Bf16(&ws.as_slice::<half::bf16>()?[w0..w1]),
             DType::F16 => WeightRows::F16(&ws.as_slice::<half::f16>()?[w0..w1]),
@@ -65,15 +117,14 @@ impl Linear {
 
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = match self.cpu_rows(x)? {
-            Some(y) => y,
-            None => {
-                let w = if self.weight.dtype() == x.dtype() {
-                    self.weight.clone()
-                } else {
-                    self.weight.to_dtype(x.dtype())?
-                };
-                x.broadcast_matmul(&w.t()?)?
+        let y = match self.parts.as_slice() {
+            [one] => one.forward(x)?,
+            parts => {
+                let outs = parts
+                    .iter()
+                    .map(|p| p.forward(x))
+                    .collect::<Result<Vec<_>>>()?;
+                Tensor::cat(&outs, D::Minus1)?
             }
         };
         match &self.bias {

@@ -171,56 +171,92 @@ fn shard_names(index: &Path) -> Result<Vec<String>> {
     Ok(names.into_iter().collect())
 }
 
-/// Fetches (or, offline, looks up) a repo's files in the Hugging Face cache.
-fn hub_repo(repo_id: &str, hub: &HubOptions) -> Result<ModelFiles> {
-    let revision = hub.revision.clone().unwrap_or_else(|| "main".into());
-    let cache_dir = hub.cache_dir();
-    let repo =
-        hf_hub::Repo::with_revision(repo_id.into(), hf_hub::RepoType::Model, revision.clone());
-    let offline = hub.offline || HubOptions::offline_from_env();
-    let fetcher: Box<dyn Fn(&str) -> Result<Option<PathBuf>>> = if offline {
-        let cached = hf_hub::Cache::new(cache_dir.clone()).repo(repo.clone());
-        Box::new(move |file| Ok(cached.get(file)))
-    } else {
-        let api = hf_hub::api::sync::ApiBuilder::from_cache(hf_hub::Cache::new(cache_dir.clone()))
-            .with_progress(hub.progress)
-            .build()
-            .map_err(|e| EngineError::Hub {
-                repo: repo_id.into(),
-                file: "-".into(),
-                message: e.to_string(),
-            })?
-            .repo(repo.clone());
-        let repo_id = repo_id.to_owned();
-        Box::new(move |file| match api.get(file) {
-            Ok(p) => Ok(Some(p)),
-            // A file the repo does not have (optional ones are expected to be missing).
-            Err(e) if e.to_string().contains("status code 404") => Ok(None),
-            Err(e) => Err(EngineError::Hub {
-                repo: repo_id.clone(),
-                file: file.into(),
-                message: e.to_string(),
-            }),
-        })
-    };
-    let required = |file: &str| -> Result<PathBuf> {
-        fetcher(file)?.ok_or_else(|| {
-            if offline {
-                EngineError::NotCached {
-                    repo: repo_id.into(),
-                    revision: revision.clone(),
+/// One repository in the hub or (offline) only in the local cache.
+struct HubRepo {
+    repo_id: String,
+    revision: String,
+    cache_dir: PathBuf,
+    offline: bool,
+    fetch: Box<dyn Fn(&str) -> Result<Option<PathBuf>>>,
+}
+
+impl HubRepo {
+    fn new(repo_id: &str, hub: &HubOptions) -> Result<Self> {
+        let revision = hub.revision.clone().unwrap_or_else(|| "main".into());
+        let cache_dir = hub.cache_dir();
+        let repo =
+            hf_hub::Repo::with_revision(repo_id.into(), hf_hub::RepoType::Model, revision.clone());
+        let offline = hub.offline || HubOptions::offline_from_env();
+        let fetch: Box<dyn Fn(&str) -> Result<Option<PathBuf>>> = if offline {
+            let cached = hf_hub::Cache::new(cache_dir.clone()).repo(repo);
+            Box::new(move |file| Ok(cached.get(file)))
+        } else {
+            let api =
+                hf_hub::api::sync::ApiBuilder::from_cache(hf_hub::Cache::new(cache_dir.clone()))
+                    .with_progress(hub.progress)
+                    .build()
+                    .map_err(|e| EngineError::Hub {
+                        repo: repo_id.into(),
+                        file: "-".into(),
+                        message: e.to_string(),
+                    })?
+                    .repo(repo);
+            let repo_id = repo_id.to_owned();
+            Box::new(move |file| match api.get(file) {
+                Ok(p) => Ok(Some(p)),
+                // A file the repo does not have (optional ones are expected to be missing).
+                Err(e) if e.to_string().contains("status code 404") => Ok(None),
+                Err(e) => Err(EngineError::Hub {
+                    repo: repo_id.clone(),
                     file: file.into(),
-                    cache: cache_dir.clone(),
+                    message: e.to_string(),
+                }),
+            })
+        };
+        Ok(Self {
+            repo_id: repo_id.into(),
+            revision,
+            cache_dir,
+            offline,
+            fetch,
+        })
+    }
+
+    fn optional(&self, file: &str) -> Result<Option<PathBuf>> {
+        (self.fetch)(file)
+    }
+
+    fn required(&self, file: &str) -> Result<PathBuf> {
+        self.optional(file)?.ok_or_else(|| {
+            if self.offline {
+                EngineError::NotCached {
+                    repo: self.repo_id.clone(),
+                    revision: self.revision.clone(),
+                    file: file.into(),
+                    cache: self.cache_dir.clone(),
                 }
             } else {
                 EngineError::Hub {
-                    repo: repo_id.into(),
+                    repo: self.repo_id.clone(),
                     file: file.into(),
                     message: "not found in the repository".into(),
                 }
             }
         })
-    };
+    }
+}
+
+/// One file of a hub repository (a GGUF, say), fetched into or found in the cache.
+pub fn hub_file(repo_id: &str, file: &str, hub: &HubOptions) -> Result<PathBuf> {
+    HubRepo::new(repo_id, hub)?.required(file)
+}
+
+/// Fetches (or, offline, looks up) a repo's files in the Hugging Face cache.
+fn hub_repo(repo_id: &str, hub: &HubOptions) -> Result<ModelFiles> {
+    let repo = HubRepo::new(repo_id, hub)?;
+    let required = |file: &str| repo.required(file);
+    let fetcher = |file: &str| repo.optional(file);
+    let revision = repo.revision.clone();
     let config = required("config.json")?;
     let tokenizer = required("tokenizer.json")?;
     let weights = match fetcher("model.safetensors.index.json")? {

@@ -1,11 +1,32 @@
-//! Safetensors weights: memory-mapped, looked up by name across shards, each tensor checked
-//! against the shape the model expects before it is used.
+//! Where a model's weights come from. [`WeightSource`] hands out tensors by their Hugging Face
+//! names, each checked against the shape the model expects; [`Weights`] is the safetensors
+//! source (memory-mapped, looked up by name across shards), `crate::gguf` the GGUF one.
 
 use crate::error::{EngineError, Result};
+use candle_core::quantized::QTensor;
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A weight matrix `[out, in]`: dense, or still in its quantized blocks.
+#[derive(Debug, Clone)]
+pub enum Matrix {
+    Dense(Tensor),
+    Quantized(Arc<QTensor>),
+}
+
+pub trait WeightSource {
+    fn device(&self) -> &Device;
+    /// The storage dtype of dense weights (f32 for quantized files, whose blocks stay as is).
+    fn dtype(&self) -> DType;
+    fn contains(&self, name: &str) -> bool;
+    /// A dense tensor (norms, biases, …) in `dtype`.
+    fn tensor(&self, name: &str, shape: &[usize], dtype: DType) -> Result<Tensor>;
+    /// A weight matrix, quantized when the file is.
+    fn matrix(&self, name: &str, shape: &[usize]) -> Result<Matrix>;
+}
 
 pub struct Weights {
     files: Vec<(PathBuf, MmapedSafetensors)>,
@@ -45,18 +66,6 @@ impl Weights {
             dtype,
             device: device.clone(),
         })
-    }
-
-    pub fn contains(&self, name: &str) -> bool {
-        self.index.contains_key(name)
-    }
-
-    pub fn dtype(&self) -> DType {
-        self.dtype
-    }
-
-    pub fn device(&self) -> &Device {
-        &self.device
     }
 
     /// Loads `name`, checks its shape, converts to the weight dtype and moves it to the device.
@@ -106,6 +115,24 @@ impl Weights {
 
 fn display_name(p: &Path) -> String {
     p.display().to_string()
+}
+
+impl WeightSource for Weights {
+    fn device(&self) -> &Device {
+        &self.device
+    }
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+    fn contains(&self, name: &str) -> bool {
+        self.index.contains_key(name)
+    }
+    fn tensor(&self, name: &str, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        self.get_as(name, shape, dtype)
+    }
+    fn matrix(&self, name: &str, shape: &[usize]) -> Result<Matrix> {
+        Ok(Matrix::Dense(self.get(name, shape)?))
+    }
 }
 
 /// candle wraps errors with context and backtraces; users need the innermost message.

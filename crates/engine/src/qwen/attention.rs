@@ -5,7 +5,7 @@ use crate::config::{Family, QwenConfig};
 use crate::error::Result;
 use crate::kv_cache::KvCache;
 use crate::linear::Linear;
-use crate::weights::Weights;
+use crate::weights::WeightSource;
 use candle_core::{DType, Module, Result as CResult, Tensor, D};
 
 #[derive(Debug, Clone)]
@@ -22,22 +22,19 @@ pub struct Attention {
 }
 
 impl Attention {
-    pub fn load(w: &Weights, prefix: &str, cfg: &QwenConfig, act: DType) -> Result<Self> {
+    pub fn load(w: &dyn WeightSource, prefix: &str, cfg: &QwenConfig, act: DType) -> Result<Self> {
         let (h, d) = (cfg.hidden_size, cfg.head_dim);
         let (q_out, kv_out) = (cfg.num_attention_heads * d, cfg.num_key_value_heads * d);
         let weight = |name: &str, rows: usize, cols: usize| {
-            w.get(&format!("{prefix}.{name}.weight"), &[rows, cols])
+            w.matrix(&format!("{prefix}.{name}.weight"), &[rows, cols])
         };
         let bias =
-            |name: &str, rows: usize| w.get_as(&format!("{prefix}.{name}.bias"), &[rows], act);
-        let qkv_w = Tensor::cat(
-            &[
-                &weight("q_proj", q_out, h)?,
-                &weight("k_proj", kv_out, h)?,
-                &weight("v_proj", kv_out, h)?,
-            ],
-            0,
-        )?;
+            |name: &str, rows: usize| w.tensor(&format!("{prefix}.{name}.bias"), &[rows], act);
+        let qkv_w = vec![
+            weight("q_proj", q_out, h)?,
+            weight("k_proj", kv_out, h)?,
+            weight("v_proj", kv_out, h)?,
+        ];
         let qkv_b = if cfg.qkv_bias {
             Some(Tensor::cat(
                 &[
@@ -57,14 +54,14 @@ impl Attention {
         };
         let qk_norm = match cfg.family {
             Family::Qwen3 => Some((
-                w.get_as(&format!("{prefix}.q_norm.weight"), &[d], act)?,
-                w.get_as(&format!("{prefix}.k_norm.weight"), &[d], act)?,
+                w.tensor(&format!("{prefix}.q_norm.weight"), &[d], act)?,
+                w.tensor(&format!("{prefix}.k_norm.weight"), &[d], act)?,
             )),
             Family::Qwen2 => None,
         };
         Ok(Self {
-            qkv: Linear::new(qkv_w, qkv_b)?,
-            o: Linear::new(weight("o_proj", h, q_out)?, o_b)?,
+            qkv: Linear::fused(qkv_w, qkv_b)?,
+            o: Linear::fused(vec![weight("o_proj", h, q_out)?], o_b)?,
             qk_norm,
             heads: cfg.num_attention_heads,
             kv_heads: cfg.num_key_value_heads,

@@ -2,7 +2,7 @@
 //! input is read once.
 
 use crate::linear::Linear;
-use crate::weights::Weights;
+use crate::weights::WeightSource;
 use candle_core::{Module, Result as CResult, Tensor, D};
 
 use crate::error::Result;
@@ -15,19 +15,20 @@ pub struct Mlp {
 }
 
 impl Mlp {
-    pub fn load(w: &Weights, prefix: &str, hidden: usize, intermediate: usize) -> Result<Self> {
-        let gate = w.get(
-            &format!("{prefix}.gate_proj.weight"),
-            &[intermediate, hidden],
-        )?;
-        let up = w.get(&format!("{prefix}.up_proj.weight"), &[intermediate, hidden])?;
-        let down = w.get(
-            &format!("{prefix}.down_proj.weight"),
-            &[hidden, intermediate],
-        )?;
+    pub fn load(
+        w: &dyn WeightSource,
+        prefix: &str,
+        hidden: usize,
+        intermediate: usize,
+    ) -> Result<Self> {
+        let m =
+            |name: &str, shape: [usize; 2]| w.matrix(&format!("{prefix}.{name}.weight"), &shape);
+        let gate = m("gate_proj", [intermediate, hidden])?;
+        let up = m("up_proj", [intermediate, hidden])?;
+        let down = m("down_proj", [hidden, intermediate])?;
         Ok(Self {
-            gate_up: Linear::new(Tensor::cat(&[&gate, &up], 0)?, None)?,
-            down: Linear::new(down, None)?,
+            gate_up: Linear::fused(vec![gate, up], None)?,
+            down: Linear::fused(vec![down], None)?,
             intermediate,
         })
     }

@@ -8,7 +8,7 @@ use crate::config::QwenConfig;
 use crate::error::{EngineError, Result};
 use crate::kv_cache::KvCache;
 use crate::linear::Linear;
-use crate::weights::Weights;
+use crate::weights::{Matrix, WeightSource};
 use candle_core::{DType, Device, Module, Tensor};
 
 #[derive(Debug, Clone)]
@@ -22,7 +22,7 @@ struct Layer {
 #[derive(Debug, Clone)]
 pub struct Qwen {
     cfg: QwenConfig,
-    embed: Tensor,
+    embed: Embedding,
     layers: Vec<Layer>,
     norm: Tensor,
     lm_head: Linear,
@@ -42,18 +42,18 @@ pub fn activation_dtype(weight_dtype: DType, device: &Device) -> DType {
 }
 
 impl Qwen {
-    pub fn load(cfg: &QwenConfig, w: &Weights) -> Result<Self> {
+    pub fn load(cfg: &QwenConfig, w: &dyn WeightSource) -> Result<Self> {
         let device = w.device().clone();
         let act = activation_dtype(w.dtype(), &device);
         let (h, eps_dims) = (cfg.hidden_size, [cfg.hidden_size]);
-        let embed = w.get("model.embed_tokens.weight", &[cfg.vocab_size, h])?;
+        let embed = Embedding(w.matrix("model.embed_tokens.weight", &[cfg.vocab_size, h])?);
         let layers = (0..cfg.num_hidden_layers)
             .map(|i| {
                 let p = format!("model.layers.{i}");
                 Ok(Layer {
-                    input_norm: w.get_as(&format!("{p}.input_layernorm.weight"), &eps_dims, act)?,
+                    input_norm: w.tensor(&format!("{p}.input_layernorm.weight"), &eps_dims, act)?,
                     attn: Attention::load(w, &format!("{p}.self_attn"), cfg, act)?,
-                    post_norm: w.get_as(
+                    post_norm: w.tensor(
                         &format!("{p}.post_attention_layernorm.weight"),
                         &eps_dims,
                         act,
@@ -63,13 +63,16 @@ impl Qwen {
             })
             .collect::<Result<Vec<_>>>()?;
         let lm_head = if cfg.tie_word_embeddings {
-            Linear::new(embed.clone(), None)?
+            Linear::fused(vec![embed.0.clone()], None)?
         } else {
-            Linear::new(w.get("lm_head.weight", &[cfg.vocab_size, h])?, None)?
+            Linear::fused(
+                vec![w.matrix("lm_head.weight", &[cfg.vocab_size, h])?],
+                None,
+            )?
         };
         Ok(Self {
             cfg: cfg.clone(),
-            norm: w.get_as("model.norm.weight", &eps_dims, act)?,
+            norm: w.tensor("model.norm.weight", &eps_dims, act)?,
             rotary: Rotary::new(
                 cfg.head_dim,
                 cfg.rope_theta,
@@ -93,8 +96,9 @@ impl Qwen {
         &self.device
     }
 
+    /// The activation dtype.
     pub fn dtype(&self) -> DType {
-        self.embed.dtype()
+        self.act_dtype
     }
 
     /// A cache sized for this model.
@@ -148,7 +152,7 @@ impl Qwen {
         let ids = Tensor::new(tokens, &self.device)?;
         let mut x = self
             .embed
-            .index_select(&ids, 0)?
+            .lookup(&ids)?
             .to_dtype(self.act_dtype)?
             .unsqueeze(0)?;
         let mask = causal_mask(len, offset, self.act_dtype, &self.device)?;
@@ -164,6 +168,19 @@ impl Qwen {
         }
         cache.advance(len);
         Ok(candle_nn::ops::rms_norm(&x, &self.norm, eps)?)
+    }
+}
+
+/// The token embedding table; a quantized one is looked up without dequantizing it whole.
+#[derive(Debug, Clone)]
+struct Embedding(Matrix);
+
+impl Embedding {
+    fn lookup(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
+        match &self.0 {
+            Matrix::Dense(t) => t.index_select(ids, 0),
+            Matrix::Quantized(q) => q.embedding(ids),
+        }
     }
 }
 

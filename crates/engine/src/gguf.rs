@@ -1,0 +1,473 @@
+//! GGUF files (llama.cpp's format) as whole models: the Qwen configuration, the tokenizer and
+//! the chat template come from the metadata, the weights stay in their quantized blocks.
+
+use crate::config::{Family, QwenConfig};
+use crate::error::{EngineError, Result};
+use crate::tokenizer::Tokenizer;
+use crate::weights::{Matrix, WeightSource};
+use candle_core::quantized::gguf_file::{Content, Value};
+use candle_core::quantized::GgmlDType;
+use candle_core::{DType, Device, Tensor};
+use serde_json::json;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+pub struct GgufFile {
+    path: PathBuf,
+    content: Content,
+    reader: Mutex<BufReader<File>>,
+}
+
+/// Block types the engine computes with (llama.cpp's names).
+const SUPPORTED: &[GgmlDType] = &[
+    GgmlDType::F32,
+    GgmlDType::F16,
+    GgmlDType::BF16,
+    GgmlDType::Q4_0,
+    GgmlDType::Q4_1,
+    GgmlDType::Q5_0,
+    GgmlDType::Q5_1,
+    GgmlDType::Q8_0,
+    GgmlDType::Q2K,
+    GgmlDType::Q3K,
+    GgmlDType::Q4K,
+    GgmlDType::Q5K,
+    GgmlDType::Q6K,
+];
+
+impl GgufFile {
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = File::open(path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => EngineError::MissingFile {
+                what: "GGUF file",
+                path: path.into(),
+            },
+            _ => EngineError::io(path, e),
+        })?;
+        let mut magic = [0u8; 4];
+        {
+            use std::io::Read;
+            let mut f = &file;
+            if f.read_exact(&mut magic).is_err() || &magic != b"GGUF" {
+                return Err(EngineError::Gguf {
+                    path: path.into(),
+                    message: format!(
+                        "not a GGUF file (magic {:?}, expected \"GGUF\")",
+                        String::from_utf8_lossy(&magic)
+                    ),
+                });
+            }
+        }
+        let mut reader = BufReader::new(file);
+        std::io::Seek::rewind(&mut reader).map_err(|e| EngineError::io(path, e))?;
+        let content = Content::read(&mut reader).map_err(|e| EngineError::Gguf {
+            path: path.into(),
+            message: first_line(&e),
+        })?;
+        let me = Self {
+            path: path.into(),
+            content,
+            reader: Mutex::new(reader),
+        };
+        me.check_tensors()?;
+        Ok(me)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn err(&self, message: impl Into<String>) -> EngineError {
+        EngineError::Gguf {
+            path: self.path.clone(),
+            message: message.into(),
+        }
+    }
+
+    /// Every tensor: a supported type, and data inside the file.
+    fn check_tensors(&self) -> Result<()> {
+        let len = std::fs::metadata(&self.path)
+            .map_err(|e| EngineError::io(&self.path, e))?
+            .len();
+        for (name, info) in &self.content.tensor_infos {
+            if !SUPPORTED.contains(&info.ggml_dtype) {
+                return Err(self.err(format!(
+                    "tensor `{name}` has unsupported type {:?}",
+                    info.ggml_dtype
+                )));
+            }
+            let elems = info.shape.elem_count();
+            let bytes = elems / info.ggml_dtype.block_size() * info.ggml_dtype.type_size();
+            let end = self.content.tensor_data_offset + info.offset + bytes as u64;
+            if end > len {
+                return Err(self.err(format!(
+                    "truncated: tensor `{name}` ends at byte {end}, the file has {len}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn meta(&self, key: &str) -> Result<&Value> {
+        self.content
+            .metadata
+            .get(key)
+            .ok_or_else(|| self.err(format!("metadata key `{key}` is missing")))
+    }
+
+    fn meta_u32(&self, key: &str) -> Result<u32> {
+        let v = self.meta(key)?;
+        v.to_u32()
+            .or_else(|_| v.to_u64().map(|n| n as u32))
+            .or_else(|_| v.to_i32().map(|n| n as u32))
+            .map_err(|_| self.err(format!("metadata key `{key}` is not an integer")))
+    }
+
+    fn meta_f32(&self, key: &str) -> Result<f32> {
+        self.meta(key)?
+            .to_f32()
+            .map_err(|_| self.err(format!("metadata key `{key}` is not a float")))
+    }
+
+    fn meta_str(&self, key: &str) -> Result<&str> {
+        self.meta(key)?
+            .to_string()
+            .map(String::as_str)
+            .map_err(|_| self.err(format!("metadata key `{key}` is not a string")))
+    }
+
+    fn meta_strings(&self, key: &str) -> Result<Vec<&str>> {
+        let items = self
+            .meta(key)?
+            .to_vec()
+            .map_err(|_| self.err(format!("metadata key `{key}` is not a list")))?;
+        items
+            .iter()
+            .map(|v| {
+                v.to_string()
+                    .map(String::as_str)
+                    .map_err(|_| self.err(format!("`{key}` holds a non-string")))
+            })
+            .collect()
+    }
+
+    pub fn architecture(&self) -> Result<&str> {
+        self.meta_str("general.architecture")
+    }
+
+    pub fn config(&self) -> Result<QwenConfig> {
+        let arch = self.architecture()?;
+        let family = match arch {
+            "qwen2" => Family::Qwen2,
+            "qwen3" => Family::Qwen3,
+            other => {
+                return Err(EngineError::UnsupportedArchitecture {
+                    path: self.path.clone(),
+                    found: other.into(),
+                    supported: "qwen2, qwen3 (general.architecture)".into(),
+                })
+            }
+        };
+        let k = |s: &str| format!("{arch}.{s}");
+        let hidden = self.meta_u32(&k("embedding_length"))? as usize;
+        let heads = self.meta_u32(&k("attention.head_count"))? as usize;
+        let kv_heads = self
+            .meta_u32(&k("attention.head_count_kv"))
+            .unwrap_or(heads as u32) as usize;
+        let head_dim = match self.meta_u32(&k("attention.key_length")) {
+            Ok(d) => d as usize,
+            Err(_) => hidden / heads.max(1),
+        };
+        let vocab = match self.content.tensor_infos.get("token_embd.weight") {
+            Some(t) => t.shape.dims().first().copied().unwrap_or(0),
+            None => return Err(self.err("tensor `token_embd.weight` is missing")),
+        };
+        let eos = self.meta_u32("tokenizer.ggml.eos_token_id").ok();
+        Ok(QwenConfig {
+            family,
+            vocab_size: vocab,
+            hidden_size: hidden,
+            intermediate_size: self.meta_u32(&k("feed_forward_length"))? as usize,
+            num_hidden_layers: self.meta_u32(&k("block_count"))? as usize,
+            num_attention_heads: heads,
+            num_key_value_heads: kv_heads,
+            head_dim,
+            max_position_embeddings: self.meta_u32(&k("context_length"))? as usize,
+            rope_theta: self.meta_f32(&k("rope.freq_base")).unwrap_or(10_000.0) as f64,
+            rms_norm_eps: self.meta_f32(&k("attention.layer_norm_rms_epsilon"))? as f64,
+            tie_word_embeddings: !self.content.tensor_infos.contains_key("output.weight"),
+            qkv_bias: self.content.tensor_infos.contains_key("blk.0.attn_q.bias"),
+            o_bias: self
+                .content
+                .tensor_infos
+                .contains_key("blk.0.attn_output.bias"),
+            torch_dtype: None,
+            bos_token_id: self.meta_u32("tokenizer.ggml.bos_token_id").ok(),
+            eos_token_ids: eos.into_iter().collect(),
+        })
+    }
+
+    /// The tokenizer the file describes (`tokenizer.ggml.*`, a GPT-2-style byte-level BPE with
+    /// Qwen2's pre-tokeniser), rebuilt as the equivalent `tokenizer.json`.
+    pub fn tokenizer(&self) -> Result<Tokenizer> {
+        let model = self.meta_str("tokenizer.ggml.model")?;
+        if model != "gpt2" {
+            return Err(self.err(format!(
+                "tokenizer.ggml.model `{model}` is not supported (only gpt2 byte-level BPE)"
+            )));
+        }
+        let pre = self.meta_str("tokenizer.ggml.pre").unwrap_or("qwen2");
+        if !matches!(pre, "qwen2" | "default") {
+            return Err(self.err(format!(
+                "tokenizer.ggml.pre `{pre}` is not supported (only qwen2)"
+            )));
+        }
+        let tokens = self.meta_strings("tokenizer.ggml.tokens")?;
+        let merges = self.meta_strings("tokenizer.ggml.merges")?;
+        let types: Vec<u32> = match self.content.metadata.get("tokenizer.ggml.token_type") {
+            Some(v) => v
+                .to_vec()
+                .map_err(|_| self.err("`tokenizer.ggml.token_type` is not a list"))?
+                .iter()
+                .map(|t| {
+                    t.to_i32()
+                        .map(|n| n as u32)
+                        .or_else(|_| t.to_u32())
+                        .unwrap_or(1)
+                })
+                .collect(),
+            None => vec![1; tokens.len()],
+        };
+        // llama.cpp token types: 1 normal, 3 control, 4 user-defined, 5 unused.
+        let mut vocab = serde_json::Map::new();
+        let mut added = vec![];
+        for (id, tok) in tokens.iter().enumerate() {
+            // Added tokens are in the model's vocabulary too: `tokenizers` gives an added
+            // token the id the model has for it, or else the next free one.
+            vocab.insert((*tok).to_string(), json!(id));
+            if let t @ (3 | 4) = types.get(id).copied().unwrap_or(1) {
+                added.push(json!({
+                    "id": id, "content": tok, "single_word": false, "lstrip": false, "rstrip": false,
+                    "normalized": false, "special": t == 3,
+                }));
+            }
+        }
+        let merges: Vec<Vec<&str>> = merges.iter().map(|m| m.splitn(2, ' ').collect()).collect();
+        let spec = json!({
+            "version": "1.0",
+            "truncation": null,
+            "padding": null,
+            "added_tokens": added,
+            "normalizer": {"type": "NFC"},
+            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": QWEN2_PRETOKENIZE}, "behavior": "Isolated", "invert": false},
+                {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false}
+            ]},
+            "post_processor": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
+            "decoder": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
+            "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": "",
+                      "end_of_word_suffix": "", "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+                      "vocab": vocab, "merges": merges}
+        });
+        let inner: tokenizers::Tokenizer = spec
+            .to_string()
+            .parse()
+            .map_err(|e| self.err(format!("cannot build the tokenizer from its metadata: {e}")))?;
+        Ok(Tokenizer::from_tokenizers(
+            inner,
+            &self.path.display().to_string(),
+        ))
+    }
+
+    pub fn chat_template(&self) -> Option<String> {
+        self.meta_str("tokenizer.chat_template")
+            .ok()
+            .map(str::to_owned)
+    }
+
+    /// Special tokens for the chat template, by the names HF templates use.
+    pub fn special_tokens(&self) -> serde_json::Map<String, serde_json::Value> {
+        let tokens = self
+            .meta_strings("tokenizer.ggml.tokens")
+            .unwrap_or_default();
+        let name = |key: &str| {
+            self.meta_u32(key)
+                .ok()
+                .and_then(|id| tokens.get(id as usize))
+                .map(|t| json!(t))
+                .unwrap_or(json!(null))
+        };
+        let mut m = serde_json::Map::new();
+        m.insert("bos_token".into(), name("tokenizer.ggml.bos_token_id"));
+        m.insert("eos_token".into(), name("tokenizer.ggml.eos_token_id"));
+        m.insert("pad_token".into(), name("tokenizer.ggml.padding_token_id"));
+        m.insert("unk_token".into(), name("tokenizer.ggml.unknown_token_id"));
+        m
+    }
+
+    /// Stop ids from the eos and eot keys.
+    pub fn stop_token_ids(&self) -> Vec<u32> {
+        let mut ids = vec![];
+        for key in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"] {
+            if let Ok(id) = self.meta_u32(key) {
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+        }
+        ids
+    }
+
+    /// Bytes of tensor data (for sizes in benchmark tables).
+    pub fn weight_bytes(&self) -> usize {
+        self.content
+            .tensor_infos
+            .values()
+            .map(|i| i.shape.elem_count() / i.ggml_dtype.block_size() * i.ggml_dtype.type_size())
+            .sum()
+    }
+
+    pub fn weights(self: &Arc<Self>, device: &Device) -> GgufWeights {
+        GgufWeights {
+            file: self.clone(),
+            device: device.clone(),
+        }
+    }
+}
+
+/// Qwen2's pre-tokenisation regex (as in its tokenizer.json).
+const QWEN2_PRETOKENIZE: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// The GGUF file as a [`WeightSource`], by Hugging Face tensor names.
+pub struct GgufWeights {
+    file: Arc<GgufFile>,
+    device: Device,
+}
+
+/// `model.layers.3.self_attn.q_proj.weight` → `blk.3.attn_q.weight`.
+pub fn gguf_name(hf: &str) -> String {
+    let fixed: HashMap<&str, &str> = [
+        ("model.embed_tokens.weight", "token_embd.weight"),
+        ("model.norm.weight", "output_norm.weight"),
+        ("lm_head.weight", "output.weight"),
+    ]
+    .into_iter()
+    .collect();
+    if let Some(n) = fixed.get(hf) {
+        return (*n).to_string();
+    }
+    let Some(rest) = hf.strip_prefix("model.layers.") else {
+        return hf.to_string();
+    };
+    let Some((layer, rest)) = rest.split_once('.') else {
+        return hf.to_string();
+    };
+    let (module, suffix) = match rest.rsplit_once('.') {
+        Some(x) => x,
+        None => return hf.to_string(),
+    };
+    let mapped = match module {
+        "input_layernorm" => "attn_norm",
+        "post_attention_layernorm" => "ffn_norm",
+        "self_attn.q_proj" => "attn_q",
+        "self_attn.k_proj" => "attn_k",
+        "self_attn.v_proj" => "attn_v",
+        "self_attn.o_proj" => "attn_output",
+        "self_attn.q_norm" => "attn_q_norm",
+        "self_attn.k_norm" => "attn_k_norm",
+        "mlp.gate_proj" => "ffn_gate",
+        "mlp.up_proj" => "ffn_up",
+        "mlp.down_proj" => "ffn_down",
+        other => other,
+    };
+    format!("blk.{layer}.{mapped}.{suffix}")
+}
+
+impl GgufWeights {
+    fn qtensor(&self, hf: &str, shape: &[usize]) -> Result<candle_core::quantized::QTensor> {
+        let name = gguf_name(hf);
+        let info = self.file.content.tensor_infos.get(&name).ok_or_else(|| {
+            EngineError::MissingTensor {
+                name: name.clone(),
+                files: self.file.path.display().to_string(),
+            }
+        })?;
+        if info.shape.dims() != shape {
+            return Err(EngineError::ShapeMismatch {
+                name,
+                expected: shape.to_vec(),
+                found: info.shape.dims().to_vec(),
+            });
+        }
+        let mut reader = self
+            .file
+            .reader
+            .lock()
+            .map_err(|_| self.file.err("reader poisoned"))?;
+        self.file
+            .content
+            .tensor(&mut *reader, &name, &self.device)
+            .map_err(|e| {
+                self.file
+                    .err(format!("tensor `{name}`: {}", first_line(&e)))
+            })
+    }
+}
+
+impl WeightSource for GgufWeights {
+    fn device(&self) -> &Device {
+        &self.device
+    }
+    fn dtype(&self) -> DType {
+        DType::F32
+    }
+    fn contains(&self, name: &str) -> bool {
+        self.file
+            .content
+            .tensor_infos
+            .contains_key(&gguf_name(name))
+    }
+    fn tensor(&self, name: &str, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        Ok(self
+            .qtensor(name, shape)?
+            .dequantize(&self.device)?
+            .to_dtype(dtype)?)
+    }
+    fn matrix(&self, name: &str, shape: &[usize]) -> Result<Matrix> {
+        Ok(Matrix::Quantized(Arc::new(self.qtensor(name, shape)?)))
+    }
+}
+
+fn first_line(e: &candle_core::Error) -> String {
+    e.to_string().lines().next().unwrap_or_default().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_hugging_face_names_to_gguf() {
+        assert_eq!(gguf_name("model.embed_tokens.weight"), "token_embd.weight");
+        assert_eq!(
+            gguf_name("model.layers.11.self_attn.q_proj.bias"),
+            "blk.11.attn_q.bias"
+        );
+        assert_eq!(
+            gguf_name("model.layers.0.mlp.down_proj.weight"),
+            "blk.0.ffn_down.weight"
+        );
+        assert_eq!(
+            gguf_name("model.layers.2.self_attn.k_norm.weight"),
+            "blk.2.attn_k_norm.weight"
+        );
+        assert_eq!(
+            gguf_name("model.layers.2.post_attention_layernorm.weight"),
+            "blk.2.ffn_norm.weight"
+        );
+        assert_eq!(gguf_name("lm_head.weight"), "output.weight");
+    }
+}

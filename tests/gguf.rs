@@ -1,0 +1,279 @@
+//! GGUF files: tiny ones written here from the tiny fixture (quantized and not) against the
+//! transformers goldens; broken ones for the errors; and the real Qwen2.5-Coder-0.5B-Instruct
+//! Q4_K_M when scripts/fetch-test-models.sh has fetched it.
+
+mod common;
+
+use candle_core::quantized::gguf_file::{self, Value};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::Device;
+use common::*;
+use hearth_engine::gguf::{gguf_name, GgufFile};
+use hearth_engine::{Qwen, Tokenizer};
+use std::path::{Path, PathBuf};
+
+/// The tiny Qwen2 fixture as a GGUF file: matrices in `quant`, vectors in f32.
+fn write_tiny(path: &Path, quant: GgmlDType, edit: impl FnOnce(&mut Vec<(String, Value)>)) {
+    let dir = tiny("qwen2");
+    let tok: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("tokenizer.json")).unwrap())
+            .unwrap();
+    let mut tokens = vec![String::new(); 1024];
+    let mut types = vec![1i32; 1024];
+    for (t, id) in tok["model"]["vocab"].as_object().unwrap() {
+        tokens[id.as_u64().unwrap() as usize] = t.clone();
+    }
+    for a in tok["added_tokens"].as_array().unwrap() {
+        let id = a["id"].as_u64().unwrap() as usize;
+        tokens[id] = a["content"].as_str().unwrap().into();
+        types[id] = 3;
+    }
+    let merges: Vec<Value> = tok["model"]["merges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            Value::String(format!(
+                "{} {}",
+                m[0].as_str().unwrap(),
+                m[1].as_str().unwrap()
+            ))
+        })
+        .collect();
+    let cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("tokenizer_config.json")).unwrap())
+            .unwrap();
+    let s = |v: &str| Value::String(v.into());
+    let mut meta: Vec<(String, Value)> = vec![
+        ("general.architecture".into(), s("qwen2")),
+        ("qwen2.block_count".into(), Value::U32(2)),
+        ("qwen2.context_length".into(), Value::U32(512)),
+        ("qwen2.embedding_length".into(), Value::U32(64)),
+        ("qwen2.feed_forward_length".into(), Value::U32(128)),
+        ("qwen2.attention.head_count".into(), Value::U32(4)),
+        ("qwen2.attention.head_count_kv".into(), Value::U32(2)),
+        ("qwen2.rope.freq_base".into(), Value::F32(1e6)),
+        (
+            "qwen2.attention.layer_norm_rms_epsilon".into(),
+            Value::F32(1e-6),
+        ),
+        ("tokenizer.ggml.model".into(), s("gpt2")),
+        ("tokenizer.ggml.pre".into(), s("qwen2")),
+        (
+            "tokenizer.ggml.tokens".into(),
+            Value::Array(tokens.into_iter().map(Value::String).collect()),
+        ),
+        (
+            "tokenizer.ggml.token_type".into(),
+            Value::Array(types.into_iter().map(Value::I32).collect()),
+        ),
+        ("tokenizer.ggml.merges".into(), Value::Array(merges)),
+        ("tokenizer.ggml.eos_token_id".into(), Value::U32(1023)),
+        ("tokenizer.ggml.padding_token_id".into(), Value::U32(1021)),
+        (
+            "tokenizer.chat_template".into(),
+            s(cfg["chat_template"].as_str().unwrap()),
+        ),
+    ];
+    edit(&mut meta);
+    let weights =
+        candle_core::safetensors::load(dir.join("model.safetensors"), &Device::Cpu).unwrap();
+    let mut tensors: Vec<(String, QTensor)> = weights
+        .iter()
+        .map(|(name, t)| {
+            let q = if t.rank() == 2 { quant } else { GgmlDType::F32 };
+            (gguf_name(name), QTensor::quantize(t, q).unwrap())
+        })
+        .collect();
+    tensors.sort_by(|a, b| a.0.cmp(&b.0));
+    let meta_refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let tensor_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let mut f = std::fs::File::create(path).unwrap();
+    gguf_file::write(&mut f, &meta_refs, &tensor_refs).unwrap();
+}
+
+fn load(path: &Path) -> (Qwen, Tokenizer) {
+    let file = std::sync::Arc::new(GgufFile::open(path).unwrap());
+    let cfg = file.config().unwrap();
+    (
+        Qwen::load(&cfg, &file.weights(&Device::Cpu)).unwrap(),
+        file.tokenizer().unwrap(),
+    )
+}
+
+fn last_logits(m: &Qwen, ids: &[u32]) -> Vec<f32> {
+    m.forward(ids, &mut m.new_cache())
+        .unwrap()
+        .to_vec1()
+        .unwrap()
+}
+
+#[test]
+fn f32_gguf_matches_transformers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("tiny-f32.gguf");
+    write_tiny(&path, GgmlDType::F32, |_| {});
+    let g = golden("qwen2");
+    let (m, _) = load(&path);
+    let d = max_abs_diff(&last_logits(&m, &g.prompt_ids), &g.logits_f32);
+    assert!(d <= 1e-4, "{d}");
+}
+
+/// Q8_0 rounds each weight to 8 bits per block of 32 and the activations likewise: the logits
+/// move by about 1 % of their scale, and the best token stays the best.
+#[test]
+fn q8_0_and_f16_gguf_stay_close_to_transformers() {
+    let g = golden("qwen2");
+    let scale = g.logits_f32.iter().fold(0f32, |a, &x| a.max(x.abs()));
+    for (quant, tol) in [(GgmlDType::Q8_0, 0.05), (GgmlDType::F16, 0.01)] {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("tiny.gguf");
+        write_tiny(&path, quant, |_| {});
+        let (m, _) = load(&path);
+        let got = last_logits(&m, &g.prompt_ids);
+        let d = max_abs_diff(&got, &g.logits_f32);
+        assert!(d <= tol * scale, "{quant:?}: {d} (scale {scale})");
+        assert_eq!(
+            hearth_engine::sampling::argmax(&got),
+            g.greedy_f32[0],
+            "{quant:?}"
+        );
+    }
+}
+
+#[test]
+fn gguf_tokenizer_and_template_come_from_the_metadata() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("tiny.gguf");
+    write_tiny(&path, GgmlDType::Q8_0, |_| {});
+    let (_, tok) = load(&path);
+    let reference = Tokenizer::from_file(&tiny("qwen2").join("tokenizer.json")).unwrap();
+    for text in [
+        "Hello, world!",
+        "<|im_start|>user\nhi<|im_end|>",
+        "你好 émoji 😀",
+        "  spaces\n\n",
+    ] {
+        assert_eq!(
+            tok.encode(text).unwrap(),
+            reference.encode(text).unwrap(),
+            "{text:?}"
+        );
+    }
+    let file = GgufFile::open(&path).unwrap();
+    assert!(file.chat_template().unwrap().contains("<|im_start|>"));
+    assert_eq!(file.stop_token_ids(), vec![1023]);
+}
+
+fn open_err(path: &Path) -> String {
+    match GgufFile::open(path).and_then(|f| f.config().map(|_| ())) {
+        Ok(()) => panic!("{} should not load", path.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Byte offset of the u32 type id of tensor `name` in a GGUF file.
+fn dtype_offset(bytes: &[u8], name: &str) -> usize {
+    let needle = name.as_bytes();
+    let at = bytes
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .unwrap()
+        + needle.len();
+    let n_dims = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    at + 4 + 8 * n_dims
+}
+
+#[test]
+fn broken_files_are_named_clearly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = tmp.path().join("good.gguf");
+    write_tiny(&good, GgmlDType::Q8_0, |_| {});
+    let bytes = std::fs::read(&good).unwrap();
+    let variant = |name: &str, edit: &dyn Fn(&mut Vec<u8>)| -> PathBuf {
+        let p = tmp.path().join(name);
+        let mut b = bytes.clone();
+        edit(&mut b);
+        std::fs::write(&p, b).unwrap();
+        p
+    };
+
+    let truncated = variant("truncated.gguf", &|b| b.truncate(b.len() - 1000));
+    let err = open_err(&truncated);
+    assert!(
+        err.contains("truncated.gguf") && err.contains("truncated"),
+        "{err}"
+    );
+
+    let magic = variant("magic.gguf", &|b| b[..4].copy_from_slice(b"GGML"));
+    let err = open_err(&magic);
+    assert!(err.contains("not a GGUF file"), "{err}");
+
+    let version = variant("version.gguf", &|b| {
+        b[4..8].copy_from_slice(&99u32.to_le_bytes())
+    });
+    let err = open_err(&version);
+    assert!(err.contains("version.gguf") && err.contains("99"), "{err}");
+
+    let quant = variant("quant.gguf", &|b| {
+        let at = dtype_offset(b, "blk.0.attn_q.weight");
+        b[at..at + 4].copy_from_slice(&16u32.to_le_bytes()); // IQ2_XXS
+    });
+    let err = open_err(&quant);
+    assert!(err.contains("quant.gguf") && err.contains("16"), "{err}");
+
+    let arch = tmp.path().join("arch.gguf");
+    write_tiny(&arch, GgmlDType::Q8_0, |m| {
+        m[0].1 = Value::String("llama".into())
+    });
+    let err = open_err(&arch);
+    assert!(err.contains("`llama`") && err.contains("qwen2"), "{err}");
+
+    let key = tmp.path().join("key.gguf");
+    write_tiny(&key, GgmlDType::Q8_0, |m| {
+        m.retain(|(k, _)| k != "qwen2.embedding_length")
+    });
+    let err = open_err(&key);
+    assert!(err.contains("`qwen2.embedding_length` is missing"), "{err}");
+}
+
+/// The real model: scripts/fetch-test-models.sh, or HEARTH_TEST_GGUF.
+fn real_model() -> Option<PathBuf> {
+    let path = std::env::var_os("HEARTH_TEST_GGUF")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/hearth/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+        });
+    if path.is_file() {
+        Some(path)
+    } else {
+        eprintln!(
+            "SKIPPED: {} is missing; run scripts/fetch-test-models.sh",
+            path.display()
+        );
+        None
+    }
+}
+
+#[test]
+fn real_gguf_tokenizer_matches_qwen2_5() {
+    let Some(model) = real_model() else { return };
+    let tok = GgufFile::open(&model).unwrap().tokenizer().unwrap();
+    let rows: Vec<serde_json::Value> = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("golden/tokenizer-qwen2.5.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(rows.len() >= 50);
+    for r in rows {
+        let text = r["text"].as_str().unwrap();
+        let ids: Vec<u32> = r["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect();
+        assert_eq!(tok.encode(text).unwrap(), ids, "{text:?}");
+        assert_eq!(tok.decode(&ids).unwrap(), text);
+    }
+}
