@@ -2,6 +2,7 @@
 
 use crate::model_args::ModelArgs;
 use anyhow::{bail, Context};
+use hearth_engine::engine::{resolve_model, Checkpoint};
 use hearth_engine::{LanguageModel, Qwen, QwenConfig, Weights};
 use std::time::Instant;
 
@@ -72,14 +73,26 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         .ok();
 
     let opts = args.model.load_options()?;
-    let files = hearth_engine::source::resolve(&args.model.model, &opts.hub)?;
-    let cfg = QwenConfig::from_file(&files.config)?;
+    let (_, checkpoint) = resolve_model(&args.model.model, &opts)?;
     let device = opts.device.open()?;
-    let dtype = opts.dtype.resolve(cfg.torch_dtype.as_deref(), &device);
-    let model = Qwen::load(&cfg, &Weights::open(&files.weights, dtype, &device)?)
-        .with_context(|| format!("loading {}", files.origin))?;
+    let origin = checkpoint.origin();
+    let (model, cfg, dtype, size_bytes) = match &checkpoint {
+        Checkpoint::Dense(files) => {
+            let cfg = QwenConfig::from_file(&files.config)?;
+            let dtype = opts.dtype.resolve(cfg.torch_dtype.as_deref(), &device);
+            let model = Qwen::load(&cfg, &Weights::open(&files.weights, dtype, &device)?)
+                .with_context(|| format!("loading {origin}"))?;
+            let size = cfg.num_parameters() * dtype.size_in_bytes();
+            (model, cfg, format!("{dtype:?}").to_lowercase(), size)
+        }
+        Checkpoint::Gguf(file) => {
+            let cfg = file.config()?;
+            let model = Qwen::load(&cfg, &file.weights(&device))
+                .with_context(|| format!("loading {origin}"))?;
+            (model, cfg, file.file_type(), file.weight_bytes())
+        }
+    };
     let backend = hearth_engine::device::device_name(&device);
-    let size_bytes = cfg.num_parameters() * dtype.size_in_bytes();
 
     let mut records = vec![];
     let mut tests: Vec<(usize, usize)> = args
@@ -107,12 +120,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         let var = samples.iter().map(|s| (s - avg).powi(2)).sum::<f64>()
             / (samples.len().max(2) - 1) as f64;
         records.push(Record {
-            model: files.origin.clone(),
+            model: origin.clone(),
             family: cfg.family.name().into(),
             size_bytes,
             params: cfg.num_parameters(),
             backend: backend.clone(),
-            dtype: format!("{dtype:?}").to_lowercase(),
+            dtype: dtype.clone(),
             threads,
             test: if p > 0 {
                 format!("pp{p}")
@@ -162,17 +175,18 @@ fn once(model: &Qwen, p: usize, n: usize, vocab: usize) -> anyhow::Result<f64> {
 fn print_row(header: bool, r: &Record) {
     if header {
         println!(
-            "| {:<28} | {:>9} | {:>8} | {:<7} | {:<5} | {:>7} | {:>6} | {:>16} |",
+            "| {:<28} | {:>9} | {:>8} | {:<7} | {:<6} | {:>7} | {:>6} | {:>16} |",
             "model", "size", "params", "backend", "dtype", "threads", "test", "t/s"
         );
         println!(
-            "|{:-<30}|{:->11}|{:->10}|{:-<9}|{:-<7}|{:->9}|{:->8}|{:->18}|",
+            "|{:-<30}|{:->11}|{:->10}|{:-<9}|{:-<8}|{:->9}|{:->8}|{:->18}|",
             "", "", "", "", "", "", "", ""
         );
     }
     let name = r.model.rsplit('/').next().unwrap_or(&r.model);
+    let name: String = name.trim_end_matches(".gguf").chars().take(28).collect();
     println!(
-        "| {:<28} | {:>6.0} MiB | {:>6.0} M | {:<7} | {:<5} | {:>7} | {:>6} | {:>8.2} ± {:<5.2} |",
+        "| {:<28} | {:>6.0} MiB | {:>6.0} M | {:<7} | {:<6} | {:>7} | {:>6} | {:>8.2} ± {:<5.2} |",
         name,
         r.size_bytes as f64 / (1 << 20) as f64,
         r.params as f64 / 1e6,

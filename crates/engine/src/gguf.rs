@@ -321,6 +321,38 @@ impl GgufFile {
         ids
     }
 
+    /// The quantization most matrices use, as llama.cpp names file types (`Q4_K_M` files hold
+    /// several block types; the name is what `general.file_type` says).
+    pub fn file_type(&self) -> String {
+        let names = [
+            (0, "F32"),
+            (1, "F16"),
+            (2, "Q4_0"),
+            (3, "Q4_1"),
+            (7, "Q8_0"),
+            (8, "Q5_0"),
+            (9, "Q5_1"),
+            (10, "Q2_K"),
+            (11, "Q3_K_S"),
+            (12, "Q3_K_M"),
+            (13, "Q3_K_L"),
+            (14, "Q4_K_S"),
+            (15, "Q4_K_M"),
+            (16, "Q5_K_S"),
+            (17, "Q5_K_M"),
+            (18, "Q6_K"),
+            (32, "BF16"),
+        ];
+        match self.meta_u32("general.file_type") {
+            Ok(t) => names
+                .iter()
+                .find(|(n, _)| *n == t)
+                .map(|(_, s)| (*s).to_string())
+                .unwrap_or_else(|| format!("type{t}")),
+            Err(_) => "gguf".into(),
+        }
+    }
+
     /// Bytes of tensor data (for sizes in benchmark tables).
     pub fn weight_bytes(&self) -> usize {
         self.content

@@ -1,0 +1,108 @@
+//! The real Qwen2.5-Coder-0.5B-Instruct Q4_K_M end to end (scripts/fetch-test-models.sh, or
+//! HEARTH_TEST_GGUF): chat through its own template, and greedy tokens against llama.cpp.
+
+mod common;
+
+use hearth_engine::{
+    ChatMessage, ChatRequest, DeviceSpec, Engine, Event, GenerateRequest, LoadOptions,
+    SamplingParams,
+};
+use std::path::PathBuf;
+
+fn real_model() -> Option<PathBuf> {
+    let path = std::env::var_os("HEARTH_TEST_GGUF")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/hearth/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+        });
+    if path.is_file() {
+        Some(path)
+    } else {
+        eprintln!(
+            "SKIPPED: {} is missing; run scripts/fetch-test-models.sh",
+            path.display()
+        );
+        None
+    }
+}
+
+fn engine(path: &PathBuf) -> Engine {
+    let opts = LoadOptions {
+        device: DeviceSpec::Cpu,
+        ..Default::default()
+    };
+    Engine::load(path.to_str().unwrap(), &opts).unwrap()
+}
+
+#[test]
+fn answers_the_capital_of_france() {
+    let Some(path) = real_model() else { return };
+    let e = engine(&path);
+    assert_eq!(e.info().chat_template.as_deref(), Some("model"));
+    let mut s = e
+        .chat(ChatRequest {
+            messages: vec![ChatMessage::user("What is the capital of France?")],
+            max_tokens: 24,
+            sampling: Some(SamplingParams::greedy()),
+            ..Default::default()
+        })
+        .unwrap();
+    let mut text = String::new();
+    while let Some(ev) = s.blocking_next() {
+        match ev {
+            Event::Text { text: t } => text.push_str(&t),
+            Event::Error { message } => panic!("{message}"),
+            _ => {}
+        }
+    }
+    assert!(text.contains("Paris"), "{text:?}");
+    assert!(!text.contains("<|im_end|>"), "stop token leaked: {text:?}");
+}
+
+/// Golden by tests/fixtures/gguf_golden.py: llama.cpp (llama-cpp-python 0.3.16), greedy.
+#[test]
+fn greedy_tokens_match_llama_cpp() {
+    let Some(path) = real_model() else { return };
+    let golden: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            common::fixtures().join("golden/qwen2.5-coder-0.5b-q4_k_m-llamacpp.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let ids = |k: &str| -> Vec<u32> {
+        golden[k]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
+    let (prompt, want) = (ids("prompt_ids"), ids("greedy"));
+    let e = engine(&path);
+    // Hearth's tokenizer (built from the GGUF) agrees with llama.cpp's on the prompt.
+    assert_eq!(
+        e.tokenizer()
+            .encode(golden["prompt"].as_str().unwrap())
+            .unwrap(),
+        prompt
+    );
+    let mut s = e
+        .generate(GenerateRequest {
+            stop_token_ids: Some(vec![]),
+            ..GenerateRequest::new(prompt, want.len())
+        })
+        .unwrap();
+    let mut got = vec![];
+    while let Some(ev) = s.blocking_next() {
+        if let Event::Token { id } = ev {
+            got.push(id);
+        }
+    }
+    assert_eq!(
+        e.tokenizer().decode(&got).unwrap(),
+        golden["text"].as_str().unwrap()
+    );
+    assert_eq!(got, want);
+}
