@@ -1,0 +1,344 @@
+//! Agents as layers. [`Agent::call`] = before-hooks → memory ← input → [`Agent::forward`] →
+//! memory ← output → after-hooks; calling `forward` directly records nothing. Sub-agents make
+//! state dicts with dotted keys (`memory`, `writer.memory`), and `reset` reaches them too.
+
+use crate::aggregator::{Aggregator, DefaultAggregator};
+use crate::error::{AgentError, Result};
+use crate::hooks::Hook;
+use crate::llm::{complete, Llm, LlmRequest};
+use crate::memory::MemoryManager;
+use crate::message::AgentMessage;
+use crate::parser::OutputParser;
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+use std::sync::Arc;
+
+#[async_trait]
+pub trait Agent: Send + Sync {
+    fn name(&self) -> &str;
+
+    /// The agent's memory, if it keeps one.
+    fn memory(&self) -> Option<&MemoryManager> {
+        None
+    }
+
+    fn hooks(&self) -> &[Arc<dyn Hook>] {
+        &[]
+    }
+
+    /// Sub-agents by field name, for state dicts and resets.
+    fn children(&self) -> Vec<(String, &dyn Agent)> {
+        vec![]
+    }
+
+    /// One step over `history` (the session's memory, input included, when called through
+    /// [`Agent::call`]). Writes no memory.
+    async fn forward(&self, history: &[AgentMessage], session: &str) -> Result<AgentMessage>;
+
+    /// Hooks, memory and `forward`, in lagent's order.
+    async fn call(&self, inputs: Vec<AgentMessage>, session: &str) -> Result<AgentMessage> {
+        let mut inputs = inputs;
+        for h in self.hooks() {
+            inputs = h.before_agent(self.name(), inputs, session);
+        }
+        let history = match self.memory() {
+            Some(m) => {
+                for i in &inputs {
+                    m.add(session, i.clone());
+                }
+                m.get(session)
+            }
+            None => inputs,
+        };
+        let mut output = self.forward(&history, session).await?;
+        if let Some(m) = self.memory() {
+            m.add(session, output.clone());
+        }
+        for h in self.hooks() {
+            output = h.after_agent(self.name(), output, session);
+        }
+        Ok(output)
+    }
+
+    /// For synchronous callers (builds a runtime; not from inside one).
+    fn call_blocking(&self, inputs: Vec<AgentMessage>, session: &str) -> Result<AgentMessage>
+    where
+        Self: Sized,
+    {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| AgentError::State(format!("cannot start a runtime: {e}")))?;
+        rt.block_on(self.call(inputs, session))
+    }
+
+    /// `{"memory": [...], "child.memory": [...]}` for one session.
+    fn state_dict(&self, session: &str) -> Map<String, Value> {
+        let mut out = Map::new();
+        if let Some(m) = self.memory() {
+            out.insert("memory".into(), m.with(session, |mem| mem.save()));
+        }
+        for (field, child) in self.children() {
+            for (k, v) in child.state_dict(session) {
+                out.insert(format!("{field}.{k}"), v);
+            }
+        }
+        out
+    }
+
+    fn load_state_dict(&self, session: &str, state: &Map<String, Value>) -> Result<()> {
+        if let (Some(m), Some(v)) = (self.memory(), state.get("memory")) {
+            m.with(session, |mem| mem.load(v))
+                .map_err(AgentError::State)?;
+        }
+        for (field, child) in self.children() {
+            let prefix = format!("{field}.");
+            let sub: Map<String, Value> = state
+                .iter()
+                .filter_map(|(k, v)| {
+                    k.strip_prefix(&prefix)
+                        .map(|rest| (rest.to_string(), v.clone()))
+                })
+                .collect();
+            child.load_state_dict(session, &sub)?;
+        }
+        Ok(())
+    }
+
+    /// Forgets a session (and, if `recursive`, in every sub-agent). A session never seen is fine.
+    fn reset(&self, session: &str, recursive: bool) {
+        if let Some(m) = self.memory() {
+            m.reset(session);
+        }
+        if recursive {
+            for (_, child) in self.children() {
+                child.reset(session, true);
+            }
+        }
+    }
+}
+
+/// lagent's `Agent`: an LLM, a system template, memory, an aggregator and an output parser.
+pub struct LlmAgent {
+    pub name: String,
+    pub llm: Arc<dyn Llm>,
+    pub template: Option<String>,
+    pub memory: MemoryManager,
+    pub aggregator: Box<dyn Aggregator>,
+    pub parser: Option<Box<dyn OutputParser>>,
+    pub hooks: Vec<Arc<dyn Hook>>,
+    pub request: LlmRequest,
+}
+
+impl LlmAgent {
+    pub fn new(name: impl Into<String>, llm: Arc<dyn Llm>, template: Option<&str>) -> Self {
+        Self {
+            name: name.into(),
+            llm,
+            template: template.map(str::to_owned),
+            memory: MemoryManager::new(None),
+            aggregator: Box::new(DefaultAggregator),
+            parser: None,
+            hooks: vec![],
+            request: LlmRequest::default(),
+        }
+    }
+}
+
+#[async_trait]
+impl Agent for LlmAgent {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn memory(&self) -> Option<&MemoryManager> {
+        Some(&self.memory)
+    }
+
+    fn hooks(&self) -> &[Arc<dyn Hook>] {
+        &self.hooks
+    }
+
+    async fn forward(&self, history: &[AgentMessage], _session: &str) -> Result<AgentMessage> {
+        let messages = self.aggregator.aggregate(
+            history,
+            &self.name,
+            self.parser.as_deref(),
+            self.template.as_deref(),
+            &[],
+        );
+        let mut stop = self.request.stop.clone();
+        if let Some(p) = &self.parser {
+            let words = p.stop_words();
+            if !words.is_empty() {
+                stop.get_or_insert_with(Vec::new).extend(words);
+            }
+        }
+        let out = complete(
+            self.llm.as_ref(),
+            LlmRequest {
+                messages,
+                stop,
+                ..self.request.clone()
+            },
+        )
+        .await?;
+        let mut msg = AgentMessage::new(self.name.clone(), out.text.clone());
+        if let Some(p) = &self.parser {
+            let parsed = p.parse(&out.text, &[]);
+            msg.formatted = serde_json::to_value(parsed).ok();
+        }
+        Ok(msg)
+    }
+}
+
+/// Agents in a row, each reading the previous one's output; `exit_at` stops early.
+pub struct Sequential {
+    pub name: String,
+    pub agents: Vec<(String, Box<dyn Agent>)>,
+    /// Stops after the agent whose output this accepts.
+    pub exit_at: Option<Box<dyn Fn(&AgentMessage) -> bool + Send + Sync>>,
+}
+
+#[async_trait]
+impl Agent for Sequential {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn children(&self) -> Vec<(String, &dyn Agent)> {
+        self.agents
+            .iter()
+            .map(|(k, a)| (k.clone(), a.as_ref()))
+            .collect()
+    }
+
+    async fn forward(&self, history: &[AgentMessage], session: &str) -> Result<AgentMessage> {
+        let mut msgs = history.to_vec();
+        let mut last = None;
+        for (_, agent) in &self.agents {
+            let out = agent.call(msgs, session).await?;
+            let done = self.exit_at.as_ref().is_some_and(|f| f(&out));
+            msgs = vec![out.clone()];
+            last = Some(out);
+            if done {
+                break;
+            }
+        }
+        last.ok_or_else(|| AgentError::invalid("agents", "Sequential has no agents"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::ScriptedLlm;
+
+    struct Upper;
+    impl Hook for Upper {
+        fn before_agent(&self, _a: &str, inputs: Vec<AgentMessage>, _s: &str) -> Vec<AgentMessage> {
+            inputs
+                .into_iter()
+                .map(|m| AgentMessage::new(m.sender.clone(), m.text().to_uppercase()))
+                .collect()
+        }
+    }
+
+    #[tokio::test]
+    async fn call_records_memory_forward_does_not() {
+        let llm = Arc::new(ScriptedLlm::new(["one", "two", "three"]));
+        let mut agent = LlmAgent::new("bot", llm.clone(), Some("Be brief."));
+        agent.hooks.push(Arc::new(Upper));
+        let out = agent.call(vec!["hello".into()], "s1").await.unwrap();
+        assert_eq!((out.sender.as_str(), out.text().as_str()), ("bot", "one"));
+        let mem = agent.memory.get("s1");
+        assert_eq!(mem.len(), 2);
+        assert_eq!(
+            mem[0].text(),
+            "HELLO",
+            "the hook replaced the input before it was recorded"
+        );
+        // The model saw the system template and the hooked input.
+        let req = &llm.requests()[0];
+        assert_eq!(req.messages[0].text(), "Be brief.");
+        assert_eq!(req.messages[1].text(), "HELLO");
+        // forward alone: an answer, and no memory written.
+        let out = agent
+            .forward(&[AgentMessage::user("x")], "s1")
+            .await
+            .unwrap();
+        assert_eq!(out.text(), "two");
+        assert_eq!(agent.memory.get("s1").len(), 2);
+        // Other sessions are separate; reset of an unknown session is fine.
+        agent.call(vec!["hi".into()], "s2").await.unwrap();
+        assert_eq!(agent.memory.get("s2").len(), 2);
+        agent.reset("never-seen", true);
+        agent.reset("s1", true);
+        assert!(agent.memory.get("s1").is_empty());
+    }
+
+    #[tokio::test]
+    async fn sequential_state_dict_has_dotted_keys() {
+        let writer = LlmAgent::new("writer", Arc::new(ScriptedLlm::new(["draft"])), None);
+        let critic = LlmAgent::new("critic", Arc::new(ScriptedLlm::new(["LGTM"])), None);
+        let seq = Sequential {
+            name: "pipeline".into(),
+            agents: vec![
+                ("writer".into(), Box::new(writer)),
+                ("critic".into(), Box::new(critic)),
+            ],
+            exit_at: None,
+        };
+        let out = seq.call(vec!["write".into()], "s").await.unwrap();
+        assert_eq!(out.text(), "LGTM");
+        let state = seq.state_dict("s");
+        let keys: Vec<&String> = state.keys().collect();
+        assert_eq!(keys, ["writer.memory", "critic.memory"]);
+        assert_eq!(state["writer.memory"].as_array().unwrap().len(), 2);
+        // Restored into fresh agents.
+        let fresh = Sequential {
+            name: "pipeline".into(),
+            agents: vec![
+                (
+                    "writer".into(),
+                    Box::new(LlmAgent::new(
+                        "writer",
+                        Arc::new(ScriptedLlm::new(Vec::<String>::new())),
+                        None,
+                    )),
+                ),
+                (
+                    "critic".into(),
+                    Box::new(LlmAgent::new(
+                        "critic",
+                        Arc::new(ScriptedLlm::new(Vec::<String>::new())),
+                        None,
+                    )),
+                ),
+            ],
+            exit_at: None,
+        };
+        fresh.load_state_dict("s", &state).unwrap();
+        assert_eq!(fresh.state_dict("s"), state);
+        fresh.reset("s", true);
+        assert_eq!(
+            fresh.state_dict("s")["writer.memory"],
+            serde_json::json!([])
+        );
+    }
+
+    #[tokio::test]
+    async fn sequential_exits_early() {
+        let a = LlmAgent::new("a", Arc::new(ScriptedLlm::new(["STOP here"])), None);
+        let b = LlmAgent::new("b", Arc::new(ScriptedLlm::new(["never"])), None);
+        let seq = Sequential {
+            name: "s".into(),
+            agents: vec![("a".into(), Box::new(a)), ("b".into(), Box::new(b))],
+            exit_at: Some(Box::new(|m: &AgentMessage| m.text().starts_with("STOP"))),
+        };
+        assert_eq!(
+            seq.call(vec!["go".into()], "x").await.unwrap().text(),
+            "STOP here"
+        );
+    }
+}

@@ -1,0 +1,219 @@
+//! Aggregators turn an agent's memory into the chat messages the model reads.
+
+use crate::message::AgentMessage;
+use crate::parser::{OutputParser, ParseStatus, ParsedOutput};
+use hearth_engine::ChatMessage;
+use serde_json::Value;
+
+pub trait Aggregator: Send + Sync {
+    /// `name` is the agent's own sender name; `system` its instruction.
+    fn aggregate(
+        &self,
+        memory: &[AgentMessage],
+        name: &str,
+        parser: Option<&dyn OutputParser>,
+        system: Option<&str>,
+        tools: &[Value],
+    ) -> Vec<ChatMessage>;
+}
+
+/// The agent's own messages → assistant, everyone else's → user; consecutive user messages
+/// are joined into one turn.
+#[derive(Debug, Clone, Default)]
+pub struct DefaultAggregator;
+
+fn push_user(out: &mut Vec<ChatMessage>, text: String) {
+    match out.last_mut() {
+        Some(last) if last.role == "user" => {
+            let joined = format!("{}\n{}", last.text(), text);
+            last.content = Some(joined);
+        }
+        _ => out.push(ChatMessage::user(text)),
+    }
+}
+
+impl Aggregator for DefaultAggregator {
+    fn aggregate(
+        &self,
+        memory: &[AgentMessage],
+        name: &str,
+        _parser: Option<&dyn OutputParser>,
+        system: Option<&str>,
+        _tools: &[Value],
+    ) -> Vec<ChatMessage> {
+        let mut out = vec![];
+        if let Some(s) = system {
+            out.push(ChatMessage::system(s));
+        }
+        for m in memory {
+            if m.sender == name {
+                out.push(ChatMessage::assistant(m.text()));
+            } else {
+                push_user(&mut out, m.text());
+            }
+        }
+        out
+    }
+}
+
+/// System instruction, then example exchanges, then the history.
+#[derive(Debug, Clone, Default)]
+pub struct FewShotAggregator {
+    /// (user, assistant) pairs.
+    pub examples: Vec<(String, String)>,
+}
+
+impl Aggregator for FewShotAggregator {
+    fn aggregate(
+        &self,
+        memory: &[AgentMessage],
+        name: &str,
+        parser: Option<&dyn OutputParser>,
+        system: Option<&str>,
+        tools: &[Value],
+    ) -> Vec<ChatMessage> {
+        let mut out = vec![];
+        if let Some(s) = system {
+            out.push(ChatMessage::system(s));
+        }
+        for (u, a) in &self.examples {
+            out.push(ChatMessage::user(u.clone()));
+            out.push(ChatMessage::assistant(a.clone()));
+        }
+        let history = DefaultAggregator.aggregate(memory, name, parser, None, tools);
+        out.extend(history);
+        out
+    }
+}
+
+/// For tool-using agents: the parser's format instruction joins the system message; the
+/// agent's turns carry their tool calls; turns that failed to parse are skipped; tool results
+/// go back in the model's tool role.
+#[derive(Debug, Clone, Default)]
+pub struct ToolAggregator;
+
+/// The `kind` of messages holding a tool's result.
+pub const TOOL_RESULT: &str = "tool_result";
+
+impl Aggregator for ToolAggregator {
+    fn aggregate(
+        &self,
+        memory: &[AgentMessage],
+        name: &str,
+        parser: Option<&dyn OutputParser>,
+        system: Option<&str>,
+        tools: &[Value],
+    ) -> Vec<ChatMessage> {
+        let mut out = vec![];
+        let instruction = parser.and_then(|p| p.format_instruction(tools));
+        let system = match (system, instruction) {
+            (Some(s), Some(i)) => Some(format!("{s}\n\n{i}")),
+            (Some(s), None) => Some(s.to_string()),
+            (None, i) => i,
+        };
+        if let Some(s) = system {
+            out.push(ChatMessage::system(s));
+        }
+        for m in memory {
+            if m.kind.as_deref() == Some(TOOL_RESULT) {
+                let mut t = ChatMessage::tool(m.text());
+                if let Some(id) = m
+                    .extra_info
+                    .as_ref()
+                    .and_then(|e| e.get("id"))
+                    .filter(|v| !v.is_null())
+                {
+                    t.extra.insert("tool_call_id".into(), id.clone());
+                }
+                out.push(t);
+            } else if m.sender == name {
+                let parsed = m
+                    .formatted
+                    .clone()
+                    .and_then(|f| serde_json::from_value::<ParsedOutput>(f).ok());
+                match parsed {
+                    Some(p) if p.status == ParseStatus::ParsingError => continue,
+                    Some(p) if !p.tool_calls.is_empty() => out.push(
+                        ChatMessage::assistant(p.text.clone())
+                            .with_tool_calls(p.tool_calls.clone()),
+                    ),
+                    _ => out.push(ChatMessage::assistant(m.text())),
+                }
+            } else {
+                push_user(&mut out, m.text());
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parser::QwenToolParser;
+    use serde_json::json;
+
+    fn bot(text: &str, formatted: Option<ParsedOutput>) -> AgentMessage {
+        let mut m = AgentMessage::new("bot", text);
+        m.formatted = formatted.map(|f| serde_json::to_value(f).unwrap());
+        m
+    }
+
+    #[test]
+    fn default_joins_users_and_maps_the_agent_to_assistant() {
+        let mem = vec![
+            AgentMessage::user("a"),
+            AgentMessage::new("critic", "b"),
+            bot("c", None),
+            AgentMessage::user("d"),
+        ];
+        let out = DefaultAggregator.aggregate(&mem, "bot", None, Some("sys"), &[]);
+        let roles: Vec<(&str, &str)> = out.iter().map(|m| (m.role.as_str(), m.text())).collect();
+        assert_eq!(
+            roles,
+            [
+                ("system", "sys"),
+                ("user", "a\nb"),
+                ("assistant", "c"),
+                ("user", "d")
+            ]
+        );
+    }
+
+    #[test]
+    fn few_shot_puts_examples_before_history() {
+        let agg = FewShotAggregator {
+            examples: vec![("2+2?".into(), "4".into())],
+        };
+        let out = agg.aggregate(
+            &[AgentMessage::user("3+3?")],
+            "bot",
+            None,
+            Some("math"),
+            &[],
+        );
+        let texts: Vec<&str> = out.iter().map(|m| m.text()).collect();
+        assert_eq!(texts, ["math", "2+2?", "4", "3+3?"]);
+    }
+
+    #[test]
+    fn tool_aggregator_skips_parse_errors_and_uses_the_tool_role() {
+        let p = QwenToolParser;
+        let call = p.parse("<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"1+1\"}}</tool_call>", &[]);
+        let mut result = AgentMessage::new("calculator", "2");
+        result.kind = Some(TOOL_RESULT.into());
+        result.extra_info = Some(json!({"id": "call_1"}));
+        let mem = vec![
+            AgentMessage::user("1+1?"),
+            bot("<tool_call>{bad", Some(p.parse("<tool_call>{bad", &[]))),
+            bot("raw", Some(call)),
+            result,
+            bot("2", Some(p.parse("2", &[]))),
+        ];
+        let out = ToolAggregator.aggregate(&mem, "bot", Some(&p), Some("You add."), &[]);
+        let roles: Vec<&str> = out.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["system", "user", "assistant", "tool", "assistant"]);
+        assert_eq!(out[2].tool_calls[0].function.name, "calculator");
+        assert_eq!(out[3].extra["tool_call_id"], json!("call_1"));
+    }
+}

@@ -1,0 +1,38 @@
+//! hearth-agent: what InternLM lagent and a tool-loop Agent class give their users, in Rust,
+//! on Hearth's in-process engine.
+//!
+//! - [`AgentMessage`] with lagent's status codes, [`Memory`] per session;
+//! - [`Agent`]: `call` = before-hooks → memory ← input → `forward` → memory ← output →
+//!   after-hooks; `forward` alone records nothing; state dicts with dotted keys;
+//! - [`Aggregator`]s turn memory into chat messages, [`OutputParser`]s turn answers into
+//!   tool calls (Qwen `<tool_call>`, ReAct, code blocks, JSON);
+//! - [`Tool`]s with JSON schemas, a [`ToolRegistry`] with timeouts and argument checks;
+//! - [`ToolAgent`]: the tool loop; [`Llm`] with [`LocalLlm`] on the engine.
+//!
+//! Deliberate differences from lagent: session ids are strings; hooks are trait objects
+//! rather than registered callables; there is no separate async twin of each class, since
+//! every entry point is async and `call_blocking` covers synchronous callers.
+
+pub mod agent;
+pub mod aggregator;
+pub mod error;
+pub mod hooks;
+pub mod llm;
+pub mod memory;
+pub mod message;
+pub mod parser;
+pub mod schema;
+pub mod tool;
+pub mod tool_agent;
+pub mod tools;
+
+pub use agent::{Agent, LlmAgent, Sequential};
+pub use aggregator::{Aggregator, DefaultAggregator, FewShotAggregator, ToolAggregator};
+pub use error::{AgentError, Result};
+pub use hooks::Hook;
+pub use llm::{Llm, LlmEvent, LlmOutput, LlmRequest, LocalLlm, ScriptedLlm};
+pub use memory::{Memory, MemoryManager};
+pub use message::{ActionStatusCode, AgentMessage, AgentStatusCode};
+pub use parser::{OutputParser, ParseStatus, ParsedOutput};
+pub use tool::{Tool, ToolRegistry, ToolResult};
+pub use tool_agent::{StopReason, ToolAgent, ToolAgentEvent, ToolAgentRun, ToolChoice};

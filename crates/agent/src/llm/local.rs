@@ -1,0 +1,87 @@
+//! Hearth's engine as an [`Llm`], in process: no network hop, and each session's KV cache is
+//! kept between calls so only the tokens after the common prefix are run again.
+
+use super::{Llm, LlmEvent, LlmRequest, LlmStream};
+use crate::error::{AgentError, Result};
+use hearth_engine::{ChatRequest, Engine, Event, FinishReason};
+use std::sync::Arc;
+
+#[derive(Clone)]
+pub struct LocalLlm {
+    engine: Arc<Engine>,
+    max_tokens: usize,
+}
+
+impl LocalLlm {
+    pub fn new(engine: Arc<Engine>) -> Self {
+        Self {
+            engine,
+            max_tokens: 512,
+        }
+    }
+
+    /// The answer length when a request does not set one (lagent's default is 512).
+    pub fn with_max_tokens(mut self, n: usize) -> Self {
+        self.max_tokens = n;
+        self
+    }
+
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+}
+
+impl Llm for LocalLlm {
+    fn chat(&self, r: LlmRequest) -> Result<LlmStream> {
+        let stream = self.engine.chat(ChatRequest {
+            messages: r.messages,
+            tools: if r.tools.is_empty() {
+                None
+            } else {
+                Some(r.tools)
+            },
+            max_tokens: r.max_tokens.unwrap_or(self.max_tokens),
+            sampling: r.sampling,
+            stop: r.stop,
+            enable_thinking: r.enable_thinking,
+            session: r.session,
+        })?;
+        let events = futures::stream::unfold(Some(stream), |state| async move {
+            let mut stream = state?;
+            loop {
+                let item = match stream.next().await? {
+                    Event::Text { text } => Ok(LlmEvent::Text(text)),
+                    Event::Reasoning { text } => Ok(LlmEvent::Reasoning(text)),
+                    Event::Token { .. } => continue,
+                    Event::Finished(s) => {
+                        let finish = match s.reason {
+                            FinishReason::MaxTokens => "length",
+                            FinishReason::Cancelled => "cancelled",
+                            FinishReason::StopToken { .. } | FinishReason::StopString { .. } => {
+                                "stop"
+                            }
+                        };
+                        let done = LlmEvent::Done {
+                            finish: finish.into(),
+                            prompt_tokens: s.usage.prompt_tokens,
+                            cached_prompt_tokens: s.usage.cached_prompt_tokens,
+                            completion_tokens: s.usage.completion_tokens,
+                        };
+                        return Some((Ok(done), None));
+                    }
+                    Event::Error { message } => return Some((Err(AgentError::Llm(message)), None)),
+                };
+                return Some((item, Some(stream)));
+            }
+        });
+        Ok(Box::pin(events))
+    }
+
+    fn end_session(&self, session: &str) {
+        let _ = self.engine.drop_session(session);
+    }
+
+    fn name(&self) -> String {
+        self.engine.info().origin.clone()
+    }
+}

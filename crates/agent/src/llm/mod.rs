@@ -1,0 +1,91 @@
+//! The language model an agent talks to: messages, tools and generation parameters in, a
+//! stream of events out. [`LocalLlm`] is Hearth's engine in the same process; [`ScriptedLlm`]
+//! answers from a script, for tests of agent logic.
+
+mod local;
+mod scripted;
+
+pub use local::LocalLlm;
+pub use scripted::ScriptedLlm;
+
+use crate::error::Result;
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use hearth_engine::{ChatMessage, SamplingParams};
+use serde_json::Value;
+
+/// One call: the conversation, the tools offered, and per-call overrides.
+#[derive(Debug, Clone, Default)]
+pub struct LlmRequest {
+    pub messages: Vec<ChatMessage>,
+    /// Tool schemas in OpenAI's function format; empty offers none.
+    pub tools: Vec<Value>,
+    pub max_tokens: Option<usize>,
+    /// `None` takes the model's defaults.
+    pub sampling: Option<SamplingParams>,
+    /// `None` takes the model's stop words; `Some` replaces them for this call.
+    pub stop: Option<Vec<String>>,
+    pub enable_thinking: Option<bool>,
+    /// A conversation whose KV cache the model may keep between calls.
+    pub session: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum LlmEvent {
+    Text(String),
+    Reasoning(String),
+    /// The end: why it stopped (`stop`, `length`, `cancelled`), and token counts.
+    Done {
+        finish: String,
+        prompt_tokens: usize,
+        cached_prompt_tokens: usize,
+        completion_tokens: usize,
+    },
+}
+
+pub type LlmStream = BoxStream<'static, Result<LlmEvent>>;
+
+pub trait Llm: Send + Sync {
+    /// Starts answering; events arrive on the stream.
+    fn chat(&self, request: LlmRequest) -> Result<LlmStream>;
+
+    /// Forgets what the model keeps for a session (its KV cache).
+    fn end_session(&self, _session: &str) {}
+
+    fn name(&self) -> String;
+}
+
+/// A whole answer.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LlmOutput {
+    pub text: String,
+    pub reasoning: String,
+    pub finish: String,
+    pub prompt_tokens: usize,
+    pub cached_prompt_tokens: usize,
+    pub completion_tokens: usize,
+}
+
+/// Runs a request to the end.
+pub async fn complete(llm: &dyn Llm, request: LlmRequest) -> Result<LlmOutput> {
+    let mut stream = llm.chat(request)?;
+    let mut out = LlmOutput::default();
+    while let Some(ev) = stream.next().await {
+        match ev? {
+            LlmEvent::Text(t) => out.text.push_str(&t),
+            LlmEvent::Reasoning(t) => out.reasoning.push_str(&t),
+            LlmEvent::Done {
+                finish,
+                prompt_tokens,
+                cached_prompt_tokens,
+                completion_tokens,
+            } => {
+                out.finish = finish;
+                out.prompt_tokens = prompt_tokens;
+                out.cached_prompt_tokens = cached_prompt_tokens;
+                out.completion_tokens = completion_tokens;
+            }
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,63 @@
+//! Several parsers in order: the first that finds a tool call wins.
+
+use super::{OutputParser, ParseStatus, ParsedOutput};
+use serde_json::Value;
+
+pub struct MixedParser {
+    pub parsers: Vec<Box<dyn OutputParser>>,
+}
+
+impl OutputParser for MixedParser {
+    fn parse(&self, raw: &str, tools: &[String]) -> ParsedOutput {
+        let mut first = None;
+        for p in &self.parsers {
+            let out = p.parse(raw, tools);
+            if out.status == ParseStatus::ValidTool {
+                return out;
+            }
+            first.get_or_insert(out);
+        }
+        first.unwrap_or_else(|| ParsedOutput::text(raw))
+    }
+
+    fn format_instruction(&self, tools: &[Value]) -> Option<String> {
+        let parts: Vec<String> = self
+            .parsers
+            .iter()
+            .filter_map(|p| p.format_instruction(tools))
+            .collect();
+        (!parts.is_empty()).then(|| parts.join("\n\n"))
+    }
+
+    fn visible_prefix(&self, text: &str) -> usize {
+        self.parsers
+            .iter()
+            .map(|p| p.visible_prefix(text))
+            .min()
+            .unwrap_or(text.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parser::{CodeBlockParser, QwenToolParser};
+
+    #[test]
+    fn first_match_wins() {
+        let p = MixedParser {
+            parsers: vec![
+                Box::new(QwenToolParser),
+                Box::new(CodeBlockParser::default()),
+            ],
+        };
+        let out = p.parse("```python\nprint(1)\n```", &[]);
+        assert_eq!(out.tool_calls[0].function.name, "python");
+        let out = p.parse(
+            "<tool_call>{\"name\": \"calculator\", \"arguments\": {}}</tool_call>",
+            &[],
+        );
+        assert_eq!(out.tool_calls[0].function.name, "calculator");
+        assert_eq!(p.parse("plain", &[]).status, ParseStatus::NoTool);
+    }
+}

@@ -1,0 +1,149 @@
+//! Output parsers: what a model's answer means — plain text, tool calls, or structured data.
+//! A parse failure is a status on the result with the raw text kept, never a panic.
+
+mod code;
+mod json;
+mod mixed;
+mod qwen;
+mod react;
+
+pub use code::CodeBlockParser;
+pub use json::JsonParser;
+pub use mixed::MixedParser;
+pub use qwen::QwenToolParser;
+pub use react::ReActParser;
+
+use hearth_engine::ToolCall;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// lagent's ToolParser statuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "i32", try_from = "i32")]
+pub enum ParseStatus {
+    NoTool,
+    ValidTool,
+    ParsingError,
+}
+
+impl From<ParseStatus> for i32 {
+    fn from(s: ParseStatus) -> i32 {
+        match s {
+            ParseStatus::NoTool => 0,
+            ParseStatus::ValidTool => 1,
+            ParseStatus::ParsingError => -1,
+        }
+    }
+}
+
+impl TryFrom<i32> for ParseStatus {
+    type Error = String;
+    fn try_from(v: i32) -> Result<Self, String> {
+        match v {
+            0 => Ok(Self::NoTool),
+            1 => Ok(Self::ValidTool),
+            -1 => Ok(Self::ParsingError),
+            o => Err(format!("{o} is not a parse status")),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ParsedOutput {
+    pub status: ParseStatus,
+    /// The text outside any tool call: the answer, or the thought before the calls.
+    pub text: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// Structured data (the JSON parser's result).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The answer as the model wrote it.
+    pub raw: String,
+}
+
+impl ParsedOutput {
+    pub fn text(raw: &str) -> Self {
+        Self {
+            status: ParseStatus::NoTool,
+            text: raw.trim().to_string(),
+            tool_calls: vec![],
+            data: None,
+            error: None,
+            raw: raw.to_string(),
+        }
+    }
+
+    pub fn calls(raw: &str, text: String, tool_calls: Vec<ToolCall>) -> Self {
+        Self {
+            status: ParseStatus::ValidTool,
+            tool_calls,
+            text,
+            ..Self::text(raw)
+        }
+    }
+
+    pub fn error(raw: &str, error: impl Into<String>) -> Self {
+        Self {
+            status: ParseStatus::ParsingError,
+            error: Some(error.into()),
+            ..Self::text(raw)
+        }
+    }
+}
+
+pub trait OutputParser: Send + Sync {
+    /// Reads an answer; `tools` are the names the model was offered.
+    fn parse(&self, text: &str, tools: &[String]) -> ParsedOutput;
+
+    /// Instructions for the system prompt (none when the chat template lists the tools).
+    fn format_instruction(&self, _tools: &[Value]) -> Option<String> {
+        None
+    }
+
+    /// A parsed turn written back the way the model writes it (for few-shot and history).
+    fn format_response(&self, parsed: &ParsedOutput) -> String {
+        parsed.raw.clone()
+    }
+
+    /// How many bytes of a streamed answer are safe to show as text: the rest could still
+    /// become a tool call and is held back.
+    fn visible_prefix(&self, text: &str) -> usize {
+        text.len()
+    }
+
+    /// Stop words the format needs (ReAct stops before `Observation:`).
+    fn stop_words(&self) -> Vec<String> {
+        vec![]
+    }
+}
+
+/// The longest suffix of `text` that is a proper prefix of `tag` (its length in bytes).
+pub(crate) fn partial_tag(text: &str, tag: &str) -> usize {
+    (1..tag.len().min(text.len() + 1))
+        .rev()
+        .find(|&n| {
+            text.is_char_boundary(text.len() - n) && tag.starts_with(&text[text.len() - n..])
+        })
+        .unwrap_or(0)
+}
+
+/// The JSON in fenced code blocks (```json … ``` or ``` … ```), in order.
+pub(crate) fn fenced_blocks(text: &str) -> Vec<(&str, &str)> {
+    let mut out = vec![];
+    let mut rest = text;
+    while let Some(start) = rest.find("```") {
+        let after = &rest[start + 3..];
+        let (lang, body_start) = match after.find('\n') {
+            Some(nl) => (after[..nl].trim(), nl + 1),
+            None => break,
+        };
+        let body = &after[body_start..];
+        let Some(end) = body.find("```") else { break };
+        out.push((lang, &body[..end]));
+        rest = &body[end + 3..];
+    }
+    out
+}

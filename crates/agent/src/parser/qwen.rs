@@ -1,0 +1,276 @@
+//! Qwen's tool calls: `<tool_call>{"name": …, "arguments": …}</tool_call>` (one or several),
+//! the `<function=name><parameter=p>value</parameter></function>` form, arguments sent as a
+//! JSON string, and what small models write without tags — a bare JSON object, or one in a
+//! ```json fence, naming a tool they were offered.
+
+use super::{fenced_blocks, partial_tag, OutputParser, ParsedOutput};
+use hearth_engine::ToolCall;
+use serde_json::{Map, Value};
+
+#[derive(Debug, Clone, Default)]
+pub struct QwenToolParser;
+
+const OPEN: &str = "<tool_call>";
+const CLOSE: &str = "</tool_call>";
+const FUNCTION: &str = "<function=";
+
+/// `{"name": …, "arguments": …}` (or `parameters`) as a call; arguments given as a JSON
+/// string are repaired into the object.
+fn call_from_json(v: &Value) -> Result<ToolCall, String> {
+    let obj = v.as_object().ok_or("a tool call must be a JSON object")?;
+    let name = obj
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or("the tool call has no \"name\"")?;
+    let args = match obj.get("arguments").or_else(|| obj.get("parameters")) {
+        None | Some(Value::Null) => Value::Object(Map::new()),
+        Some(Value::String(s)) => serde_json::from_str::<Value>(s)
+            .map_err(|e| format!("arguments of `{name}` are not JSON: {e}"))?,
+        Some(v) => v.clone(),
+    };
+    if !args.is_object() {
+        return Err(format!("arguments of `{name}` must be a JSON object"));
+    }
+    Ok(ToolCall::new(name, args))
+}
+
+/// `<function=name><parameter=p>value</parameter>…</function>`.
+fn call_from_function_tags(body: &str) -> Result<ToolCall, String> {
+    let rest = body
+        .trim()
+        .strip_prefix(FUNCTION)
+        .ok_or("expected <function=")?;
+    let end = rest.find('>').ok_or("unterminated <function=…>")?;
+    let name = rest[..end].trim().to_string();
+    let mut params = Map::new();
+    let mut body = &rest[end + 1..];
+    while let Some(start) = body.find("<parameter=") {
+        let after = &body[start + "<parameter=".len()..];
+        let close = after.find('>').ok_or("unterminated <parameter=…>")?;
+        let key = after[..close].trim().to_string();
+        let value_and_rest = &after[close + 1..];
+        let stop = value_and_rest
+            .find("</parameter>")
+            .ok_or_else(|| format!("parameter `{key}` is not closed"))?;
+        let raw = value_and_rest[..stop].trim_matches('\n');
+        // Values are text; numbers, booleans and JSON come through as JSON.
+        let value =
+            serde_json::from_str::<Value>(raw).unwrap_or_else(|_| Value::String(raw.to_string()));
+        params.insert(key, value);
+        body = &value_and_rest[stop + "</parameter>".len()..];
+    }
+    Ok(ToolCall::new(name, Value::Object(params)))
+}
+
+fn parse_block(body: &str) -> Result<ToolCall, String> {
+    let body = body.trim();
+    if body.starts_with(FUNCTION) {
+        return call_from_function_tags(body);
+    }
+    let json = fenced_blocks(body).first().map(|(_, b)| *b).unwrap_or(body);
+    let v: Value = serde_json::from_str(json.trim())
+        .map_err(|e| format!("tool call is not valid JSON: {e}"))?;
+    call_from_json(&v)
+}
+
+impl OutputParser for QwenToolParser {
+    fn parse(&self, raw: &str, tools: &[String]) -> ParsedOutput {
+        if raw.contains(OPEN) || raw.contains(FUNCTION) {
+            let mut calls = vec![];
+            let mut text = String::new();
+            let mut rest = raw;
+            loop {
+                let next = [
+                    rest.find(OPEN).map(|i| (i, true)),
+                    rest.find(FUNCTION).map(|i| (i, false)),
+                ]
+                .into_iter()
+                .flatten()
+                .min();
+                let Some((at, tagged)) = next else {
+                    text.push_str(rest);
+                    break;
+                };
+                text.push_str(&rest[..at]);
+                let (body, after) = if tagged {
+                    let inner = &rest[at + OPEN.len()..];
+                    match inner.find(CLOSE) {
+                        Some(end) => (&inner[..end], &inner[end + CLOSE.len()..]),
+                        None => (inner, ""), // cut off by max tokens: try what is there
+                    }
+                } else {
+                    let inner = &rest[at..];
+                    match inner.find("</function>") {
+                        Some(end) => (
+                            &inner[..end + "</function>".len()],
+                            &inner[end + "</function>".len()..],
+                        ),
+                        None => (inner, ""),
+                    }
+                };
+                match parse_block(body) {
+                    Ok(c) => calls.push(c),
+                    Err(e) => return ParsedOutput::error(raw, e),
+                }
+                rest = after;
+            }
+            return ParsedOutput::calls(raw, text.trim().to_string(), calls);
+        }
+        // No tags: a bare or fenced JSON object naming an offered tool is a call too.
+        let known = |c: &ToolCall| tools.iter().any(|t| t == &c.function.name);
+        let trimmed = raw.trim();
+        if trimmed.starts_with('{') {
+            if let Ok(v) = serde_json::from_str::<Value>(trimmed) {
+                if let Ok(c) = call_from_json(&v) {
+                    if known(&c) {
+                        return ParsedOutput::calls(raw, String::new(), vec![c]);
+                    }
+                }
+            }
+        }
+        for (lang, body) in fenced_blocks(raw) {
+            if !matches!(lang, "" | "json") {
+                continue;
+            }
+            if let Ok(c) = serde_json::from_str::<Value>(body.trim())
+                .map_err(|e| e.to_string())
+                .and_then(|v| call_from_json(&v))
+            {
+                if known(&c) {
+                    let text = raw
+                        .split("```")
+                        .next()
+                        .unwrap_or_default()
+                        .trim()
+                        .to_string();
+                    return ParsedOutput::calls(raw, text, vec![c]);
+                }
+            }
+        }
+        ParsedOutput::text(raw)
+    }
+
+    fn format_response(&self, parsed: &ParsedOutput) -> String {
+        let mut out = parsed.text.clone();
+        for c in &parsed.tool_calls {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            let v = serde_json::json!({"name": c.function.name, "arguments": c.function.arguments});
+            out.push_str(&format!("{OPEN}\n{v}\n{CLOSE}"));
+        }
+        out
+    }
+
+    fn visible_prefix(&self, text: &str) -> usize {
+        for tag in [OPEN, FUNCTION] {
+            if let Some(i) = text.find(tag) {
+                return i;
+            }
+        }
+        let t = text.trim_start();
+        if t.starts_with('{') || t.starts_with("```") || t.is_empty() {
+            return 0; // may be a bare or fenced JSON call: wait for the whole answer
+        }
+        text.len() - partial_tag(text, OPEN).max(partial_tag(text, FUNCTION))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parser::ParseStatus;
+    use serde_json::json;
+
+    fn tools() -> Vec<String> {
+        vec!["calculator".into(), "get_weather".into()]
+    }
+
+    #[test]
+    fn tagged_calls_one_or_several() {
+        let p = QwenToolParser;
+        let out = p.parse(
+            "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"calculator\", \"arguments\": \"{\\\"expression\\\": \\\"2+2\\\"}\"}\n</tool_call>",
+            &tools(),
+        );
+        assert_eq!(out.status, ParseStatus::ValidTool);
+        assert_eq!(out.text, "Let me check.");
+        assert_eq!(out.tool_calls.len(), 2);
+        assert_eq!(
+            out.tool_calls[0].function.arguments,
+            json!({"city": "Paris"})
+        );
+        assert_eq!(
+            out.tool_calls[1].function.arguments,
+            json!({"expression": "2+2"}),
+            "string arguments repaired"
+        );
+    }
+
+    #[test]
+    fn function_parameter_form() {
+        let out = QwenToolParser.parse(
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+            &tools(),
+        );
+        assert_eq!(out.status, ParseStatus::ValidTool);
+        assert_eq!(out.tool_calls[0].function.name, "get_weather");
+        assert_eq!(
+            out.tool_calls[0].function.arguments,
+            json!({"city": "Paris", "days": 3})
+        );
+    }
+
+    #[test]
+    fn what_small_models_write_without_tags() {
+        let bare = "{\"name\": \"calculator\", \"arguments\": {\"expression\": \"1234 * 5678\"}}";
+        let out = QwenToolParser.parse(bare, &tools());
+        assert_eq!(out.status, ParseStatus::ValidTool);
+        assert_eq!(
+            out.tool_calls[0].function.arguments["expression"],
+            "1234 * 5678"
+        );
+        let fenced = format!("Sure:\n```json\n{bare}\n```");
+        let out = QwenToolParser.parse(&fenced, &tools());
+        assert_eq!(
+            (out.status, out.text.as_str()),
+            (ParseStatus::ValidTool, "Sure:")
+        );
+        // A JSON object naming no offered tool is just an answer.
+        let other = "{\"name\": \"Alice\", \"age\": 30}";
+        assert_eq!(
+            QwenToolParser.parse(other, &tools()).status,
+            ParseStatus::NoTool
+        );
+    }
+
+    #[test]
+    fn malformed_calls_keep_the_raw_text() {
+        let raw = "<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": }\n</tool_call>";
+        let out = QwenToolParser.parse(raw, &tools());
+        assert_eq!(out.status, ParseStatus::ParsingError);
+        assert_eq!(out.raw, raw);
+        assert!(out.error.unwrap().contains("not valid JSON"));
+        let out = QwenToolParser.parse("<tool_call>{\"arguments\": {}}</tool_call>", &tools());
+        assert!(out.error.unwrap().contains("no \"name\""));
+        assert_eq!(
+            QwenToolParser.parse("The answer is 4.", &tools()).status,
+            ParseStatus::NoTool
+        );
+    }
+
+    #[test]
+    fn streaming_holds_back_what_may_become_a_call() {
+        let p = QwenToolParser;
+        assert_eq!(p.visible_prefix("The answer <tool"), "The answer ".len());
+        assert_eq!(
+            p.visible_prefix("Checking.\n<tool_call>\n{\"na"),
+            "Checking.\n".len()
+        );
+        assert_eq!(p.visible_prefix("{\"name\": \"calc"), 0);
+        assert_eq!(
+            p.visible_prefix("Paris is the capital."),
+            "Paris is the capital.".len()
+        );
+    }
+}

@@ -1,0 +1,271 @@
+//! Tools: a name, a description, a JSON schema of the arguments and an async call; a registry
+//! that validates arguments, enforces a timeout and turns every failure into a result the
+//! model can read — the loop never aborts because a tool failed.
+
+use crate::message::ActionStatusCode;
+use crate::schema;
+use async_trait::async_trait;
+use hearth_engine::ToolCall;
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[async_trait]
+pub trait Tool: Send + Sync {
+    fn name(&self) -> &str;
+    fn description(&self) -> &str;
+    /// JSON schema of the arguments object.
+    fn parameters(&self) -> Value;
+    /// Runs the tool; `Err` is the tool's own error message.
+    async fn call(&self, arguments: Value) -> Result<String, String>;
+}
+
+/// The JSON schema of `T`, without the `$schema`/`title` noise, for [`Tool::parameters`].
+pub fn schema_of<T: schemars::JsonSchema>() -> Value {
+    let mut v = serde_json::to_value(schemars::schema_for!(T)).unwrap_or(json!({"type": "object"}));
+    if let Some(o) = v.as_object_mut() {
+        o.remove("$schema");
+        o.remove("title");
+    }
+    v
+}
+
+/// What a tool call came to.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolResult {
+    pub id: Option<String>,
+    pub name: String,
+    pub arguments: Value,
+    pub status: ActionStatusCode,
+    /// The tool's output, or the error message.
+    pub content: String,
+    pub duration_ms: u64,
+}
+
+impl ToolResult {
+    pub fn ok(&self) -> bool {
+        self.status == ActionStatusCode::Success
+    }
+
+    /// What the model reads in the tool turn.
+    pub fn for_model(&self) -> String {
+        if self.ok() {
+            self.content.clone()
+        } else {
+            format!("Error: {}", self.content)
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct ToolRegistry {
+    tools: BTreeMap<String, Arc<dyn Tool>>,
+    timeout: Duration,
+}
+
+impl Default for ToolRegistry {
+    fn default() -> Self {
+        Self {
+            tools: BTreeMap::new(),
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl ToolRegistry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    pub fn add(&mut self, tool: Arc<dyn Tool>) {
+        self.tools.insert(tool.name().to_string(), tool);
+    }
+
+    pub fn remove(&mut self, name: &str) -> bool {
+        self.tools.remove(name).is_some()
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.tools.keys().cloned().collect()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.get(name)
+    }
+
+    /// The tools as the chat template takes them (OpenAI's function format).
+    pub fn specs(&self) -> Vec<Value> {
+        self.tools
+            .values()
+            .map(|t| {
+                json!({"type": "function", "function": {
+                    "name": t.name(), "description": t.description(), "parameters": t.parameters()}})
+            })
+            .collect()
+    }
+
+    /// Runs one call. Unknown tools, bad arguments, timeouts, errors and panics all become
+    /// results with a status and a message.
+    pub async fn execute(&self, call: &ToolCall) -> ToolResult {
+        let start = Instant::now();
+        let name = call.function.name.clone();
+        let mut result = ToolResult {
+            id: call.id.clone(),
+            name: name.clone(),
+            arguments: call.function.arguments.clone(),
+            status: ActionStatusCode::Success,
+            content: String::new(),
+            duration_ms: 0,
+        };
+        let fail = |mut r: ToolResult, status, msg: String| {
+            r.status = status;
+            r.content = msg;
+            r.duration_ms = start.elapsed().as_millis() as u64;
+            r
+        };
+        let Some(tool) = self.tools.get(&name).cloned() else {
+            let known = self.names().join(", ");
+            return fail(
+                result,
+                ActionStatusCode::ApiError,
+                format!("unknown tool `{name}`; available: {known}"),
+            );
+        };
+        // Arguments sent as a JSON string are repaired into the object they encode.
+        let args = match &call.function.arguments {
+            Value::String(s) => match serde_json::from_str::<Value>(s) {
+                Ok(v) => v,
+                Err(e) => {
+                    return fail(
+                        result,
+                        ActionStatusCode::ArgsError,
+                        format!("arguments are not JSON: {e}"),
+                    )
+                }
+            },
+            Value::Null => json!({}),
+            v => v.clone(),
+        };
+        result.arguments = args.clone();
+        if let Err(e) = schema::validate(&args, &tool.parameters()) {
+            return fail(result, ActionStatusCode::ArgsError, e);
+        }
+        let task = tokio::spawn(async move { tool.call(args).await });
+        let abort = task.abort_handle();
+        match tokio::time::timeout(self.timeout, task).await {
+            Err(_) => {
+                abort.abort();
+                fail(
+                    result,
+                    ActionStatusCode::ApiError,
+                    format!("`{name}` timed out after {:?}", self.timeout),
+                )
+            }
+            Ok(Err(join)) if join.is_panic() => {
+                let payload = join.into_panic();
+                let msg = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                fail(
+                    result,
+                    ActionStatusCode::ApiError,
+                    format!("`{name}` panicked: {msg}"),
+                )
+            }
+            Ok(Err(join)) => fail(
+                result,
+                ActionStatusCode::ApiError,
+                format!("`{name}` was cancelled: {join}"),
+            ),
+            Ok(Ok(Err(e))) => fail(result, ActionStatusCode::ApiError, e),
+            Ok(Ok(Ok(out))) => {
+                result.content = out;
+                result.duration_ms = start.elapsed().as_millis() as u64;
+                result
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Sleepy;
+    #[async_trait]
+    impl Tool for Sleepy {
+        fn name(&self) -> &str {
+            "sleepy"
+        }
+        fn description(&self) -> &str {
+            "sleeps, fails or panics"
+        }
+        fn parameters(&self) -> Value {
+            json!({"type": "object", "properties": {"mode": {"type": "string"}}, "required": ["mode"]})
+        }
+        async fn call(&self, args: Value) -> Result<String, String> {
+            match args["mode"].as_str() {
+                Some("hang") => {
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                    Ok("late".into())
+                }
+                Some("fail") => Err("disk on fire".into()),
+                Some("panic") => panic!("boom"),
+                _ => Ok("rested".into()),
+            }
+        }
+    }
+
+    fn call(name: &str, args: Value) -> ToolCall {
+        ToolCall::new(name, args)
+    }
+
+    #[tokio::test]
+    async fn every_failure_becomes_a_result() {
+        let mut reg = ToolRegistry::new().with_timeout(Duration::from_millis(200));
+        reg.add(Arc::new(Sleepy));
+        let ok = reg.execute(&call("sleepy", json!({"mode": "rest"}))).await;
+        assert!(ok.ok() && ok.content == "rested");
+        let s = reg
+            .execute(&call("sleepy", json!("{\"mode\": \"rest\"}")))
+            .await;
+        assert!(s.ok(), "arguments as a JSON string are repaired: {s:?}");
+        let r = reg.execute(&call("nope", json!({}))).await;
+        assert_eq!(r.status, ActionStatusCode::ApiError);
+        assert!(r.content.contains("unknown tool `nope`") && r.content.contains("sleepy"));
+        let r = reg.execute(&call("sleepy", json!({"mode": 3}))).await;
+        assert_eq!(r.status, ActionStatusCode::ArgsError);
+        assert!(
+            r.content.contains("arguments.mode must be string"),
+            "{}",
+            r.content
+        );
+        let r = reg.execute(&call("sleepy", json!("{not json"))).await;
+        assert_eq!(r.status, ActionStatusCode::ArgsError);
+        let r = reg.execute(&call("sleepy", json!({"mode": "hang"}))).await;
+        assert!(r.content.contains("timed out"), "{}", r.content);
+        let r = reg.execute(&call("sleepy", json!({"mode": "fail"}))).await;
+        assert_eq!(
+            (r.status, r.for_model()),
+            (
+                ActionStatusCode::ApiError,
+                "Error: disk on fire".to_string()
+            )
+        );
+        let r = reg.execute(&call("sleepy", json!({"mode": "panic"}))).await;
+        assert!(r.content.contains("panicked: boom"), "{}", r.content);
+    }
+}

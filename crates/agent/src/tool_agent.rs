@@ -1,0 +1,424 @@
+//! The tool loop: system prompt (persona, instructions, tools), a window of history (older
+//! turns summarised by the model), knowledge snippets, the user's message; then call the
+//! model, run the tool calls it makes (concurrently), feed the results back, and repeat until
+//! it answers without calling a tool or `max_iterations` is reached.
+//!
+//! Small models loop: given a calculator's result they may call the calculator again with it.
+//! A call identical to one already made is not run again; the agent asks for the final answer
+//! with the tools withheld instead.
+
+use crate::agent::Agent;
+use crate::error::Result;
+use crate::llm::{complete, Llm, LlmEvent, LlmRequest};
+use crate::memory::MemoryManager;
+use crate::message::AgentMessage;
+use crate::parser::{OutputParser, ParseStatus, QwenToolParser};
+use crate::tool::{Tool, ToolRegistry, ToolResult};
+use async_trait::async_trait;
+use futures::StreamExt;
+use hearth_engine::{ChatMessage, ToolCall};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// Which tools the model may call in one run.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ToolChoice {
+    #[default]
+    Auto,
+    /// No tools offered.
+    None,
+    /// The first answer must call a tool; a plain answer is asked again once.
+    Required,
+    /// Only this tool is offered.
+    Named(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The model answered without calling a tool.
+    Answer,
+    /// `max_iterations` model calls were made and the last still called tools.
+    MaxIterations,
+    /// The model said nothing and called nothing.
+    NoAction,
+    /// The model failed.
+    Error,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolAgentRun {
+    pub answer: String,
+    pub stop_reason: StopReason,
+    pub tool_calls: Vec<ToolResult>,
+    /// Model calls made.
+    pub iterations: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToolAgentEvent {
+    TextDelta { text: String },
+    Reasoning { text: String },
+    ToolCallsStart { calls: Vec<ToolCall> },
+    ToolResult { result: ToolResult },
+    ToolCallsComplete,
+    Done { run: ToolAgentRun },
+}
+
+/// Snippets relevant to a message (retrieval), added to the prompt.
+pub trait Knowledge: Send + Sync {
+    fn retrieve(&self, query: &str, k: usize) -> Vec<String>;
+}
+
+/// Options of one run.
+#[derive(Clone, Default)]
+pub struct RunOptions {
+    /// Tools available for this run only.
+    pub extra_tools: Vec<Arc<dyn Tool>>,
+    pub tool_choice: ToolChoice,
+}
+
+pub struct ToolAgent {
+    pub name: String,
+    pub llm: Arc<dyn Llm>,
+    pub tools: ToolRegistry,
+    pub parser: Box<dyn OutputParser>,
+    pub persona: String,
+    pub instructions: Option<String>,
+    pub max_iterations: usize,
+    /// Messages of history kept verbatim; older ones are summarised.
+    pub history_window: usize,
+    pub knowledge: Option<Arc<dyn Knowledge>>,
+    pub memory: MemoryManager,
+    /// Defaults for every model call (sampling, max tokens).
+    pub request: LlmRequest,
+    summaries: Mutex<HashMap<String, (usize, String)>>,
+}
+
+impl ToolAgent {
+    pub fn new(llm: Arc<dyn Llm>, tools: ToolRegistry) -> Self {
+        Self {
+            name: "assistant".into(),
+            llm,
+            tools,
+            parser: Box::new(QwenToolParser),
+            persona: "You are a helpful assistant.".into(),
+            instructions: None,
+            max_iterations: 10,
+            history_window: 20,
+            knowledge: None,
+            memory: MemoryManager::new(None),
+            request: LlmRequest::default(),
+            summaries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn system_prompt(&self, tools: &ToolRegistry) -> String {
+        let mut s = self.persona.clone();
+        if let Some(i) = &self.instructions {
+            s.push_str("\n\n");
+            s.push_str(i);
+        }
+        if !tools.is_empty() {
+            s.push_str(&format!(
+                "\n\nYou can call these tools: {}. Call a tool when it helps; when you have what you need, answer the user directly.",
+                tools.names().join(", ")
+            ));
+        }
+        s
+    }
+
+    /// The session's history as chat messages, older turns summarised.
+    async fn history(&self, session: &str) -> Result<Vec<ChatMessage>> {
+        let all = self.memory.get(session);
+        let to_chat = |m: &AgentMessage| {
+            if m.sender == self.name {
+                ChatMessage::assistant(m.text())
+            } else {
+                ChatMessage::user(m.text())
+            }
+        };
+        if all.len() <= self.history_window {
+            return Ok(all.iter().map(to_chat).collect());
+        }
+        let split = all.len() - self.history_window;
+        let cached = self
+            .summaries
+            .lock()
+            .ok()
+            .and_then(|s| s.get(session).cloned());
+        let summary = match cached {
+            Some((n, s)) if n == split => s,
+            _ => {
+                let transcript: Vec<String> = all[..split]
+                    .iter()
+                    .map(|m| format!("{}: {}", m.sender, m.text()))
+                    .collect();
+                let out = complete(
+                    self.llm.as_ref(),
+                    LlmRequest {
+                        messages: vec![
+                            ChatMessage::system("Summarise this conversation in a few sentences. Keep names, numbers and decisions."),
+                            ChatMessage::user(transcript.join("\n")),
+                        ],
+                        max_tokens: Some(200),
+                        ..self.request.clone()
+                    },
+                )
+                .await?;
+                if let Ok(mut s) = self.summaries.lock() {
+                    s.insert(session.to_string(), (split, out.text.clone()));
+                }
+                out.text
+            }
+        };
+        let mut msgs = vec![ChatMessage::system(format!(
+            "Summary of the earlier conversation: {}",
+            summary.trim()
+        ))];
+        msgs.extend(all[split..].iter().map(to_chat));
+        Ok(msgs)
+    }
+
+    /// Runs the loop for `task` in `session`, sending events if asked.
+    pub async fn run(
+        &self,
+        task: &str,
+        session: &str,
+        options: RunOptions,
+        events: Option<&UnboundedSender<ToolAgentEvent>>,
+    ) -> Result<ToolAgentRun> {
+        if task.trim().is_empty() {
+            return Err(crate::AgentError::invalid("message", "empty message"));
+        }
+        let emit = |e: ToolAgentEvent| {
+            if let Some(tx) = events {
+                let _ = tx.send(e);
+            }
+        };
+        let mut registry = self.tools.clone();
+        for t in &options.extra_tools {
+            registry.add(t.clone());
+        }
+        let offered: ToolRegistry = match &options.tool_choice {
+            ToolChoice::None => ToolRegistry::new(),
+            ToolChoice::Named(n) => {
+                let mut r = ToolRegistry::new();
+                if let Some(t) = registry.get(n) {
+                    r.add(t.clone());
+                }
+                r
+            }
+            _ => registry.clone(),
+        };
+        let mut messages = vec![ChatMessage::system(self.system_prompt(&offered))];
+        messages.extend(self.history(session).await?);
+        if let Some(k) = &self.knowledge {
+            let snippets = k.retrieve(task, 3);
+            if !snippets.is_empty() {
+                messages.push(ChatMessage::system(format!(
+                    "Relevant knowledge:\n- {}",
+                    snippets.join("\n- ")
+                )));
+            }
+        }
+        messages.push(ChatMessage::user(task));
+
+        let names = offered.names();
+        let mut results: Vec<ToolResult> = vec![];
+        let mut withhold_tools = offered.is_empty();
+        let mut asked_again = false;
+        let mut last_text = String::new();
+        let finish = |run: ToolAgentRun| {
+            if run.stop_reason != StopReason::Error {
+                self.memory.add(session, AgentMessage::user(task));
+                self.memory.add(
+                    session,
+                    AgentMessage::new(self.name.clone(), run.answer.clone()),
+                );
+            }
+            emit(ToolAgentEvent::Done { run: run.clone() });
+            Ok(run)
+        };
+        for iteration in 1..=self.max_iterations {
+            let request = LlmRequest {
+                messages: messages.clone(),
+                tools: if withhold_tools {
+                    vec![]
+                } else {
+                    offered.specs()
+                },
+                session: Some(format!("{}:{session}", self.name)),
+                ..self.request.clone()
+            };
+            let text = match self.stream_answer(request, &emit).await {
+                Ok(t) => t,
+                Err(e) => {
+                    return finish(ToolAgentRun {
+                        answer: last_text,
+                        stop_reason: StopReason::Error,
+                        tool_calls: results,
+                        iterations: iteration,
+                        error: Some(e.to_string()),
+                    })
+                }
+            };
+            let parsed = if withhold_tools {
+                crate::parser::ParsedOutput::text(&text)
+            } else {
+                self.parser.parse(&text, &names)
+            };
+            if parsed.status == ParseStatus::ParsingError {
+                // Keep the raw answer; tell the model what was wrong and let it try again.
+                messages.push(ChatMessage::assistant(text.clone()));
+                messages.push(ChatMessage::user(format!(
+                    "Your tool call could not be read ({}). Write it again as <tool_call>{{\"name\": …, \"arguments\": {{…}}}}</tool_call>, or answer directly.",
+                    parsed.error.clone().unwrap_or_default()
+                )));
+                last_text = text;
+                continue;
+            }
+            if parsed.tool_calls.is_empty() {
+                if options.tool_choice == ToolChoice::Required && results.is_empty() && !asked_again
+                {
+                    asked_again = true;
+                    messages.push(ChatMessage::assistant(text.clone()));
+                    messages.push(ChatMessage::user("Call one of the tools to do this."));
+                    continue;
+                }
+                let answer = parsed.text.clone();
+                let reason = if answer.is_empty() {
+                    StopReason::NoAction
+                } else {
+                    StopReason::Answer
+                };
+                return finish(ToolAgentRun {
+                    answer,
+                    stop_reason: reason,
+                    tool_calls: results,
+                    iterations: iteration,
+                    error: None,
+                });
+            }
+            last_text = parsed.text.clone();
+            // A call already made gets the same answer: don't run it, ask for the answer.
+            let repeated = parsed.tool_calls.iter().all(|c| {
+                results.iter().any(|r| {
+                    r.name == c.function.name
+                        && normalized(&r.arguments) == normalized(&c.function.arguments)
+                })
+            });
+            if repeated {
+                withhold_tools = true;
+                messages.push(ChatMessage::user(
+                    "You already have the tool results above. Do not call tools again: answer the original question now.",
+                ));
+                continue;
+            }
+            let mut calls = parsed.tool_calls.clone();
+            for (i, c) in calls.iter_mut().enumerate() {
+                c.id.get_or_insert_with(|| format!("call_{}_{}", iteration, i + 1));
+            }
+            emit(ToolAgentEvent::ToolCallsStart {
+                calls: calls.clone(),
+            });
+            let outs: Vec<ToolResult> =
+                futures::future::join_all(calls.iter().map(|c| registry.execute(c))).await;
+            messages
+                .push(ChatMessage::assistant(parsed.text.clone()).with_tool_calls(calls.clone()));
+            for r in outs {
+                emit(ToolAgentEvent::ToolResult { result: r.clone() });
+                let mut m = ChatMessage::tool(r.for_model());
+                if let Some(id) = &r.id {
+                    m.extra
+                        .insert("tool_call_id".into(), Value::String(id.clone()));
+                }
+                messages.push(m);
+                results.push(r);
+            }
+            emit(ToolAgentEvent::ToolCallsComplete);
+        }
+        finish(ToolAgentRun {
+            answer: last_text,
+            stop_reason: StopReason::MaxIterations,
+            tool_calls: results,
+            iterations: self.max_iterations,
+            error: None,
+        })
+    }
+
+    /// Streams one answer, showing only text that cannot still become a tool call.
+    async fn stream_answer(
+        &self,
+        request: LlmRequest,
+        emit: &(dyn Fn(ToolAgentEvent) + Sync),
+    ) -> Result<String> {
+        let mut stream = self.llm.chat(request)?;
+        let (mut text, mut shown) = (String::new(), 0usize);
+        while let Some(ev) = stream.next().await {
+            match ev? {
+                LlmEvent::Text(t) => {
+                    text.push_str(&t);
+                    let visible = self.parser.visible_prefix(&text);
+                    if visible > shown {
+                        emit(ToolAgentEvent::TextDelta {
+                            text: text[shown..visible].to_string(),
+                        });
+                        shown = visible;
+                    }
+                }
+                LlmEvent::Reasoning(t) => emit(ToolAgentEvent::Reasoning { text: t }),
+                LlmEvent::Done { .. } => {}
+            }
+        }
+        // A held-back tail that turned out to be plain text is released.
+        if self
+            .parser
+            .parse(&text, &self.tools.names())
+            .tool_calls
+            .is_empty()
+            && text.len() > shown
+        {
+            emit(ToolAgentEvent::TextDelta {
+                text: text[shown..].to_string(),
+            });
+        }
+        Ok(text)
+    }
+}
+
+/// Arguments compared as JSON values, strings like "2+2" and "2 + 2" alike.
+fn normalized(v: &Value) -> Value {
+    match v {
+        Value::String(s) => Value::String(s.split_whitespace().collect::<String>()),
+        Value::Object(o) => {
+            Value::Object(o.iter().map(|(k, v)| (k.clone(), normalized(v))).collect())
+        }
+        Value::Array(a) => Value::Array(a.iter().map(normalized).collect()),
+        other => other.clone(),
+    }
+}
+
+#[async_trait]
+impl Agent for ToolAgent {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The tool loop on the last message; its own memory is written by `run`.
+    async fn forward(&self, history: &[AgentMessage], session: &str) -> Result<AgentMessage> {
+        let task = history.last().map(|m| m.text()).unwrap_or_default();
+        let run = self
+            .run(&task, session, RunOptions::default(), None)
+            .await?;
+        let mut msg = AgentMessage::new(self.name.clone(), run.answer.clone());
+        msg.extra_info = serde_json::to_value(&run).ok();
+        Ok(msg)
+    }
+}

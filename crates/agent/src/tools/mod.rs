@@ -1,0 +1,43 @@
+//! Built-in tools.
+
+mod calculator;
+mod files;
+mod python;
+mod time;
+
+pub use calculator::{evaluate, Calculator, Number};
+pub use files::{ListFiles, ReadFile, Workspace};
+pub use python::Python;
+pub use time::CurrentTime;
+
+use crate::tool::{Tool, ToolRegistry};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Built-in tool names, as `--tools` takes them.
+pub const BUILT_IN: &[&str] = &["calculator", "time", "files", "python"];
+
+/// A registry with the named built-ins (`files` adds `list_files` and `read_file`).
+pub fn registry(names: &[String], workspace: Option<PathBuf>) -> Result<ToolRegistry, String> {
+    let mut reg = ToolRegistry::new();
+    for name in names {
+        match name.as_str() {
+            "calculator" => reg.add(Arc::new(Calculator)),
+            "time" => reg.add(Arc::new(CurrentTime)),
+            "files" => {
+                let root = workspace.clone().unwrap_or_else(|| PathBuf::from("."));
+                let ws = Workspace::new(&root)?;
+                reg.add(Arc::new(ListFiles(ws.clone())) as Arc<dyn Tool>);
+                reg.add(Arc::new(ReadFile(ws)));
+            }
+            "python" => reg.add(Arc::new(Python::default())),
+            other => {
+                return Err(format!(
+                    "unknown tool `{other}` in --tools; built-in: {}",
+                    BUILT_IN.join(", ")
+                ))
+            }
+        }
+    }
+    Ok(reg)
+}

@@ -1,0 +1,262 @@
+//! The tool loop over a scripted model: results fed back, loops cut, limits, choices, errors.
+
+use hearth_agent::tool_agent::{Knowledge, RunOptions};
+use hearth_agent::tools::{registry, Calculator};
+use hearth_agent::{
+    ActionStatusCode, Agent, ScriptedLlm, StopReason, Tool, ToolAgent, ToolAgentEvent, ToolChoice,
+};
+use std::sync::Arc;
+
+fn calc_call(expr: &str) -> String {
+    format!("<tool_call>\n{{\"name\": \"calculator\", \"arguments\": {{\"expression\": \"{expr}\"}}}}\n</tool_call>")
+}
+
+fn agent(script: Vec<String>) -> (ToolAgent, ScriptedLlm) {
+    let llm = ScriptedLlm::new(script);
+    let tools = registry(&["calculator".into(), "time".into()], None).unwrap();
+    (ToolAgent::new(Arc::new(llm.clone()), tools), llm)
+}
+
+#[tokio::test]
+async fn results_go_back_and_the_answer_comes_out() {
+    let bare =
+        "{\"name\": \"calculator\", \"arguments\": {\"expression\": \"1234 * 5678\"}}".to_string();
+    let (a, llm) = agent(vec![bare, "1234 * 5678 = 7006652.".into()]);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let run = a
+        .run(
+            "What is 1234 * 5678?",
+            "s",
+            RunOptions::default(),
+            Some(&tx),
+        )
+        .await
+        .unwrap();
+    assert_eq!(run.stop_reason, StopReason::Answer);
+    assert_eq!(run.answer, "1234 * 5678 = 7006652.");
+    assert_eq!(run.iterations, 2);
+    assert_eq!(run.tool_calls.len(), 1);
+    assert_eq!(run.tool_calls[0].content, "7006652");
+    // The second request carries the call and its result in the tool role.
+    let second = &llm.requests()[1];
+    let roles: Vec<&str> = second.messages.iter().map(|m| m.role.as_str()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "tool"]);
+    assert_eq!(second.messages[3].text(), "7006652");
+    assert!(!second.tools.is_empty());
+    // Events: the raw JSON call was never shown as text.
+    drop(tx);
+    let mut kinds = vec![];
+    let mut shown = String::new();
+    while let Some(e) = rx.recv().await {
+        match &e {
+            ToolAgentEvent::TextDelta { text } => shown.push_str(text),
+            ToolAgentEvent::ToolCallsStart { .. } => kinds.push("start"),
+            ToolAgentEvent::ToolResult { .. } => kinds.push("result"),
+            ToolAgentEvent::ToolCallsComplete => kinds.push("complete"),
+            ToolAgentEvent::Done { .. } => kinds.push("done"),
+            ToolAgentEvent::Reasoning { .. } => {}
+        }
+    }
+    assert_eq!(kinds, ["start", "result", "complete", "done"]);
+    assert_eq!(shown, "1234 * 5678 = 7006652.");
+    // The exchange is remembered for the session.
+    assert_eq!(a.memory.get("s").len(), 2);
+}
+
+#[tokio::test]
+async fn an_identical_call_is_not_run_again() {
+    let (a, llm) = agent(vec![
+        calc_call("1234 * 5678"),
+        calc_call("7006652"),
+        calc_call("7006652"),
+        "The answer is 7006652.".into(),
+    ]);
+    let run = a
+        .run("What is 1234 * 5678?", "s", RunOptions::default(), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        run.tool_calls.len(),
+        2,
+        "the repeated call was not executed"
+    );
+    assert_eq!(run.answer, "The answer is 7006652.");
+    assert_eq!(run.stop_reason, StopReason::Answer);
+    let last = llm.requests().last().unwrap().clone();
+    assert!(
+        last.tools.is_empty(),
+        "tools are withheld for the final answer"
+    );
+}
+
+#[tokio::test]
+async fn max_iterations_is_its_own_outcome() {
+    let (mut a, _) = agent((0..5).map(|i| calc_call(&format!("{i} + 1"))).collect());
+    a.max_iterations = 3;
+    let run = a
+        .run("count", "s", RunOptions::default(), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        (run.stop_reason, run.iterations, run.tool_calls.len()),
+        (StopReason::MaxIterations, 3, 3)
+    );
+}
+
+#[tokio::test]
+async fn parallel_calls_unknown_tools_and_bad_arguments() {
+    let both = format!(
+        "{}\n{}\n<tool_call>\n{{\"name\": \"teleport\", \"arguments\": {{}}}}\n</tool_call>\n<tool_call>\n{{\"name\": \"calculator\", \"arguments\": {{\"expression\": 5}}}}\n</tool_call>",
+        calc_call("2+2"),
+        calc_call("3*3")
+    );
+    let (a, _) = agent(vec![both, "4 and 9".into()]);
+    let run = a
+        .run("2+2 and 3*3", "s", RunOptions::default(), None)
+        .await
+        .unwrap();
+    let status: Vec<ActionStatusCode> = run.tool_calls.iter().map(|r| r.status).collect();
+    assert_eq!(
+        status,
+        [
+            ActionStatusCode::Success,
+            ActionStatusCode::Success,
+            ActionStatusCode::ApiError,
+            ActionStatusCode::ArgsError
+        ]
+    );
+    assert_eq!(run.tool_calls[0].content, "4");
+    assert!(run.tool_calls[2]
+        .content
+        .contains("unknown tool `teleport`"));
+    assert_eq!(run.answer, "4 and 9");
+}
+
+#[tokio::test]
+async fn malformed_tool_json_is_fed_back() {
+    let (a, llm) = agent(vec![
+        "<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": }\n</tool_call>"
+            .into(),
+        "Sorry: 4.".into(),
+    ]);
+    let run = a
+        .run("2+2?", "s", RunOptions::default(), None)
+        .await
+        .unwrap();
+    assert_eq!(run.answer, "Sorry: 4.");
+    assert!(run.tool_calls.is_empty());
+    let second = &llm.requests()[1];
+    assert!(second
+        .messages
+        .last()
+        .unwrap()
+        .text()
+        .contains("could not be read"));
+}
+
+#[tokio::test]
+async fn tool_choice_and_tools_for_one_call() {
+    let (a, llm) = agent(vec![
+        "plain".into(),
+        "plain".into(),
+        "plain".into(),
+        calc_call("1+1"),
+        "2".into(),
+    ]);
+    a.run(
+        "hi",
+        "s",
+        RunOptions {
+            tool_choice: ToolChoice::None,
+            ..Default::default()
+        },
+        None,
+    )
+    .await
+    .unwrap();
+    assert!(llm.requests()[0].tools.is_empty());
+    let extra: Arc<dyn Tool> = Arc::new(Calculator);
+    let opts = RunOptions {
+        tool_choice: ToolChoice::Named("current_time".into()),
+        extra_tools: vec![extra],
+    };
+    a.run("time?", "s", opts, None).await.unwrap();
+    let names: Vec<String> = llm.requests()[1]
+        .tools
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["current_time"]);
+    // Required: a plain answer is asked again once.
+    let run = a
+        .run(
+            "1+1",
+            "s",
+            RunOptions {
+                tool_choice: ToolChoice::Required,
+                ..Default::default()
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!((run.answer.as_str(), run.tool_calls.len()), ("2", 1));
+}
+
+#[tokio::test]
+async fn empty_message_is_refused() {
+    let (a, _) = agent(vec![]);
+    let err = a
+        .run("   ", "s", RunOptions::default(), None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("empty message"), "{err}");
+}
+
+#[tokio::test]
+async fn model_failure_is_an_error_outcome() {
+    let (a, _) = agent(vec![calc_call("1+1")]); // the script runs out after the call
+    let run = a
+        .run("1+1", "s", RunOptions::default(), None)
+        .await
+        .unwrap();
+    assert_eq!(run.stop_reason, StopReason::Error);
+    assert!(run.error.unwrap().contains("no more answers"));
+}
+
+struct Facts;
+impl Knowledge for Facts {
+    fn retrieve(&self, _q: &str, _k: usize) -> Vec<String> {
+        vec!["Hearth runs offline.".into()]
+    }
+}
+
+#[tokio::test]
+async fn old_turns_are_summarised_and_knowledge_is_added() {
+    let (mut a, llm) = agent(vec![
+        "a1".into(),
+        "a2".into(),
+        "SUMMARY".into(),
+        "a3".into(),
+    ]);
+    a.history_window = 2;
+    a.knowledge = Some(Arc::new(Facts));
+    a.run("q1", "s", RunOptions::default(), None).await.unwrap();
+    a.run("q2", "s", RunOptions::default(), None).await.unwrap();
+    let run = a.run("q3", "s", RunOptions::default(), None).await.unwrap();
+    assert_eq!(run.answer, "a3");
+    let reqs = llm.requests();
+    assert!(
+        reqs[2].messages[1].text().contains("user: q1"),
+        "the summary request holds the old turns"
+    );
+    let texts: Vec<&str> = reqs[3].messages.iter().map(|m| m.text()).collect();
+    assert!(texts[1].contains("SUMMARY"));
+    assert_eq!(&texts[2..4], ["q2", "a2"]);
+    assert!(texts.iter().any(|t| t.contains("Hearth runs offline.")));
+    // As an Agent: forward runs the loop on the last message.
+    let (b, _) = agent(vec!["hello".into()]);
+    let out = b.forward(&["hi".into()], "t").await.unwrap();
+    assert_eq!(out.text(), "hello");
+}
