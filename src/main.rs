@@ -1,5 +1,6 @@
 //! `hearth`: run LLM agents offline on a workstation GPU.
 
+mod agent;
 mod bench;
 mod chat;
 mod model_args;
@@ -26,6 +27,8 @@ enum Command {
     Run(run::RunArgs),
     /// Chat with a model in the terminal (or through piped stdin).
     Chat(chat::ChatArgs),
+    /// Run a task through the tool loop (calculator, time, files, python).
+    Agent(agent::AgentArgs),
     /// Print the exact prompt a model would see for a conversation.
     Template(template::TemplateArgs),
     /// List the built-in model cards.
@@ -49,6 +52,7 @@ fn main() -> std::process::ExitCode {
         Command::Run(args) => run::run(args),
         Command::Chat(args) => chat::run(args),
         Command::Template(args) => template::run(args),
+        Command::Agent(args) => agent::run(args),
         Command::Models => models::run(),
         Command::Bench(args) => bench::run(args),
     };

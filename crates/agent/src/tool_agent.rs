@@ -307,21 +307,28 @@ impl ToolAgent {
                 });
             }
             last_text = parsed.text.clone();
-            // A call already made gets the same answer: don't run it, ask for the answer.
-            let repeated = parsed.tool_calls.iter().all(|c| {
-                results.iter().any(|r| {
-                    r.name == c.function.name
-                        && normalized(&r.arguments) == normalized(&c.function.arguments)
-                })
-            });
-            if repeated {
+            // A call already made gets the same answer: run each distinct call once, and when
+            // nothing new is asked, withhold the tools and ask for the answer.
+            let mut calls: Vec<ToolCall> = vec![];
+            for c in &parsed.tool_calls {
+                let same = |name: &str, args: &Value| {
+                    name == c.function.name && normalized(args) == normalized(&c.function.arguments)
+                };
+                let seen = results.iter().any(|r| same(&r.name, &r.arguments))
+                    || calls
+                        .iter()
+                        .any(|k| same(&k.function.name, &k.function.arguments));
+                if !seen {
+                    calls.push(c.clone());
+                }
+            }
+            if calls.is_empty() {
                 withhold_tools = true;
                 messages.push(ChatMessage::user(
                     "You already have the tool results above. Do not call tools again: answer the original question now.",
                 ));
                 continue;
             }
-            let mut calls = parsed.tool_calls.clone();
             for (i, c) in calls.iter_mut().enumerate() {
                 c.id.get_or_insert_with(|| format!("call_{}_{}", iteration, i + 1));
             }

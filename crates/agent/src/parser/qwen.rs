@@ -120,12 +120,15 @@ impl OutputParser for QwenToolParser {
         let known = |c: &ToolCall| tools.iter().any(|t| t == &c.function.name);
         let trimmed = raw.trim();
         if trimmed.starts_with('{') {
-            if let Ok(v) = serde_json::from_str::<Value>(trimmed) {
-                if let Ok(c) = call_from_json(&v) {
-                    if known(&c) {
-                        return ParsedOutput::calls(raw, String::new(), vec![c]);
-                    }
-                }
+            // One object, or several one after another (a cut-off last one is dropped).
+            let calls: Vec<ToolCall> = serde_json::Deserializer::from_str(trimmed)
+                .into_iter::<Value>()
+                .map_while(|v| v.ok())
+                .map(|v| call_from_json(&v))
+                .map_while(|c| c.ok())
+                .collect();
+            if !calls.is_empty() && calls.iter().all(known) {
+                return ParsedOutput::calls(raw, String::new(), calls);
             }
         }
         for (lang, body) in fenced_blocks(raw) {
@@ -236,6 +239,10 @@ mod tests {
             (out.status, out.text.as_str()),
             (ParseStatus::ValidTool, "Sure:")
         );
+        // Several objects, one per line, the last cut off by the token limit.
+        let lines = format!("{bare}\n{{\"name\": \"get_weather\", \"arguments\": {{\"city\": \"Paris\"}}}}\n{{\"name\": \"calcu");
+        let out = QwenToolParser.parse(&lines, &tools());
+        assert_eq!(out.tool_calls.len(), 2);
         // A JSON object naming no offered tool is just an answer.
         let other = "{\"name\": \"Alice\", \"age\": 30}";
         assert_eq!(
