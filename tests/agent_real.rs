@@ -5,14 +5,19 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn real_model() -> Option<PathBuf> {
-    let path = std::env::var_os("HEARTH_TEST_GGUF").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-            .join(".cache/hearth/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
-    });
+    let path = std::env::var_os("HEARTH_TEST_GGUF")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/hearth/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+        });
     if path.is_file() {
         Some(path)
     } else {
-        eprintln!("SKIPPED: {} is missing; run scripts/fetch-test-models.sh", path.display());
+        eprintln!(
+            "SKIPPED: {} is missing; run scripts/fetch-test-models.sh",
+            path.display()
+        );
         None
     }
 }
@@ -21,8 +26,21 @@ fn real_model() -> Option<PathBuf> {
 fn the_calculator_answers_1234_times_5678() {
     let Some(model) = real_model() else { return };
     let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
-        .args(["agent", "--model", model.to_str().unwrap(), "--device", "cpu", "--tools", "calculator"])
-        .args(["--max-tokens", "128", "--json", "What is 1234 * 5678? Use the calculator."])
+        .args([
+            "agent",
+            "--model",
+            model.to_str().unwrap(),
+            "--device",
+            "cpu",
+            "--tools",
+            "calculator",
+        ])
+        .args([
+            "--max-tokens",
+            "128",
+            "--json",
+            "What is 1234 * 5678? Use the calculator.",
+        ])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -33,6 +51,9 @@ fn the_calculator_answers_1234_times_5678() {
     assert_eq!(first["name"], "calculator");
     assert_eq!(first["content"], "7006652", "{run:#}");
     assert_eq!(run["stop_reason"], "answer", "{run:#}");
-    assert!(run["answer"].as_str().unwrap().contains("7006652"), "{run:#}");
+    assert!(
+        run["answer"].as_str().unwrap().contains("7006652"),
+        "{run:#}"
+    );
     assert!(run["iterations"].as_u64().unwrap() >= 2);
 }

@@ -36,3 +36,6 @@ pub use message::{ActionStatusCode, AgentMessage, AgentStatusCode};
 pub use parser::{OutputParser, ParseStatus, ParsedOutput};
 pub use tool::{Tool, ToolRegistry, ToolResult};
 pub use tool_agent::{StopReason, ToolAgent, ToolAgentEvent, ToolAgentRun, ToolChoice};
+
+/// The engine types agents speak in.
+pub use hearth_engine::{ChatMessage, SamplingParams, ToolCall};

@@ -1,0 +1,33 @@
+//! hearth-graph: agent-contracts in Rust. Nodes declare what they read, what they write and
+//! when they should run ([`NodeContract`], [`TriggerCondition`]); Hearth checks the
+//! declarations ([`Validator`]), builds the graph from them ([`Registry`]), routes with
+//! [`Supervisor`]s (rules, then an LLM choosing among the rule candidates) and runs it with
+//! sessions kept in SQLite ([`Runtime`]).
+//!
+//! Differences from agent-contracts: there is no LangGraph underneath — the runtime walks
+//! supervisors and nodes itself; contracts can also be written in TOML.
+
+pub mod contract;
+pub mod error;
+pub mod file;
+pub mod matching;
+pub mod node;
+pub mod registry;
+pub mod runtime;
+pub mod sanitize;
+pub mod state;
+pub mod store;
+pub mod supervisor;
+pub mod validator;
+
+pub use contract::{NodeContract, SubgraphContract, TriggerCondition};
+pub use error::{GraphError, Result};
+pub use node::{AgentNode, Interactive, InteractiveNode, Node, NodeInputs, NodeOutputs};
+pub use registry::Registry;
+pub use runtime::{
+    ExecutionResult, RequestContext, Runtime, RuntimeHooks, StreamEvent, StreamEventType,
+};
+pub use state::{IoPolicy, State};
+pub use store::{MemoryStore, SessionStore, SqliteStore};
+pub use supervisor::{Decision, DecisionKind, DecisionTrace, Supervisor};
+pub use validator::{Severity, ValidationResult, Validator};

@@ -1,0 +1,206 @@
+//! Where sessions live between requests: in memory (tests) or in a SQLite file (default).
+//! A save is one transaction, so a crash mid-run leaves the last committed session intact.
+
+use crate::error::{GraphError, Result};
+use rusqlite::{params, Connection, OpenFlags};
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+pub trait SessionStore: Send + Sync {
+    fn load(&self, session_id: &str) -> Result<Option<Map<String, Value>>>;
+    fn save(&self, session_id: &str, slices: &Map<String, Value>) -> Result<()>;
+    fn delete(&self, session_id: &str) -> Result<()>;
+}
+
+#[derive(Default)]
+pub struct MemoryStore {
+    sessions: Mutex<HashMap<String, Map<String, Value>>>,
+}
+
+impl SessionStore for MemoryStore {
+    fn load(&self, id: &str) -> Result<Option<Map<String, Value>>> {
+        Ok(self
+            .sessions
+            .lock()
+            .map_err(|_| poisoned())?
+            .get(id)
+            .cloned())
+    }
+    fn save(&self, id: &str, slices: &Map<String, Value>) -> Result<()> {
+        self.sessions
+            .lock()
+            .map_err(|_| poisoned())?
+            .insert(id.into(), slices.clone());
+        Ok(())
+    }
+    fn delete(&self, id: &str) -> Result<()> {
+        self.sessions.lock().map_err(|_| poisoned())?.remove(id);
+        Ok(())
+    }
+}
+
+fn poisoned() -> GraphError {
+    GraphError::Store {
+        path: "(memory)".into(),
+        message: "lock poisoned".into(),
+    }
+}
+
+pub struct SqliteStore {
+    path: PathBuf,
+    conn: Mutex<Connection>,
+}
+
+impl SqliteStore {
+    /// Opens or creates the file. A file that is not a Hearth session database, or is locked
+    /// by another writer, is an error, and nothing in it is overwritten.
+    pub fn open(path: &Path) -> Result<Self> {
+        let err = |m: String| GraphError::Store {
+            path: path.display().to_string(),
+            message: m,
+        };
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| err(e.to_string()))?;
+        conn.busy_timeout(Duration::from_millis(500))
+            .map_err(|e| err(e.to_string()))?;
+        // Reading the schema fails on a file that is not SQLite ("file is not a database").
+        let tables: Vec<String> = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+            .and_then(|mut st| st.query_map([], |r| r.get::<_, String>(0))?.collect())
+            .map_err(|e| err(format!("not a usable session database: {e}")))?;
+        if !tables.is_empty() && !tables.iter().any(|t| t == "hearth_sessions") {
+            return Err(err(format!(
+                "holds other tables ({}); refusing to use it as a session store",
+                tables.join(", ")
+            )));
+        }
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS hearth_sessions (
+                id TEXT PRIMARY KEY, slices TEXT NOT NULL, updated_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)",
+        )
+        .map_err(|e| err(e.to_string()))?;
+        Ok(Self {
+            path: path.into(),
+            conn: Mutex::new(conn),
+        })
+    }
+
+    fn err(&self, e: impl std::fmt::Display) -> GraphError {
+        GraphError::Store {
+            path: self.path.display().to_string(),
+            message: e.to_string(),
+        }
+    }
+}
+
+impl SessionStore for SqliteStore {
+    fn load(&self, id: &str) -> Result<Option<Map<String, Value>>> {
+        let conn = self.conn.lock().map_err(|_| self.err("lock poisoned"))?;
+        let row: Option<String> = conn
+            .query_row(
+                "SELECT slices FROM hearth_sessions WHERE id = ?1",
+                params![id],
+                |r| r.get(0),
+            )
+            .map(Some)
+            .or_else(|e| {
+                if matches!(e, rusqlite::Error::QueryReturnedNoRows) {
+                    Ok(None)
+                } else {
+                    Err(e)
+                }
+            })
+            .map_err(|e| self.err(e))?;
+        match row {
+            None => Ok(None),
+            Some(text) => serde_json::from_str(&text)
+                .map(Some)
+                .map_err(|e| self.err(format!("session `{id}` is corrupt: {e}"))),
+        }
+    }
+
+    fn save(&self, id: &str, slices: &Map<String, Value>) -> Result<()> {
+        let text = serde_json::to_string(slices).map_err(|e| self.err(e))?;
+        let mut conn = self.conn.lock().map_err(|_| self.err("lock poisoned"))?;
+        let tx = conn.transaction().map_err(|e| self.err(e))?;
+        tx.execute(
+            "INSERT INTO hearth_sessions (id, slices, updated_at) VALUES (?1, ?2, CURRENT_TIMESTAMP)
+             ON CONFLICT(id) DO UPDATE SET slices = excluded.slices, updated_at = CURRENT_TIMESTAMP",
+            params![id, text],
+        )
+        .map_err(|e| self.err(e))?;
+        tx.commit().map_err(|e| self.err(e))
+    }
+
+    fn delete(&self, id: &str) -> Result<()> {
+        let conn = self.conn.lock().map_err(|_| self.err("lock poisoned"))?;
+        conn.execute("DELETE FROM hearth_sessions WHERE id = ?1", params![id])
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn sqlite_round_trip_and_bad_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("sessions.db");
+        let s = SqliteStore::open(&path).unwrap();
+        let mut slices = Map::new();
+        slices.insert("_internal".into(), json!({"turn_count": 2}));
+        s.save("a", &slices).unwrap();
+        drop(s);
+        let s = SqliteStore::open(&path).unwrap();
+        assert_eq!(s.load("a").unwrap(), Some(slices));
+        assert_eq!(s.load("b").unwrap(), None);
+        s.delete("a").unwrap();
+        assert_eq!(s.load("a").unwrap(), None);
+
+        let junk = tmp.path().join("junk.db");
+        std::fs::write(
+            &junk,
+            b"this is not a database, just text that is long enough to have a header",
+        )
+        .unwrap();
+        let before = std::fs::read(&junk).unwrap();
+        let err = SqliteStore::open(&junk).err().unwrap().to_string();
+        assert!(
+            err.contains("junk.db") && err.contains("not a usable session database"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(&junk).unwrap(), before, "nothing overwritten");
+
+        let other = tmp.path().join("other.db");
+        Connection::open(&other)
+            .unwrap()
+            .execute_batch("CREATE TABLE users (id INTEGER)")
+            .unwrap();
+        let err = SqliteStore::open(&other).err().unwrap().to_string();
+        assert!(err.contains("users"), "{err}");
+    }
+
+    #[test]
+    fn a_locked_file_is_a_clear_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("s.db");
+        let s = SqliteStore::open(&path).unwrap();
+        let holder = Connection::open(&path).unwrap();
+        holder.execute_batch("BEGIN EXCLUSIVE").unwrap();
+        let err = s.save("a", &Map::new()).unwrap_err().to_string();
+        assert!(err.contains("s.db") && err.contains("locked"), "{err}");
+        holder.execute_batch("ROLLBACK").unwrap();
+        s.save("a", &Map::new()).unwrap();
+    }
+}
