@@ -3,6 +3,7 @@
 mod agent;
 mod bench;
 mod chat;
+mod graph;
 mod model_args;
 mod models;
 mod run;
@@ -31,6 +32,9 @@ enum Command {
     Agent(agent::AgentArgs),
     /// Print the exact prompt a model would see for a conversation.
     Template(template::TemplateArgs),
+    /// Validate, visualise or compare node contracts.
+    #[command(subcommand)]
+    Graph(graph::GraphCommand),
     /// List the built-in model cards.
     Models,
     /// Measure prefill and decode tokens per second.
@@ -54,6 +58,7 @@ fn main() -> std::process::ExitCode {
         Command::Template(args) => template::run(args),
         Command::Agent(args) => agent::run(args),
         Command::Models => models::run(),
+        Command::Graph(cmd) => graph::run(cmd),
         Command::Bench(args) => bench::run(args),
     };
     match result {

@@ -22,7 +22,12 @@ pub mod validator;
 
 pub use contract::{NodeContract, SubgraphContract, TriggerCondition};
 pub use error::{GraphError, Result};
-pub use node::{AgentNode, Interactive, InteractiveNode, Node, NodeInputs, NodeOutputs};
+pub use node::{
+    AgentNode, Interactive, InteractiveNode, Node, NodeConfig, NodeInputs, NodeOutputs,
+};
+
+/// Node implementations are async traits.
+pub use async_trait::async_trait;
 pub use registry::Registry;
 pub use runtime::{
     ExecutionResult, RequestContext, Runtime, RuntimeHooks, StreamEvent, StreamEventType,

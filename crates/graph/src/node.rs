@@ -18,6 +18,8 @@ pub struct NodeInputs {
     slices: Map<String, Value>,
     declared: Vec<String>,
     policy: IoPolicy,
+    /// A strict-mode violation, kept even if the node swallows the error.
+    violation: std::sync::Mutex<Option<String>>,
 }
 
 impl NodeInputs {
@@ -32,6 +34,7 @@ impl NodeInputs {
             slices,
             declared: contract.reads.clone(),
             policy,
+            violation: Default::default(),
         }
     }
 
@@ -39,9 +42,13 @@ impl NodeInputs {
     pub fn get_slice(&self, name: &str) -> Result<Value> {
         if !self.declared.iter().any(|d| d == name) {
             if self.policy.strict {
+                let message = format!("reads undeclared slice `{name}`");
+                if let Ok(mut v) = self.violation.lock() {
+                    v.get_or_insert(message.clone());
+                }
                 return Err(GraphError::ContractViolation {
                     node: self.node.clone(),
-                    message: format!("reads undeclared slice `{name}`"),
+                    message,
                 });
             }
             if self.policy.warn {
@@ -53,6 +60,15 @@ impl NodeInputs {
             return Ok(json!({}));
         }
         Ok(self.slices.get(name).cloned().unwrap_or_else(|| json!({})))
+    }
+
+    /// The strict-mode violation this node committed, if any.
+    pub fn violation(&self) -> Option<GraphError> {
+        let v = self.violation.lock().ok()?.clone()?;
+        Some(GraphError::ContractViolation {
+            node: self.node.clone(),
+            message: v,
+        })
     }
 
     /// A field of a declared slice, or null.

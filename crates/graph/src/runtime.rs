@@ -423,7 +423,11 @@ impl Runtime {
         let contract = node.contract().clone();
         run.emit(StreamEventType::NodeStart, Some(name), json!({}));
         let inputs = NodeInputs::new(&contract, state, self.policy);
-        match node.execute(&inputs, &self.config).await {
+        let outcome = node.execute(&inputs, &self.config).await;
+        if let Some(v) = inputs.violation() {
+            return Err(v);
+        }
+        match outcome {
             Ok(outputs) => {
                 outputs.apply(&contract, state, self.policy)?;
                 state.clear_error();

@@ -1,0 +1,383 @@
+//! The runtime over small graphs: I/O enforcement, node errors, subgraph budgets, streaming,
+//! hooks, and sessions.
+
+use hearth_graph::runtime::StepKind;
+use hearth_graph::{
+    async_trait, GraphError, IoPolicy, MemoryStore, Node, NodeConfig, NodeContract, NodeInputs,
+    NodeOutputs, Registry, RequestContext, Runtime, RuntimeHooks, State, StreamEventType,
+    SubgraphContract, TriggerCondition,
+};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// Writes `outputs` (or fails with `error`).
+struct Fixed {
+    contract: NodeContract,
+    outputs: Value,
+    error: Option<String>,
+}
+
+#[async_trait]
+impl Node for Fixed {
+    fn contract(&self) -> &NodeContract {
+        &self.contract
+    }
+    async fn execute(&self, inputs: &NodeInputs, _c: &NodeConfig) -> Result<NodeOutputs, String> {
+        // Reading an undeclared slice sees {} (or fails when strict).
+        let peek = inputs.get_slice("secrets").map_err(|e| e.to_string())?;
+        assert_eq!(peek, json!({}));
+        if let Some(e) = &self.error {
+            return Err(e.clone());
+        }
+        let mut out = NodeOutputs::new();
+        for (k, v) in self.outputs.as_object().cloned().unwrap_or_default() {
+            out = out.set(&k, v);
+        }
+        Ok(out)
+    }
+}
+
+fn node(
+    name: &str,
+    sup: &str,
+    writes: &[&str],
+    outputs: Value,
+    when_action: Option<&str>,
+) -> Arc<dyn Node> {
+    let mut c = NodeContract::new(name, sup);
+    c.reads = vec!["request".into()];
+    c.writes = writes.iter().map(|s| s.to_string()).collect();
+    let mut t = TriggerCondition {
+        priority: 10,
+        ..Default::default()
+    };
+    if let Some(a) = when_action {
+        t.when.insert("request.action".into(), json!(a));
+        t.priority = 50;
+    }
+    c.trigger_conditions = vec![t];
+    Arc::new(Fixed {
+        contract: c,
+        outputs,
+        error: None,
+    })
+}
+
+fn runtime(nodes: Vec<Arc<dyn Node>>, subgraphs: Vec<SubgraphContract>) -> Runtime {
+    let mut r = Registry::new();
+    r.add_valid_slice("secrets");
+    for n in nodes {
+        r.add_node(n).unwrap();
+    }
+    for s in subgraphs {
+        r.add_subgraph(s).unwrap();
+    }
+    Runtime::new(r, Arc::new(MemoryStore::default())).unwrap()
+}
+
+fn request(action: &str) -> RequestContext {
+    RequestContext {
+        session_id: "s".into(),
+        action: Some(action.into()),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn undeclared_writes_are_dropped_or_fail_when_strict() {
+    let sneaky = node(
+        "sneaky",
+        "main",
+        &["response"],
+        json!({"response": {"response_type": "done"}, "secrets": {"x": 1}}),
+        None,
+    );
+    let mut rt = runtime(vec![sneaky.clone()], vec![]);
+    let r = rt.execute(request("go")).await.unwrap();
+    assert_eq!(r.response_type.as_deref(), Some("done"));
+    assert_eq!(
+        r.state.slice("secrets"),
+        &Value::Null,
+        "the undeclared write was dropped"
+    );
+    rt.policy = IoPolicy {
+        strict: true,
+        ..IoPolicy::default()
+    };
+    let err = rt.execute(request("go")).await.unwrap_err();
+    assert!(matches!(err, GraphError::ContractViolation { .. }), "{err}");
+    assert!(
+        err.to_string().contains("sneaky")
+            && err.to_string().contains("undeclared slice `secrets`"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_failing_node_becomes_an_error_response() {
+    let mut c = NodeContract::new("broken", "main");
+    c.writes = vec!["response".into()];
+    c.trigger_conditions = vec![TriggerCondition::default()];
+    let broken: Arc<dyn Node> = Arc::new(Fixed {
+        contract: c,
+        outputs: json!({}),
+        error: Some("database down".into()),
+    });
+    let rt = runtime(vec![broken], vec![]);
+    let r = rt.execute(request("go")).await.unwrap();
+    assert_eq!(r.response_type.as_deref(), Some("error"));
+    assert_eq!(r.response_message.as_deref(), Some("database down"));
+    assert_eq!(r.state.error().as_deref(), Some("database down"));
+}
+
+fn call(id: &str) -> Value {
+    json!({"_internal": {"next_node": format!("call_subgraph::{id}")}})
+}
+
+fn sg(id: &str, entry: &str, nodes: &[&str]) -> SubgraphContract {
+    SubgraphContract {
+        subgraph_id: id.into(),
+        description: String::new(),
+        reads: vec![],
+        writes: vec![],
+        entrypoint: entry.into(),
+        supervisors: vec![entry.into()],
+        nodes: nodes.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+#[tokio::test]
+async fn subgraphs_run_and_return_with_a_trace() {
+    let rt = {
+        let mut rt = runtime(
+            vec![
+                node("router", "main", &["_internal"], call("inner"), Some("go")),
+                node(
+                    "leaf",
+                    "inner_sup",
+                    &["response"],
+                    json!({"response": {"response_type": "done", "response_message": "from inside"}}),
+                    None,
+                ),
+            ],
+            vec![sg("inner", "inner_sup", &["leaf"])],
+        );
+        rt.supervisors
+            .get_mut("main")
+            .unwrap()
+            .subgraphs
+            .insert("inner".into());
+        rt
+    };
+    let r = rt.execute(request("go")).await.unwrap();
+    assert_eq!(r.response_message.as_deref(), Some("from inside"));
+    let kinds: Vec<(String, usize)> = r
+        .trace
+        .iter()
+        .map(|t| (format!("{:?}", t.kind), t.depth))
+        .collect();
+    assert_eq!(
+        kinds[..3],
+        [
+            ("Node".to_string(), 0),
+            ("Subgraph".to_string(), 0),
+            ("Node".to_string(), 1)
+        ]
+    );
+    assert!(r.termination.is_none());
+}
+
+#[tokio::test]
+async fn subgraph_budgets_and_bad_ids() {
+    // Not on the supervisor's allowlist.
+    let rt = runtime(
+        vec![
+            node("router", "main", &["_internal"], call("inner"), Some("go")),
+            node(
+                "leaf",
+                "inner_sup",
+                &["response"],
+                json!({"response": {"response_type": "done"}}),
+                None,
+            ),
+        ],
+        vec![sg("inner", "inner_sup", &["leaf"])],
+    );
+    let r = rt.execute(request("go")).await.unwrap();
+    assert_eq!(r.termination.as_deref(), Some("allowlist_violation"));
+    assert!(matches!(r.trace.last().unwrap().kind, StepKind::StopGlobal));
+
+    // A subgraph id that does not exist.
+    let mut rt = runtime(
+        vec![node(
+            "router",
+            "main",
+            &["_internal"],
+            call("ghost"),
+            Some("go"),
+        )],
+        vec![],
+    );
+    rt.supervisors
+        .get_mut("main")
+        .unwrap()
+        .subgraphs
+        .insert("ghost".into());
+    let err = rt.execute(request("go")).await.unwrap_err().to_string();
+    assert!(err.contains("subgraph `ghost` does not exist"), "{err}");
+
+    // A subgraph that calls itself: a cycle.
+    let mut rt = runtime(
+        vec![
+            node("router", "main", &["_internal"], call("loop"), Some("go")),
+            node("again", "loop_sup", &["_internal"], call("loop"), None),
+        ],
+        vec![sg("loop", "loop_sup", &["again"])],
+    );
+    for s in rt.supervisors.values_mut() {
+        s.subgraphs.insert("loop".into());
+    }
+    assert_eq!(
+        rt.execute(request("go"))
+            .await
+            .unwrap()
+            .termination
+            .as_deref(),
+        Some("cycle_detected")
+    );
+
+    // Nested deeper than max_depth.
+    let mut rt = runtime(
+        vec![
+            node("router", "main", &["_internal"], call("a"), Some("go")),
+            node("to_b", "a_sup", &["_internal"], call("b"), None),
+            node("to_c", "b_sup", &["_internal"], call("c"), None),
+            node(
+                "leaf",
+                "c_sup",
+                &["response"],
+                json!({"response": {"response_type": "done"}}),
+                None,
+            ),
+        ],
+        vec![
+            sg("a", "a_sup", &["to_b"]),
+            sg("b", "b_sup", &["to_c"]),
+            sg("c", "c_sup", &["leaf"]),
+        ],
+    );
+    for s in rt.supervisors.values_mut() {
+        s.subgraphs.extend(["a", "b", "c"].map(String::from));
+    }
+    assert_eq!(
+        rt.execute(request("go"))
+            .await
+            .unwrap()
+            .termination
+            .as_deref(),
+        Some("max_depth_exceeded")
+    );
+
+    // A node that never finishes the response: the step budget ends it.
+    let mut rt = runtime(
+        vec![node(
+            "busy",
+            "main",
+            &["response"],
+            json!({"response": {"n": 1}}),
+            None,
+        )],
+        vec![],
+    );
+    rt.supervisors.get_mut("main").unwrap().max_iterations = 1000;
+    rt.budgets.max_steps = 5;
+    let r = rt.execute(request("go")).await.unwrap();
+    assert_eq!(
+        (r.termination.as_deref(), r.steps),
+        (Some("max_steps_exceeded"), 5)
+    );
+}
+
+#[tokio::test]
+async fn streaming_events_serialise_as_sse() {
+    let rt = runtime(
+        vec![node(
+            "hello",
+            "main",
+            &["response"],
+            json!({"response": {"response_type": "done", "response_message": "hi"}}),
+            None,
+        )],
+        vec![],
+    );
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    rt.stream(request("go"), &tx).await.unwrap();
+    drop(tx);
+    let mut kinds = vec![];
+    let mut last_sse = String::new();
+    while let Some(e) = rx.recv().await {
+        kinds.push(e.kind);
+        last_sse = e.to_sse();
+    }
+    assert_eq!(
+        kinds,
+        [
+            StreamEventType::Progress,
+            StreamEventType::NodeStart,
+            StreamEventType::NodeEnd,
+            StreamEventType::Data,
+            StreamEventType::Progress,
+            StreamEventType::Done
+        ]
+    );
+    assert!(
+        last_sse.starts_with("event: done\ndata: {") && last_sse.ends_with("\n\n"),
+        "{last_sse}"
+    );
+}
+
+struct CountHooks(std::sync::atomic::AtomicUsize);
+
+#[async_trait]
+impl RuntimeHooks for CountHooks {
+    async fn prepare_state(&self, mut state: State, _r: &RequestContext) -> State {
+        state.set("_internal", "active_mode", "testing".into());
+        state
+    }
+    async fn after_execution(&self, state: &State, _r: &hearth_graph::ExecutionResult) {
+        assert_eq!(state.active_mode().as_deref(), Some("testing"));
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn hooks_and_session_restore() {
+    let mut rt = runtime(
+        vec![node(
+            "hello",
+            "main",
+            &["response"],
+            json!({"response": {"response_type": "done"}}),
+            None,
+        )],
+        vec![],
+    );
+    let hooks = Arc::new(CountHooks(Default::default()));
+    rt.hooks.push(hooks.clone());
+    rt.execute(request("go")).await.unwrap();
+    let r = rt
+        .execute(RequestContext {
+            resume_session: true,
+            ..request("go")
+        })
+        .await
+        .unwrap();
+    assert_eq!(r.state.turn_count(), 2, "_internal was restored");
+    let r = rt.execute(request("go")).await.unwrap();
+    assert_eq!(
+        r.state.turn_count(),
+        1,
+        "without resume the session starts over"
+    );
+    assert_eq!(hooks.0.load(std::sync::atomic::Ordering::SeqCst), 3);
+}
