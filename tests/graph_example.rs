@@ -76,3 +76,44 @@ fn a_corrupt_session_file_is_refused_untouched() {
     );
     assert_eq!(std::fs::read(&db).unwrap(), before);
 }
+
+/// The same graph with Hearth's engine in process (the real model, when fetched).
+#[test]
+fn the_example_runs_on_the_real_engine() {
+    let model = std::env::var_os("HEARTH_TEST_GGUF")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/hearth/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+        });
+    if !model.is_file() {
+        eprintln!(
+            "SKIPPED: {} is missing; run scripts/fetch-test-models.sh",
+            model.display()
+        );
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("shop.db");
+    let (ok, r, err) = run(
+        &db,
+        &[
+            "--model",
+            model.to_str().unwrap(),
+            "ask",
+            "Do you sell scarves?",
+        ],
+    );
+    assert!(ok, "{err}");
+    // The LLM router chose a node among the rule candidates, and that node answered.
+    let decision = &r["trace"][0]["decision"];
+    assert_eq!(decision["llm_used"], true, "{r:#}");
+    assert!(
+        ["llm_decision", "fallback"].contains(&decision["decision_type"].as_str().unwrap()),
+        "{r:#}"
+    );
+    assert!(
+        ["answer", "results", "question"].contains(&r["response_type"].as_str().unwrap()),
+        "{r:#}"
+    );
+}
