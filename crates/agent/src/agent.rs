@@ -7,7 +7,7 @@ use crate::error::{AgentError, Result};
 use crate::hooks::Hook;
 use crate::llm::{complete, Llm, LlmRequest};
 use crate::memory::MemoryManager;
-use crate::message::AgentMessage;
+use crate::message::{AgentMessage, AgentStatusCode};
 use crate::parser::OutputParser;
 use async_trait::async_trait;
 use serde_json::{Map, Value};
@@ -160,6 +160,13 @@ impl Agent for LlmAgent {
     }
 
     async fn forward(&self, history: &[AgentMessage], _session: &str) -> Result<AgentMessage> {
+        let out = complete(self.llm.as_ref(), self.prepare(history)).await?;
+        Ok(self.message(&out.text, AgentStatusCode::End))
+    }
+}
+
+impl LlmAgent {
+    fn prepare(&self, history: &[AgentMessage]) -> LlmRequest {
         let messages = self.aggregator.aggregate(
             history,
             &self.name,
@@ -174,21 +181,73 @@ impl Agent for LlmAgent {
                 stop.get_or_insert_with(Vec::new).extend(words);
             }
         }
-        let out = complete(
-            self.llm.as_ref(),
-            LlmRequest {
-                messages,
-                stop,
-                ..self.request.clone()
-            },
-        )
-        .await?;
-        let mut msg = AgentMessage::new(self.name.clone(), out.text.clone());
-        if let Some(p) = &self.parser {
-            let parsed = p.parse(&out.text, &[]);
-            msg.formatted = serde_json::to_value(parsed).ok();
+        LlmRequest {
+            messages,
+            stop,
+            ..self.request.clone()
         }
-        Ok(msg)
+    }
+
+    fn message(&self, text: &str, state: AgentStatusCode) -> AgentMessage {
+        let mut msg = AgentMessage::new(self.name.clone(), text.to_string());
+        msg.stream_state = state;
+        if let Some(p) = &self.parser {
+            msg.formatted = serde_json::to_value(p.parse(text, &[])).ok();
+        }
+        msg
+    }
+
+    /// `call`, streaming: the answer so far (re-parsed each time) with `stream_state`
+    /// STREAM_ING, then the whole answer with END once memory holds it.
+    pub fn call_stream<'a>(
+        &'a self,
+        inputs: Vec<AgentMessage>,
+        session: &'a str,
+    ) -> futures::stream::BoxStream<'a, Result<AgentMessage>> {
+        use futures::StreamExt;
+        let mut inputs = inputs;
+        for h in &self.hooks {
+            inputs = h.before_agent(&self.name, inputs, session);
+        }
+        for i in &inputs {
+            self.memory.add(session, i.clone());
+        }
+        let request = self.prepare(&self.memory.get(session));
+        enum Step {
+            Start(LlmRequest),
+            Going(crate::llm::LlmStream, String),
+            Finished,
+        }
+        futures::stream::unfold(Step::Start(request), move |step| async move {
+            let (mut stream, mut text) = match step {
+                Step::Finished => return None,
+                Step::Start(req) => match self.llm.chat(req) {
+                    Ok(s) => (s, String::new()),
+                    Err(e) => return Some((Err(e), Step::Finished)),
+                },
+                Step::Going(s, t) => (s, t),
+            };
+            loop {
+                match stream.next().await {
+                    Some(Ok(crate::llm::LlmEvent::Text(t))) => {
+                        text.push_str(&t);
+                        let msg = self.message(&text, AgentStatusCode::StreamIng);
+                        return Some((Ok(msg), Step::Going(stream, text)));
+                    }
+                    Some(Ok(_)) => continue,
+                    Some(Err(e)) => return Some((Err(e), Step::Finished)),
+                    None => {
+                        let mut msg = self.message(&text, AgentStatusCode::End);
+                        self.memory.add(session, msg.clone());
+                        for h in &self.hooks {
+                            msg = h.after_agent(&self.name, msg, session);
+                        }
+                        return Some((Ok(msg), Step::Finished));
+                    }
+                }
+            }
+        })
+        .boxed()
     }
 }
 
@@ -226,6 +285,72 @@ impl Agent for Sequential {
             }
         }
         last.ok_or_else(|| AgentError::invalid("agents", "Sequential has no agents"))
+    }
+}
+
+/// Agents held in a list (state keys `0.memory`, `1.memory`, …); calling it runs them all on
+/// the same input and returns the last answer.
+pub struct AgentList {
+    pub name: String,
+    pub agents: Vec<Box<dyn Agent>>,
+}
+
+#[async_trait]
+impl Agent for AgentList {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn children(&self) -> Vec<(String, &dyn Agent)> {
+        self.agents
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (i.to_string(), a.as_ref()))
+            .collect()
+    }
+
+    async fn forward(&self, history: &[AgentMessage], session: &str) -> Result<AgentMessage> {
+        let mut last = None;
+        for a in &self.agents {
+            last = Some(a.call(history.to_vec(), session).await?);
+        }
+        last.ok_or_else(|| AgentError::invalid("agents", "AgentList is empty"))
+    }
+}
+
+/// Agents by name (state keys `<name>.memory`); calling it routes to the agent named by the
+/// last message's `receiver`.
+pub struct AgentMap {
+    pub name: String,
+    pub agents: std::collections::BTreeMap<String, Box<dyn Agent>>,
+}
+
+#[async_trait]
+impl Agent for AgentMap {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn children(&self) -> Vec<(String, &dyn Agent)> {
+        self.agents
+            .iter()
+            .map(|(k, a)| (k.clone(), a.as_ref()))
+            .collect()
+    }
+
+    async fn forward(&self, history: &[AgentMessage], session: &str) -> Result<AgentMessage> {
+        let to = history
+            .last()
+            .and_then(|m| m.receiver.clone())
+            .unwrap_or_default();
+        let agent = self.agents.get(&to).ok_or_else(|| {
+            let known: Vec<&String> = self.agents.keys().collect();
+            AgentError::invalid(
+                "receiver",
+                format!("no agent named `{to}` (have {known:?})"),
+            )
+        })?;
+        agent.call(history.to_vec(), session).await
     }
 }
 
@@ -325,6 +450,79 @@ mod tests {
             fresh.state_dict("s")["writer.memory"],
             serde_json::json!([])
         );
+    }
+
+    #[tokio::test]
+    async fn streaming_yields_partial_messages_then_the_end() {
+        use futures::StreamExt;
+        let mut agent = LlmAgent::new(
+            "bot",
+            Arc::new(ScriptedLlm::new([
+                "<tool_call>{\"name\": \"calculator\", \"arguments\": {}}</tool_call>",
+            ])),
+            None,
+        );
+        agent.parser = Some(Box::new(crate::parser::QwenToolParser));
+        let msgs: Vec<AgentMessage> = agent
+            .call_stream(vec!["go".into()], "s")
+            .map(|m| m.unwrap())
+            .collect()
+            .await;
+        assert!(msgs.len() > 3);
+        assert!(msgs[..msgs.len() - 1]
+            .iter()
+            .all(|m| m.stream_state == AgentStatusCode::StreamIng));
+        let last = msgs.last().unwrap();
+        assert_eq!(last.stream_state, AgentStatusCode::End);
+        // `formatted` is re-parsed on every chunk: broken JSON first, a valid call at the end.
+        assert_eq!(
+            msgs[5].formatted.as_ref().unwrap()["status"],
+            serde_json::json!(-1)
+        );
+        assert_eq!(
+            last.formatted.as_ref().unwrap()["status"],
+            serde_json::json!(1)
+        );
+        assert_eq!(agent.memory.get("s").len(), 2);
+    }
+
+    #[tokio::test]
+    async fn lists_and_maps_nest_state() {
+        let list = AgentList {
+            name: "both".into(),
+            agents: vec![
+                Box::new(LlmAgent::new("a", Arc::new(ScriptedLlm::new(["A"])), None)),
+                Box::new(LlmAgent::new("b", Arc::new(ScriptedLlm::new(["B"])), None)),
+            ],
+        };
+        assert_eq!(list.call(vec!["hi".into()], "s").await.unwrap().text(), "B");
+        let keys: Vec<String> = list.state_dict("s").keys().cloned().collect();
+        assert_eq!(keys, ["0.memory", "1.memory"]);
+        let mut map = AgentMap {
+            name: "router".into(),
+            agents: Default::default(),
+        };
+        map.agents.insert(
+            "math".into(),
+            Box::new(LlmAgent::new(
+                "math",
+                Arc::new(ScriptedLlm::new(["4"])),
+                None,
+            )),
+        );
+        let mut m = AgentMessage::user("2+2");
+        m.receiver = Some("math".into());
+        assert_eq!(map.call(vec![m], "s").await.unwrap().text(), "4");
+        assert_eq!(
+            map.state_dict("s").keys().cloned().collect::<Vec<_>>(),
+            ["math.memory"]
+        );
+        let err = map
+            .call(vec!["nobody".into()], "s")
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no agent named"), "{err}");
     }
 
     #[tokio::test]

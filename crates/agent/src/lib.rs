@@ -26,7 +26,7 @@ pub mod tool;
 pub mod tool_agent;
 pub mod tools;
 
-pub use agent::{Agent, LlmAgent, Sequential};
+pub use agent::{Agent, AgentList, AgentMap, LlmAgent, Sequential};
 pub use aggregator::{Aggregator, DefaultAggregator, FewShotAggregator, ToolAggregator};
 pub use error::{AgentError, Result};
 pub use hooks::Hook;

@@ -381,3 +381,41 @@ async fn hooks_and_session_restore() {
     );
     assert_eq!(hooks.0.load(std::sync::atomic::Ordering::SeqCst), 3);
 }
+
+struct UsesCatalog(NodeContract);
+
+#[async_trait]
+impl Node for UsesCatalog {
+    fn contract(&self) -> &NodeContract {
+        &self.0
+    }
+    async fn execute(&self, _i: &NodeInputs, config: &NodeConfig) -> Result<NodeOutputs, String> {
+        let catalog = config
+            .service::<Vec<String>>("catalog")
+            .ok_or("no catalog service")?;
+        Ok(NodeOutputs::new().set(
+            "response",
+            json!({"response_type": "done", "response_data": *catalog}),
+        ))
+    }
+}
+
+#[tokio::test]
+async fn services_are_injected_by_name() {
+    let mut c = NodeContract::new("lister", "main");
+    c.writes = vec!["response".into()];
+    c.services = vec!["catalog".into()];
+    c.trigger_conditions = vec![TriggerCondition::default()];
+    let mut rt = runtime(vec![Arc::new(UsesCatalog(c))], vec![]);
+    let r = rt.execute(request("go")).await.unwrap();
+    assert_eq!(
+        r.response_message.as_deref(),
+        Some("no catalog service"),
+        "missing service → error response"
+    );
+    rt.config
+        .services
+        .insert("catalog".into(), Arc::new(vec!["scarf".to_string()]));
+    let r = rt.execute(request("go")).await.unwrap();
+    assert_eq!(r.response_data, Some(json!(["scarf"])));
+}
