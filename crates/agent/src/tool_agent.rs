@@ -234,6 +234,7 @@ impl ToolAgent {
         let mut results: Vec<ToolResult> = vec![];
         let mut withhold_tools = offered.is_empty();
         let mut asked_again = false;
+        let mut corrections = 0;
         let mut last_text = String::new();
         let finish = |run: ToolAgentRun| {
             if run.stop_reason != StopReason::Error {
@@ -291,6 +292,23 @@ impl ToolAgent {
                     messages.push(ChatMessage::assistant(text.clone()));
                     messages.push(ChatMessage::user("Call one of the tools to do this."));
                     continue;
+                }
+                // A tool call the parser would not take (an unknown tool, or tools withheld) is
+                // not an answer: say what is wrong, a bounded number of times.
+                if let Some(name) = attempted_call(&text) {
+                    if corrections < MAX_CORRECTIONS {
+                        corrections += 1;
+                        messages.push(ChatMessage::assistant(text.clone()));
+                        messages.push(ChatMessage::user(if withhold_tools {
+                            "Do not call tools now. Answer the original question in plain words, using the tool results above.".to_string()
+                        } else {
+                            format!(
+                                "There is no tool named `{name}`. The tools are: {}. Call one of them, or answer in plain words.",
+                                names.join(", ")
+                            )
+                        }));
+                        continue;
+                    }
                 }
                 let answer = parsed.text.clone();
                 let reason = if answer.is_empty() {
@@ -398,6 +416,28 @@ impl ToolAgent {
         }
         Ok(text)
     }
+}
+
+/// Corrections a run may give for tool calls it cannot take.
+const MAX_CORRECTIONS: usize = 2;
+
+/// The tool name of an answer that is a JSON tool call (bare, or fenced), whatever the name.
+fn attempted_call(text: &str) -> Option<String> {
+    let t = text.trim();
+    let body = t
+        .strip_prefix("```json")
+        .or_else(|| t.strip_prefix("```"))
+        .map(|b| b.trim_end_matches('`').trim())
+        .unwrap_or(t);
+    if !body.starts_with('{') {
+        return None;
+    }
+    let first = serde_json::Deserializer::from_str(body)
+        .into_iter::<Value>()
+        .next()?
+        .ok()?;
+    first.get("arguments").or_else(|| first.get("parameters"))?;
+    first.get("name")?.as_str().map(str::to_owned)
 }
 
 /// Arguments compared as JSON values, strings like "2+2" and "2 + 2" alike.

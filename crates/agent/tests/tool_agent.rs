@@ -256,3 +256,40 @@ async fn old_turns_are_summarised_and_knowledge_is_added() {
     let out = b.forward(&["hi".into()], "t").await.unwrap();
     assert_eq!(out.text(), "hello");
 }
+
+#[tokio::test]
+async fn calls_to_unknown_tools_in_bare_json_are_corrected() {
+    let (a, llm) = agent(vec![
+        "{\"name\": \"square_root\", \"arguments\": {\"x\": 1764}}".into(),
+        calc_call("sqrt(1764)"),
+        "{\"name\": \"calculator\", \"arguments\": {\"expression\": \"sqrt(1764)\"}}".into(),
+        "{\"name\": \"calculator\", \"arguments\": {\"expression\": \"42\"}}".into(),
+        "The square root of 1764 is 42.".into(),
+    ]);
+    let run = a
+        .run(
+            "What is the square root of 1764?",
+            "s",
+            RunOptions::default(),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(run.answer, "The square root of 1764 is 42.");
+    assert_eq!(run.tool_calls.len(), 1);
+    let reqs = llm.requests();
+    assert!(reqs[1]
+        .messages
+        .last()
+        .unwrap()
+        .text()
+        .contains("no tool named `square_root`"));
+    // The repeated call withheld the tools; JSON written anyway is corrected once more.
+    assert!(reqs[3].tools.is_empty());
+    assert!(reqs[4]
+        .messages
+        .last()
+        .unwrap()
+        .text()
+        .contains("plain words"));
+}
