@@ -8,6 +8,7 @@ pub mod card;
 pub mod chat;
 pub mod config;
 mod cpu_matmul;
+pub mod cpu_q5_0;
 pub mod device;
 pub mod engine;
 pub mod error;
