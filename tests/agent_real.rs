@@ -1,30 +1,15 @@
 //! `hearth agent` end to end with the real Qwen2.5-Coder-0.5B-Instruct GGUF
 //! (scripts/fetch-test-models.sh, or HEARTH_TEST_GGUF).
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
 
-fn real_model() -> Option<PathBuf> {
-    let path = std::env::var_os("HEARTH_TEST_GGUF")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                .join(".cache/hearth/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
-        });
-    if path.is_file() {
-        Some(path)
-    } else {
-        eprintln!(
-            "SKIPPED: {} is missing; run scripts/fetch-test-models.sh",
-            path.display()
-        );
-        None
-    }
-}
+use std::process::Command;
 
 #[test]
 fn the_calculator_answers_1234_times_5678() {
-    let Some(model) = real_model() else { return };
+    let Some(model) = common::real_gguf() else {
+        return;
+    };
     let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
         .args([
             "agent",

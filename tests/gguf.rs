@@ -237,28 +237,11 @@ fn broken_files_are_named_clearly() {
     assert!(err.contains("`qwen2.embedding_length` is missing"), "{err}");
 }
 
-/// The real model: scripts/fetch-test-models.sh, or HEARTH_TEST_GGUF.
-fn real_model() -> Option<PathBuf> {
-    let path = std::env::var_os("HEARTH_TEST_GGUF")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                .join(".cache/hearth/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
-        });
-    if path.is_file() {
-        Some(path)
-    } else {
-        eprintln!(
-            "SKIPPED: {} is missing; run scripts/fetch-test-models.sh",
-            path.display()
-        );
-        None
-    }
-}
-
 #[test]
 fn real_gguf_tokenizer_matches_qwen2_5() {
-    let Some(model) = real_model() else { return };
+    let Some(model) = common::real_gguf() else {
+        return;
+    };
     let tok = GgufFile::open(&model).unwrap().tokenizer().unwrap();
     let rows: Vec<serde_json::Value> = serde_json::from_str(
         &std::fs::read_to_string(fixtures().join("golden/tokenizer-qwen2.5.json")).unwrap(),

@@ -2,6 +2,8 @@
 //! request is a new process; the conversation continues from the SQLite session; a process
 //! that dies mid-run leaves the last committed session intact.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -80,19 +82,9 @@ fn a_corrupt_session_file_is_refused_untouched() {
 /// The same graph with Hearth's engine in process (the real model, when fetched).
 #[test]
 fn the_example_runs_on_the_real_engine() {
-    let model = std::env::var_os("HEARTH_TEST_GGUF")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                .join(".cache/hearth/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
-        });
-    if !model.is_file() {
-        eprintln!(
-            "SKIPPED: {} is missing; run scripts/fetch-test-models.sh",
-            model.display()
-        );
+    let Some(model) = common::real_gguf() else {
         return;
-    }
+    };
     let tmp = tempfile::tempdir().unwrap();
     let db = tmp.path().join("shop.db");
     let (ok, r, err) = run(

@@ -2,28 +2,19 @@
 //! decoding) use the block dot products with 8-bit activations, as llama.cpp. The two agree
 //! to a small fraction of the logits' scale. (Own test binary: it changes a global setting.)
 
+mod common;
+
 use candle_core::Device;
 use hearth_engine::gguf::GgufFile;
 use hearth_engine::linear::set_dequantize_from_rows;
 use hearth_engine::Qwen;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 #[test]
 fn f32_prefill_agrees_with_the_block_path() {
-    let path = std::env::var_os("HEARTH_TEST_GGUF")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                .join(".cache/hearth/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
-        });
-    if !path.is_file() {
-        eprintln!(
-            "SKIPPED: {} is missing; run scripts/fetch-test-models.sh",
-            path.display()
-        );
+    let Some(path) = common::real_gguf() else {
         return;
-    }
+    };
     let file = Arc::new(GgufFile::open(&path).unwrap());
     let cfg = file.config().unwrap();
     let model = Qwen::load(&cfg, &file.weights(&Device::Cpu)).unwrap();

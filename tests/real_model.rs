@@ -9,24 +9,6 @@ use hearth_engine::{
 };
 use std::path::PathBuf;
 
-fn real_model() -> Option<PathBuf> {
-    let path = std::env::var_os("HEARTH_TEST_GGUF")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                .join(".cache/hearth/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
-        });
-    if path.is_file() {
-        Some(path)
-    } else {
-        eprintln!(
-            "SKIPPED: {} is missing; run scripts/fetch-test-models.sh",
-            path.display()
-        );
-        None
-    }
-}
-
 fn engine(path: &PathBuf) -> Engine {
     let opts = LoadOptions {
         device: DeviceSpec::Cpu,
@@ -37,7 +19,9 @@ fn engine(path: &PathBuf) -> Engine {
 
 #[test]
 fn answers_the_capital_of_france() {
-    let Some(path) = real_model() else { return };
+    let Some(path) = common::real_gguf() else {
+        return;
+    };
     let e = engine(&path);
     assert_eq!(e.info().chat_template.as_deref(), Some("model"));
     let mut s = e
@@ -66,7 +50,9 @@ fn answers_the_capital_of_france() {
 /// agrees to ~2 % of the logit scale: tests/quantized_prefill.rs).
 #[test]
 fn greedy_tokens_match_llama_cpp() {
-    let Some(path) = real_model() else { return };
+    let Some(path) = common::real_gguf() else {
+        return;
+    };
     hearth_engine::linear::set_dequantize_from_rows(usize::MAX);
     let golden: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(

@@ -79,3 +79,23 @@ pub fn real_tokenizers() -> Option<PathBuf> {
     }
     found.cloned()
 }
+
+/// The real Qwen2.5-Coder-0.5B-Instruct Q4_K_M: `HEARTH_TEST_GGUF`, else where
+/// `scripts/fetch-test-models.sh` puts it.
+pub fn real_gguf() -> Option<PathBuf> {
+    let path = std::env::var_os("HEARTH_TEST_GGUF")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/hearth/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+        });
+    if path.is_file() {
+        Some(path)
+    } else {
+        eprintln!(
+            "SKIPPED: {} is missing; run scripts/fetch-test-models.sh",
+            path.display()
+        );
+        None
+    }
+}

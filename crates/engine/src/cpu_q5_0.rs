@@ -6,7 +6,6 @@
 //! block order), so results are bit-identical to candle's path.
 
 use half::f16;
-use rayon::prelude::*;
 
 const QK: usize = 32;
 /// f16 scale, 4 bytes of high bits, 16 bytes of nibbles.
@@ -168,22 +167,7 @@ pub fn matmul_t(x: &[f32], m: usize, k: usize, w: &[u8], n: usize) -> Vec<f32> {
         .map(|i| quantize_q8_0(&x[i * k..(i + 1) * k]))
         .collect();
     let kernel = kernel();
-    let rows_per_task = (n / (rayon::current_num_threads() * 8)).clamp(8, 256);
-    let mut out_t = vec![0f32; n * m];
-    out_t
-        .par_chunks_mut(rows_per_task * m)
-        .enumerate()
-        .for_each(|(t, out)| kernel(w, k, &xs, t * rows_per_task, out));
-    if m == 1 {
-        return out_t;
-    }
-    let mut out = vec![0f32; m * n];
-    for j in 0..n {
-        for i in 0..m {
-            out[i * n + j] = out_t[j * m + i];
-        }
-    }
-    out
+    crate::cpu_matmul::par_rows(n, m, |first, out| kernel(w, k, &xs, first, out))
 }
 
 #[cfg(test)]
