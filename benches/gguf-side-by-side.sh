@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Hearth, llama.cpp's llama-bench and candle-transformers' quantized_qwen2 on the same GGUF
 # files and thread count, in one go. llama.cpp comes from the source bundled in the PyPI sdist
-# of llama-cpp-python, built once into a cache outside the repository (~6 min on 2 cores).
+# of llama-cpp-python (fetched through PyPI's simple index, sha256-checked, never built by
+# pip), built once into a cache outside the repository (~6 min on 2 cores; needs cmake,
+# e.g. `pip install cmake`).
 # Writes benches/results/<date>-cpu.json and prints a markdown table with ratios.
 #
 #   benches/gguf-side-by-side.sh [threads] model.gguf [more.gguf ...]
@@ -15,10 +17,18 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/hearth-target}
 llama=$cache/llama.cpp/build/bin/llama-bench
 if [ ! -x "$llama" ]; then
   tmp=$(mktemp -d)
-  pip download --quiet --no-deps --no-binary :all: --dest "$tmp" llama-cpp-python==0.3.16 >&2
+  python3 - "$tmp/sdist.tar.gz" <<'PY'
+import hashlib, re, sys, urllib.request
+html = urllib.request.urlopen("https://pypi.org/simple/llama-cpp-python/").read().decode()
+url = re.search(r'href="([^"]*llama_cpp_python-0\.3\.16\.tar\.gz)#sha256=([0-9a-f]+)', html)
+data = urllib.request.urlopen(url.group(1)).read()
+if hashlib.sha256(data).hexdigest() != url.group(2):
+    sys.exit("sha256 mismatch for the llama-cpp-python sdist")
+open(sys.argv[1], "wb").write(data)
+PY
   mkdir -p "$cache/llama.cpp"
-  tar xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp"
-  cp -r "$tmp"/llama_cpp_python-*/vendor/llama.cpp/. "$cache/llama.cpp/"
+  tar xzf "$tmp/sdist.tar.gz" -C "$tmp"
+  cp -r "$tmp"/llama_cpp_python-0.3.16/vendor/llama.cpp/. "$cache/llama.cpp/"
   (cd "$cache/llama.cpp" && cmake -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_CURL=OFF >&2 \
      && cmake --build build -j"$threads" --target llama-bench >&2)
 fi
