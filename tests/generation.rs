@@ -193,8 +193,8 @@ fn model_info_reads_the_configs() {
     let info = e.info();
     assert_eq!(info.family, "qwen2");
     assert_eq!(info.max_positions, 512);
-    // generation_config's [im_end, endoftext], then nothing new from the others.
-    assert_eq!(info.stop_token_ids, vec![1023, 1021]);
+    // generation_config's [im_end, endoftext], then <|im_start|> (a new turn).
+    assert_eq!(info.stop_token_ids, vec![1023, 1021, 1022]);
     assert_eq!(info.sampling.temperature, 0.7);
     assert_eq!(info.sampling.top_k, Some(20));
     assert_eq!(info.parameters, 139_840);

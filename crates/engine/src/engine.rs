@@ -152,7 +152,7 @@ impl Engine {
                 let tokenizer = file.tokenizer()?;
                 let model = Qwen::load(&cfg, &file.weights(&device))?;
                 let mut stop = file.stop_token_ids();
-                for t in ["<|im_end|>", "<|endoftext|>"] {
+                for t in CHATML_STOPS {
                     if let Some(id) = tokenizer.token_id(t).filter(|id| !stop.contains(id)) {
                         stop.push(id);
                     }
@@ -619,8 +619,12 @@ fn read_json(path: &Path) -> Result<Value> {
     })
 }
 
+/// ChatML's turn markers: a model that writes `<|im_start|>` has begun a new turn (as Ollama's
+/// Qwen templates also stop on it).
+const CHATML_STOPS: [&str; 3] = ["<|im_end|>", "<|endoftext|>", "<|im_start|>"];
+
 /// Stop ids: generation_config's eos list, config's eos, tokenizer_config's eos and pad
-/// tokens, and Qwen's `<|im_end|>` / `<|endoftext|>` when the vocabulary has them.
+/// tokens, and ChatML's markers when the vocabulary has them.
 fn stop_token_ids(
     cfg: &QwenConfig,
     generation: &Value,
@@ -652,7 +656,7 @@ fn stop_token_ids(
             add(id);
         }
     }
-    for t in ["<|im_end|>", "<|endoftext|>"] {
+    for t in CHATML_STOPS {
         if let Some(id) = tok.token_id(t) {
             add(id);
         }
