@@ -65,16 +65,9 @@ const META_TEMPLATES: &[(&str, &str)] =
 
 impl ModelCard {
     pub fn parse(text: &str, origin: &Path) -> Result<Self> {
-        let card: Self = toml::from_str(text).map_err(|e| EngineError::Config {
-            path: origin.to_path_buf(),
-            field: "(model card)".into(),
-            message: e.to_string(),
-        })?;
-        let bad = |field: &str, message: String| EngineError::Config {
-            path: origin.to_path_buf(),
-            field: field.into(),
-            message,
-        };
+        let card: Self = toml::from_str(text)
+            .map_err(|e| EngineError::config(origin, "(model card)", e.to_string()))?;
+        let bad = |field: &str, message: String| EngineError::config(origin, field, message);
         if !matches!(card.format.as_str(), "safetensors" | "gguf") {
             return Err(bad(
                 "format",

@@ -47,8 +47,16 @@ fn block_sum(w: &[u8], xq: &[i8]) -> i32 {
     sum
 }
 
+/// Output rows `first..` (transposed, `[rows, m]`), with `sum` giving one block's integer sum.
 #[inline(always)]
-fn rows(w: &[u8], k: usize, xs: &[Q8Row], first: usize, out_t: &mut [f32]) {
+fn rows_with(
+    w: &[u8],
+    k: usize,
+    xs: &[Q8Row],
+    first: usize,
+    out_t: &mut [f32],
+    sum: impl Fn(&[u8], &[i8]) -> i32,
+) {
     let m = xs.len();
     let row_bytes = k / QK * Q5_0_BLOCK_BYTES;
     for (r, out) in out_t.chunks_exact_mut(m).enumerate() {
@@ -57,12 +65,16 @@ fn rows(w: &[u8], k: usize, xs: &[Q8Row], first: usize, out_t: &mut [f32]) {
             let mut sumf = 0f32;
             for (b, blk) in row.chunks_exact(Q5_0_BLOCK_BYTES).enumerate() {
                 let wd = f16::from_bits(u16::from_le_bytes([blk[0], blk[1]])).to_f32();
-                let s = block_sum(blk, &x.qs[b * QK..(b + 1) * QK]);
+                let s = sum(blk, &x.qs[b * QK..(b + 1) * QK]);
                 sumf += s as f32 * wd * x.d[b];
             }
             *o = sumf;
         }
     }
+}
+
+fn rows(w: &[u8], k: usize, xs: &[Q8Row], first: usize, out_t: &mut [f32]) {
+    rows_with(w, k, xs, first, out_t, block_sum)
 }
 
 type RowsFn = fn(&[u8], usize, &[Q8Row], usize, &mut [f32]);
@@ -116,20 +128,10 @@ mod x86 {
 
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn avx2_rows(w: &[u8], k: usize, xs: &[Q8Row], first: usize, out_t: &mut [f32]) {
-        let m = xs.len();
-        let row_bytes = k / QK * Q5_0_BLOCK_BYTES;
-        for (r, out) in out_t.chunks_exact_mut(m).enumerate() {
-            let row = &w[(first + r) * row_bytes..(first + r + 1) * row_bytes];
-            for (x, o) in xs.iter().zip(out.iter_mut()) {
-                let mut sumf = 0f32;
-                for (b, blk) in row.chunks_exact(Q5_0_BLOCK_BYTES).enumerate() {
-                    let wd = f16::from_bits(u16::from_le_bytes([blk[0], blk[1]])).to_f32();
-                    let s = block_sum_avx2(blk, &x.qs[b * QK..(b + 1) * QK]);
-                    sumf += s as f32 * wd * x.d[b];
-                }
-                *o = sumf;
-            }
-        }
+        // SAFETY: this function runs only where AVX2 was detected.
+        rows_with(w, k, xs, first, out_t, |blk, xq| unsafe {
+            block_sum_avx2(blk, xq)
+        })
     }
 
     pub fn best() -> RowsFn {

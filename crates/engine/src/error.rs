@@ -97,6 +97,15 @@ impl EngineError {
         }
     }
 
+    /// A bad field of a configuration file (config.json, a model card, a meta-template, …).
+    pub fn config(path: &std::path::Path, field: &str, message: impl Into<String>) -> Self {
+        Self::Config {
+            path: path.to_path_buf(),
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Self::Io {
             path: path.into(),

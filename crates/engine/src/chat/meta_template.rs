@@ -48,16 +48,9 @@ fn assistant() -> String {
 
 impl MetaTemplate {
     pub fn from_toml(text: &str, origin: &Path) -> Result<Self> {
-        let t: Self = toml::from_str(text).map_err(|e| EngineError::Config {
-            path: origin.to_path_buf(),
-            field: "(meta-template)".into(),
-            message: e.to_string(),
-        })?;
-        let bad = |field: &str, message: String| EngineError::Config {
-            path: origin.to_path_buf(),
-            field: field.into(),
-            message,
-        };
+        let t: Self = toml::from_str(text)
+            .map_err(|e| EngineError::config(origin, "(meta-template)", e.to_string()))?;
+        let bad = |field: &str, message: String| EngineError::config(origin, field, message);
         if t.role(&t.generation_role).is_none() {
             return Err(bad(
                 "generation_role",
