@@ -1,22 +1,48 @@
-//! Q5_0 matrix-vector products: candle's QMatMul against Hearth's kernel, side by side, on
-//! Qwen2.5-0.5B's shapes (the block type of most matrices in its Q4_K_M file).
+//! Quantized matrix-vector products (decoding, one row): candle's `QMatMul` against Hearth's
+//! kernels, side by side, on Qwen2.5-0.5B's shapes for each block type of its Q4_K_M file
+//! (Q5_0 and Q8_0 for most matrices and the output, Q4_K and Q6_K for the feed-forward down).
 //!
 //!     cargo bench --bench quant_kernels
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
+use hearth_engine::cpu_quant::{matmul_t, BlockType, QuantMatrix};
+use hearth_engine::huge_pages::back_with_huge_pages;
 use std::sync::Arc;
 use std::time::Instant;
 
 fn main() {
-    for (n, k) in [(4864usize, 896usize), (896, 896), (9728, 896)] {
+    // Each matrix is as tall as 24 layers' worth of its kind, so that it is read from memory as
+    // in a real decode step (the whole model does not fit in the caches), not from L2.
+    let cases = [
+        (GgmlDType::Q5_0, 24 * 4864usize, 896usize),
+        (GgmlDType::Q8_0, 151936, 896),
+        (GgmlDType::Q4_0, 24 * 4864, 896),
+        (GgmlDType::Q6K, 24 * 896, 4864),
+        (GgmlDType::Q4K, 24 * 896, 4864),
+    ];
+    for (dtype, n, k) in cases {
+        let Some(kind) = BlockType::of(dtype) else {
+            continue;
+        };
         let w = Tensor::randn(0f32, 1.0, (n, k), &Device::Cpu).unwrap();
-        let q = Arc::new(QTensor::quantize(&w, GgmlDType::Q5_0).unwrap());
+        let q = Arc::new(QTensor::quantize(&w, dtype).unwrap());
         let mm = QMatMul::from_arc(q.clone()).unwrap();
         let x = Tensor::randn(0f32, 1.0, (1, k), &Device::Cpu).unwrap();
         let xv: Vec<f32> = x.flatten_all().unwrap().to_vec1().unwrap();
         let data = q.data().unwrap().into_owned();
-        let reps = 50;
+        // Both on huge pages, as the engine keeps its weights (see hearth_engine::huge_pages).
+        back_with_huge_pages(&q.data().unwrap());
+        back_with_huge_pages(&data);
+        let reps = 10;
+        let mat = [QuantMatrix {
+            kind,
+            data: &data,
+            rows: n,
+        }];
+        // Warm both paths (thread pools, caches) before timing.
+        std::hint::black_box(mm.forward(&x).unwrap());
+        std::hint::black_box(matmul_t(&xv, 1, k, &mat));
         let t = Instant::now();
         for _ in 0..reps {
             std::hint::black_box(mm.forward(&x).unwrap());
@@ -24,12 +50,12 @@ fn main() {
         let candle = t.elapsed().as_secs_f64() / reps as f64;
         let t = Instant::now();
         for _ in 0..reps {
-            std::hint::black_box(hearth_engine::cpu_q5_0::matmul_t(&xv, 1, k, &data, n));
+            std::hint::black_box(matmul_t(&xv, 1, k, &mat));
         }
         let hearth = t.elapsed().as_secs_f64() / reps as f64;
         let bytes = data.len() as f64;
         println!(
-            "Q5_0 [{n} x {k}], 1 row: candle {:.3} ms ({:.1} GB/s), hearth {:.3} ms ({:.1} GB/s): {:.2}x",
+            "{dtype:?} [{n} x {k}], 1 row: candle {:.3} ms ({:.1} GB/s), hearth {:.3} ms ({:.1} GB/s): {:.2}x",
             candle * 1e3,
             bytes / candle / 1e9,
             hearth * 1e3,

@@ -3,13 +3,15 @@
 //!
 //! Dense: on the CPU, activations are f32 and few-row products go to [`crate::cpu_matmul`],
 //! which reads bf16/f16 weights directly; longer prefills use candle's gemm on an f32 view of
-//! the weight. On GPUs candle's matmul runs in the model dtype. Quantized: candle's `QMatMul`.
+//! the weight. On GPUs candle's matmul runs in the model dtype. Quantized: few rows on the CPU go
+//! to [`crate::cpu_quant`]'s block kernels, everything else to candle's `QMatMul`.
 //!
 //! Several matrices that read the same input (q, k and v; gate and up) are fused: dense ones
 //! are concatenated into one matrix, quantized ones (often of different types) run in turn
 //! and their outputs are concatenated.
 
 use crate::cpu_matmul::{matmul_t, WeightRows};
+use crate::cpu_quant::{BlockType, QuantMatrix};
 use crate::weights::Matrix;
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Result, Storage, Tensor, D};
@@ -46,8 +48,10 @@ pub fn set_dequantize_from_rows(rows: usize) {
 
 impl Linear {
     pub fn new(weight: Tensor, bias: Option<Tensor>) -> Result<Self> {
+        let weight = weight.contiguous()?;
+        dense_on_huge_pages(&weight)?;
         Ok(Self {
-            parts: vec![Part::Dense(weight.contiguous()?)],
+            parts: vec![Part::Dense(weight)],
             bias,
         })
     }
@@ -67,12 +71,41 @@ impl Linear {
         let parts = mats
             .into_iter()
             .map(|m| match m {
-                Matrix::Dense(t) => Ok(Part::Dense(t.contiguous()?)),
-                Matrix::Quantized(q) => Ok(Part::Quantized(QMatMul::from_arc(q.clone())?, q)),
+                Matrix::Dense(t) => {
+                    let t = t.contiguous()?;
+                    dense_on_huge_pages(&t)?;
+                    Ok(Part::Dense(t))
+                }
+                Matrix::Quantized(q) => {
+                    if q.device().is_cpu() {
+                        crate::huge_pages::back_with_huge_pages(&q.data()?);
+                    }
+                    Ok(Part::Quantized(QMatMul::from_arc(q.clone())?, q))
+                }
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Self { parts, bias })
     }
+}
+
+/// A dense CPU weight's bytes onto huge pages (see [`crate::huge_pages`]).
+fn dense_on_huge_pages(w: &Tensor) -> Result<()> {
+    let (storage, _) = w.storage_and_layout();
+    if let Storage::Cpu(s) = &*storage {
+        let bytes: &[u8] = match w.dtype() {
+            DType::F32 => bytemuck_bytes(s.as_slice::<f32>()?),
+            DType::BF16 => bytemuck_bytes(s.as_slice::<half::bf16>()?),
+            DType::F16 => bytemuck_bytes(s.as_slice::<half::f16>()?),
+            _ => return Ok(()),
+        };
+        crate::huge_pages::back_with_huge_pages(bytes);
+    }
+    Ok(())
+}
+
+fn bytemuck_bytes<T: Copy>(v: &[T]) -> &[u8] {
+    // SAFETY: plain numbers without padding, viewed as bytes for as long as `v` lives.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
 }
 
 impl Part {
@@ -86,10 +119,7 @@ impl Part {
                 let w = q.dequantize(x.device())?.to_dtype(x.dtype())?;
                 x.broadcast_matmul(&w.t()?)
             }
-            Part::Quantized(q, t) => match q5_0_rows(t, x)? {
-                Some(y) => Ok(y),
-                None => q.forward(x),
-            },
+            Part::Quantized(q, _) => q.forward(x),
             Part::Dense(w) => match cpu_rows(w, x)? {
                 Some(y) => Ok(y),
                 None => {
@@ -105,29 +135,48 @@ impl Part {
     }
 }
 
-/// Few rows through a Q5_0 matrix on the CPU: Hearth's SIMD kernel, same numbers as candle's.
-fn q5_0_rows(w: &QTensor, x: &Tensor) -> Result<Option<Tensor>> {
-    if w.dtype() != candle_core::quantized::GgmlDType::Q5_0
-        || !x.device().is_cpu()
-        || x.dtype() != DType::F32
-    {
+/// Few rows through quantized matrices on the CPU, all in one pass with Hearth's kernels
+/// ([`crate::cpu_quant`]), or `None` where some part has none (candle's then run).
+fn quantized_rows(parts: &[Part], x: &Tensor) -> Result<Option<Tensor>> {
+    if !x.device().is_cpu() || x.dtype() != DType::F32 {
         return Ok(None);
     }
-    let (n, k) = w.shape().dims2()?;
-    if k % 32 != 0 {
-        return Ok(None);
-    }
-    let x = x.contiguous()?;
+    let k = x.dim(D::Minus1)?;
     let m = x.elem_count() / k;
-    let data = w.data()?;
+    if m >= DEQUANTIZE_FROM_ROWS.load(Ordering::Relaxed) {
+        return Ok(None);
+    }
+    let mut mats = Vec::with_capacity(parts.len());
+    for part in parts {
+        let Part::Quantized(_, w) = part else {
+            return Ok(None);
+        };
+        let Some(kind) = BlockType::of(w.dtype()) else {
+            return Ok(None);
+        };
+        let (rows, cols) = w.shape().dims2()?;
+        if cols != k || k % kind.block_values() != 0 {
+            return Ok(None);
+        }
+        mats.push((kind, w.data()?, rows));
+    }
+    let mats: Vec<QuantMatrix<'_>> = mats
+        .iter()
+        .map(|(kind, data, rows)| QuantMatrix {
+            kind: *kind,
+            data,
+            rows: *rows,
+        })
+        .collect();
+    let x = x.contiguous()?;
     let (xs, xl) = x.storage_and_layout();
     let (Storage::Cpu(xs), Some((x0, x1))) = (&*xs, xl.contiguous_offsets()) else {
         return Ok(None);
     };
-    let out = crate::cpu_q5_0::matmul_t(&xs.as_slice::<f32>()?[x0..x1], m, k, &data, n);
+    let out = crate::cpu_quant::matmul_t(&xs.as_slice::<f32>()?[x0..x1], m, k, &mats);
     let mut shape = x.dims().to_vec();
     if let Some(last) = shape.last_mut() {
-        *last = n;
+        *last = mats.iter().map(|w| w.rows).sum();
     }
     Ok(Some(Tensor::from_vec(out, shape, &Device::Cpu)?))
 }
@@ -169,9 +218,11 @@ fn cpu_rows(weight: &Tensor, x: &Tensor) -> Result<Option<Tensor>> {
 
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = match self.parts.as_slice() {
-            [one] => one.forward(x)?,
-            parts => {
+        let fused = quantized_rows(&self.parts, x)?;
+        let y = match (fused, self.parts.as_slice()) {
+            (Some(y), _) => y,
+            (None, [one]) => one.forward(x)?,
+            (None, parts) => {
                 let outs = parts
                     .iter()
                     .map(|p| p.forward(x))
