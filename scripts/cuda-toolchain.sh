@@ -44,6 +44,10 @@ if [[ ! -f "$links/libcuda.so" ]]; then
   fi
 fi
 
+# At run time on a machine without a driver, the stub stands in for libcuda.so.1 (every call
+# fails cleanly), so the CUDA build can start and run on the CPU.
+ln -sf libcuda.so "$links/libcuda.so.1"
+
 cat <<ENV
 export PATH="$root/bin:\$PATH"
 export CUDA_HOME="$root"
@@ -52,4 +56,5 @@ export CUDA_COMPUTE_CAP="${CUDA_COMPUTE_CAP:-90}"
 export NVCC_PREPEND_FLAGS="-I$root/include"
 export RUSTFLAGS="\${RUSTFLAGS:-} -L native=$links"
 export LIBRARY_PATH="$links:\${LIBRARY_PATH:-}"
+export HEARTH_CUDA_RUNTIME_PATH="$links:$root/lib"
 ENV

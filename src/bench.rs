@@ -72,27 +72,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         .build_global()
         .ok();
 
-    let opts = args.model.load_options()?;
-    let (_, checkpoint) = resolve_model(&args.model.model, &opts)?;
-    let device = opts.device.open()?;
-    let origin = checkpoint.origin();
-    let (model, cfg, dtype, size_bytes) = match &checkpoint {
-        Checkpoint::Dense(files) => {
-            let cfg = QwenConfig::from_file(&files.config)?;
-            let dtype = opts.dtype.resolve(cfg.torch_dtype.as_deref(), &device);
-            let model = Qwen::load(&cfg, &Weights::open(&files.weights, dtype, &device)?)
-                .with_context(|| format!("loading {origin}"))?;
-            let size = cfg.num_parameters() * dtype.size_in_bytes();
-            (model, cfg, format!("{dtype:?}").to_lowercase(), size)
-        }
-        Checkpoint::Gguf(file) => {
-            let cfg = file.config()?;
-            let model = Qwen::load(&cfg, &file.weights(&device))
-                .with_context(|| format!("loading {origin}"))?;
-            (model, cfg, file.file_type(), file.weight_bytes())
-        }
-    };
-    let backend = hearth_engine::device::device_name(&device);
+    let Loaded {
+        model,
+        cfg,
+        dtype,
+        size_bytes,
+        origin,
+        backend,
+    } = load(&args.model)?;
 
     let mut records = vec![];
     let mut tests: Vec<(usize, usize)> = args
@@ -149,6 +136,48 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&records)?);
     }
     Ok(())
+}
+
+/// A model loaded for direct forward passes (no chat layer).
+pub struct Loaded {
+    pub model: Qwen,
+    pub cfg: QwenConfig,
+    /// The weights' type as llama-bench names it: f32, bf16, … or the GGUF file type.
+    pub dtype: String,
+    pub size_bytes: usize,
+    pub origin: String,
+    pub backend: String,
+}
+
+pub fn load(args: &ModelArgs) -> anyhow::Result<Loaded> {
+    let opts = args.load_options()?;
+    let (_, checkpoint) = resolve_model(&args.model, &opts)?;
+    let device = opts.device.open()?;
+    let origin = checkpoint.origin();
+    let (model, cfg, dtype, size_bytes) = match &checkpoint {
+        Checkpoint::Dense(files) => {
+            let cfg = QwenConfig::from_file(&files.config)?;
+            let dtype = opts.dtype.resolve(cfg.torch_dtype.as_deref(), &device);
+            let model = Qwen::load(&cfg, &Weights::open(&files.weights, dtype, &device)?)
+                .with_context(|| format!("loading {origin}"))?;
+            let size = cfg.num_parameters() * dtype.size_in_bytes();
+            (model, cfg, format!("{dtype:?}").to_lowercase(), size)
+        }
+        Checkpoint::Gguf(file) => {
+            let cfg = file.config()?;
+            let model = Qwen::load(&cfg, &file.weights(&device))
+                .with_context(|| format!("loading {origin}"))?;
+            (model, cfg, file.file_type(), file.weight_bytes())
+        }
+    };
+    Ok(Loaded {
+        model,
+        cfg,
+        dtype,
+        size_bytes,
+        origin,
+        backend: hearth_engine::device::device_name(&device),
+    })
 }
 
 /// Seconds for one test: prefill `p` tokens in one batch, or decode `n` tokens one at a time.

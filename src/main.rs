@@ -6,6 +6,7 @@ mod chat;
 mod graph;
 mod model_args;
 mod models;
+mod parity;
 mod run;
 mod template;
 
@@ -39,6 +40,8 @@ enum Command {
     Models,
     /// Measure prefill and decode tokens per second.
     Bench(bench::BenchArgs),
+    /// Check this build on a device against reference logits from transformers.
+    Parity(parity::ParityArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -60,6 +63,7 @@ fn main() -> std::process::ExitCode {
         Command::Models => models::run(),
         Command::Graph(cmd) => graph::run(cmd),
         Command::Bench(args) => bench::run(args),
+        Command::Parity(args) => parity::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

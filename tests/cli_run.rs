@@ -115,3 +115,41 @@ fn prompt_longer_than_the_model_is_refused() {
     assert!(!ok);
     assert!(stderr.contains("max_position_embeddings"), "{stderr}");
 }
+
+/// `hearth parity` (what benches/gpu-check.sh runs on a GPU) passes on the CPU in f32 and bf16
+/// against the transformers goldens, and fails, naming the golden, against another model's.
+#[test]
+fn parity_passes_against_the_goldens_and_fails_against_the_wrong_one() {
+    let model = common::tiny("qwen2");
+    let golden = common::fixtures().join("golden/tiny-qwen2.json");
+    for dtype in ["f32", "bf16"] {
+        let (ok, stdout, stderr) = hearth(&[
+            "parity",
+            "--model",
+            model.to_str().unwrap(),
+            "--golden",
+            golden.to_str().unwrap(),
+            "--device",
+            "cpu",
+            "--dtype",
+            dtype,
+        ]);
+        assert!(ok, "{dtype}: {stderr}");
+        let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(report["pass"], true, "{stdout}");
+        assert_eq!(report["dtype"], dtype);
+    }
+    let wrong = common::fixtures().join("golden/tiny-qwen3.json");
+    let (ok, _, stderr) = hearth(&[
+        "parity",
+        "--model",
+        model.to_str().unwrap(),
+        "--golden",
+        wrong.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--dtype",
+        "f32",
+    ]);
+    assert!(!ok && stderr.contains("tiny-qwen3.json"), "{stderr}");
+}

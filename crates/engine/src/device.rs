@@ -48,8 +48,14 @@ impl DeviceSpec {
                             .into(),
                     ));
                 }
-                Device::new_cuda(ordinal)
-                    .map_err(|e| EngineError::Device(format!("cannot open cuda:{ordinal}: {e}")))
+                Device::new_cuda(ordinal).map_err(|e| {
+                    // candle's error carries a backtrace when RUST_BACKTRACE is set: first line only.
+                    let e = e.to_string();
+                    let first = e.lines().next().unwrap_or_default();
+                    EngineError::Device(format!(
+                        "cannot open cuda:{ordinal}: {first} (is an NVIDIA driver installed and the GPU visible?)"
+                    ))
+                })
             }
             Self::Metal => {
                 if !candle_core::utils::metal_is_available() {
