@@ -165,21 +165,45 @@ pub fn matmul_t(x: &[f32], m: usize, k: usize, w: WeightRows<'_>, n: usize) -> V
 pub(crate) fn par_rows(n: usize, m: usize, block: impl Fn(usize, &mut [f32]) + Sync) -> Vec<f32> {
     // Enough rows per task to amortise scheduling, few enough to balance the threads.
     let rows_per_task = (n / (rayon::current_num_threads() * 8)).clamp(8, 256);
-    let mut out_t = vec![0f32; n * m];
-    out_t
-        .par_chunks_mut(rows_per_task * m)
-        .enumerate()
-        .for_each(|(t, out)| block(t * rows_per_task, out));
     if m == 1 {
-        return out_t;
+        let mut out = vec![0f32; n];
+        out.par_chunks_mut(rows_per_task)
+            .enumerate()
+            .for_each(|(t, out)| block(t * rows_per_task, out));
+        return out;
     }
+    // Several rows: each task transposes its block into place while it is in cache.
     let mut out = vec![0f32; m * n];
-    for j in 0..n {
-        for i in 0..m {
-            out[i * n + j] = out_t[j * m + i];
-        }
-    }
+    let dst = SharedOut(out.as_mut_ptr());
+    let tasks = n.div_ceil(rows_per_task);
+    (0..tasks)
+        .into_par_iter()
+        .for_each_init(Vec::new, |out_t, t| {
+            let first = t * rows_per_task;
+            let rows = rows_per_task.min(n - first);
+            out_t.clear();
+            out_t.resize(rows * m, 0f32);
+            block(first, out_t);
+            for i in 0..m {
+                for r in 0..rows {
+                    // SAFETY: `i * n + first + r < m * n`, and tasks own disjoint column ranges
+                    // `first..first + rows` of every output row, so no two writes alias.
+                    unsafe { *dst.at(i * n + first + r) = out_t[r * m + i] };
+                }
+            }
+        });
     out
+}
+
+/// The output buffer, written by several tasks at disjoint indices.
+struct SharedOut(*mut f32);
+// SAFETY: used only for writes at indices that the tasks partition between them.
+unsafe impl Sync for SharedOut {}
+impl SharedOut {
+    /// A method (not the field) so that closures capture the whole `Sync` wrapper.
+    fn at(&self, i: usize) -> *mut f32 {
+        self.0.wrapping_add(i)
+    }
 }
 
 #[cfg(test)]

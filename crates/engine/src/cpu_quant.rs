@@ -21,6 +21,10 @@ const QK: usize = 32;
 /// hardware prefetcher alone leaves these loops waiting on memory.
 const PREFETCH: usize = 4096;
 const QK_K: usize = 256;
+/// Words per pair of blocks in [`Q8Row::pairs`]: 16 of values, 16 of sums, 16 of scales.
+const PAIR_WORDS: usize = 48;
+/// Activation rows per pass of a task's weight rows.
+const COLUMN_BLOCK: usize = 16;
 
 /// The weight block types with kernels here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,13 +76,18 @@ pub struct Q8Row {
     bsums: Vec<i16>,
     /// Q8_0: sums of each block's 32 values.
     sums: Vec<i32>,
+    /// Q8_0 with an even block count, for the many-row kernels: per pair of blocks 48 words
+    /// in one run (one pointer per row keeps the kernel in registers): the 64 values, minus
+    /// the two block sums (i32 lanes 0 and 8, zeros elsewhere), and the scales (8 × d[b],
+    /// 8 × d[b+1], f32 bits).
+    pairs: Vec<u32>,
 }
 
 /// Q8_0: per 32 values, scale = max|x| / 127 rounded through f16 (as it is stored in llama.cpp).
 fn quantize_q8_0(x: &[f32]) -> Q8Row {
     let blocks = x.len() / QK;
     let mut d = Vec::with_capacity(blocks);
-    let mut sums = Vec::with_capacity(blocks);
+    let mut sums: Vec<i32> = Vec::with_capacity(blocks);
     let mut qs = vec![0i8; x.len()];
     for (xs, qs) in x.chunks_exact(QK).zip(qs.chunks_exact_mut(QK)) {
         let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
@@ -90,11 +99,30 @@ fn quantize_q8_0(x: &[f32]) -> Q8Row {
         d.push(f16::from_f32(scale).to_f32());
         sums.push(qs.iter().map(|&v| v as i32).sum());
     }
+    let mut pairs = Vec::new();
+    if blocks % 2 == 0 {
+        pairs.reserve(blocks / 2 * PAIR_WORDS);
+        for (p, (d, s)) in d.chunks_exact(2).zip(sums.chunks_exact(2)).enumerate() {
+            let values = &qs[p * 64..(p + 1) * 64];
+            pairs.extend(
+                values
+                    .chunks_exact(4)
+                    .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]].map(|v| v as u8))),
+            );
+            let mut neg = [0u32; 16];
+            neg[0] = (-s[0]) as u32;
+            neg[8] = (-s[1]) as u32;
+            pairs.extend(neg);
+            pairs.extend([d[0].to_bits(); 8]);
+            pairs.extend([d[1].to_bits(); 8]);
+        }
+    }
     Q8Row {
         d,
         qs,
         bsums: Vec::new(),
         sums,
+        pairs,
     }
 }
 
@@ -134,6 +162,7 @@ fn quantize_q8_k(x: &[f32]) -> Q8Row {
         qs,
         bsums,
         sums: Vec::new(),
+        pairs: Vec::new(),
     }
 }
 
@@ -573,51 +602,149 @@ mod avx512 {
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     pub unsafe fn q5_0(w: &[u8], x: &Q8Row) -> f32 {
+        row_dot!(w, x, 22, 16.0, |b0, b1| q5_0_pair(b0, b1), |b| q5_0_one(b))
+    }
+
+    /// One weight row against `C` activation rows (prompt prefills): the weight pair is
+    /// expanded once and used `C` times, and the unsigned offset is folded into the integer
+    /// sums (each activation row's `-Σy`, shifted left by log2 of the offset, starts the
+    /// `vpdpbusd` accumulator). Needs an even number of blocks.
+    macro_rules! many_rows {
+        ($name:ident, $bytes:expr, $shift:expr, |$b0:ident, $b1:ident| $pair:expr) => {
+            #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+            pub unsafe fn $name<const C: usize>(w: &[u8], xs: &[Q8Row], out: &mut [f32]) {
+                let wp = w.as_ptr();
+                let pairs = xs[0].d.len() / 2;
+                let mut acc = [_mm512_setzero_ps(); C];
+                for p in 0..pairs {
+                    let $b0 = wp.add(2 * p * $bytes);
+                    let $b1 = $b0.add($bytes);
+                    let q = $pair;
+                    let dw = _mm512_mask_blend_ps(
+                        0xFF00,
+                        _mm512_set1_ps(scale($b0)),
+                        _mm512_set1_ps(scale($b1)),
+                    );
+                    for c in 0..C {
+                        let at = xs.get_unchecked(c).pairs.as_ptr().add(p * PAIR_WORDS);
+                        let y = _mm512_loadu_si512(at as *const _);
+                        let neg = _mm512_loadu_si512(at.add(16) as *const _);
+                        let s = _mm512_dpbusd_epi32(_mm512_slli_epi32(neg, $shift), q, y);
+                        let d = _mm512_mul_ps(dw, _mm512_loadu_ps(at.add(32) as *const f32));
+                        acc[c] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[c]);
+                    }
+                }
+                for c in 0..C {
+                    *out.get_unchecked_mut(c) = _mm512_reduce_add_ps(acc[c]);
+                }
+            }
+        };
+    }
+
+    /// Two Q4_0/Q5_0 blocks' nibbles (16 bytes each at `b + at`) as 64 bytes, low nibbles first.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn nibble_pair(b0: *const u8, b1: *const u8, at: usize) -> __m512i {
         // 64-bit lanes 0-1 and 4-5 keep the nibble bytes, 2-3 and 6-7 shift the high ones down.
         let shifts = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0);
-        row_dot!(
-            w,
-            x,
-            22,
-            16.0,
-            |b0, b1| {
-                let qs0 = _mm_loadu_si128(b0.add(6) as *const __m128i);
-                let qs1 = _mm_loadu_si128(b1.add(6) as *const __m128i);
-                let z = _mm512_inserti32x4(_mm512_castsi128_si512(qs0), qs0, 1);
-                let z = _mm512_inserti32x4(_mm512_inserti32x4(z, qs1, 2), qs1, 3);
-                let nibbles =
-                    _mm512_and_si512(_mm512_srlv_epi64(z, shifts), _mm512_set1_epi8(0x0F));
-                let qh = std::ptr::read_unaligned(b0.add(2) as *const u32) as u64
-                    | (std::ptr::read_unaligned(b1.add(2) as *const u32) as u64) << 32;
-                _mm512_or_si512(nibbles, _mm512_maskz_mov_epi8(qh, _mm512_set1_epi8(0x10)))
-            },
-            |b| q5_0_one(b)
+        let qs0 = _mm_loadu_si128(b0.add(at) as *const __m128i);
+        let qs1 = _mm_loadu_si128(b1.add(at) as *const __m128i);
+        let z = _mm512_inserti32x4(_mm512_castsi128_si512(qs0), qs0, 1);
+        let z = _mm512_inserti32x4(_mm512_inserti32x4(z, qs1, 2), qs1, 3);
+        _mm512_and_si512(_mm512_srlv_epi64(z, shifts), _mm512_set1_epi8(0x0F))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn q5_0_pair(b0: *const u8, b1: *const u8) -> __m512i {
+        let qh = std::ptr::read_unaligned(b0.add(2) as *const u32) as u64
+            | (std::ptr::read_unaligned(b1.add(2) as *const u32) as u64) << 32;
+        _mm512_or_si512(
+            nibble_pair(b0, b1, 6),
+            _mm512_maskz_mov_epi8(qh, _mm512_set1_epi8(0x10)),
         )
     }
 
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn q8_0_pair(b0: *const u8, b1: *const u8) -> __m512i {
+        let lo = _mm256_loadu_si256(b0.add(2) as *const __m256i);
+        let hi = _mm256_loadu_si256(b1.add(2) as *const __m256i);
+        _mm512_xor_si512(
+            _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1),
+            _mm512_set1_epi8(-128),
+        )
+    }
+
+    many_rows!(q4_0_rows, 18, 3, |b0, b1| nibble_pair(b0, b1, 2));
+    many_rows!(q5_0_rows, 22, 4, |b0, b1| q5_0_pair(b0, b1));
+    many_rows!(q8_0_rows, 34, 7, |b0, b1| q8_0_pair(b0, b1));
+
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     pub unsafe fn q8_0(w: &[u8], x: &Q8Row) -> f32 {
-        let flip = _mm512_set1_epi8(-128);
-        row_dot!(
-            w,
-            x,
-            34,
-            128.0,
-            |b0, b1| {
-                let lo = _mm256_loadu_si256(b0.add(2) as *const __m256i);
-                let hi = _mm256_loadu_si256(b1.add(2) as *const __m256i);
-                _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), flip)
-            },
-            |b| _mm256_xor_si256(
+        row_dot!(w, x, 34, 128.0, |b0, b1| q8_0_pair(b0, b1), |b| {
+            _mm256_xor_si256(
                 _mm256_loadu_si256(b.add(2) as *const __m256i),
-                _mm256_set1_epi8(-128)
+                _mm256_set1_epi8(-128),
             )
-        )
+        })
     }
 }
 
 /// The dot product of one weight row with one activation row.
 type DotFn = fn(&[u8], &Q8Row) -> f32;
+
+/// One weight row against every activation row (`out[c]` for `xs[c]`).
+type ManyFn = fn(&[u8], &[Q8Row], &mut [f32]);
+
+/// Runs a `C`-row kernel over `xs` in groups of 8 (and one smaller group).
+macro_rules! in_groups_of_8 {
+    ($module:ident :: $kernel:ident, $w:expr, $xs:expr, $out:expr) => {{
+        for (xs, out) in $xs.chunks(8).zip($out.chunks_mut(8)) {
+            match xs.len() {
+                8 => $module::$kernel::<8>($w, xs, out),
+                7 => $module::$kernel::<7>($w, xs, out),
+                6 => $module::$kernel::<6>($w, xs, out),
+                5 => $module::$kernel::<5>($w, xs, out),
+                4 => $module::$kernel::<4>($w, xs, out),
+                3 => $module::$kernel::<3>($w, xs, out),
+                2 => $module::$kernel::<2>($w, xs, out),
+                _ => $module::$kernel::<1>($w, xs, out),
+            }
+        }
+    }};
+}
+
+/// The many-row kernel for `t` with rows of `k` values, where this CPU has one (AVX-512 VNNI;
+/// Q4_0, Q5_0, Q8_0 with an even number of blocks per row).
+fn many_rows_kernel(t: BlockType, k: usize) -> Option<ManyFn> {
+    if k % (2 * QK) != 0 || !has_avx512_vnni() {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: AVX-512 F/BW/VL/VNNI were detected; rows hold whole pairs of blocks and
+        // every activation row was quantized with its pair arrays (even block count).
+        let kernel: ManyFn = match t {
+            BlockType::Q4_0 => |w, xs, o| unsafe { in_groups_of_8!(avx512::q4_0_rows, w, xs, o) },
+            BlockType::Q5_0 => |w, xs, o| unsafe { in_groups_of_8!(avx512::q5_0_rows, w, xs, o) },
+            BlockType::Q8_0 => |w, xs, o| unsafe { in_groups_of_8!(avx512::q8_0_rows, w, xs, o) },
+            _ => return None,
+        };
+        Some(kernel)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = t;
+        None
+    }
+}
+
+/// Whether many rows of `x` through a `t` matrix with rows of `k` have a blocked kernel here
+/// (otherwise long prefills are better served by widening the weight to f32 for gemm).
+pub fn has_many_rows_kernel(t: BlockType, k: usize) -> bool {
+    many_rows_kernel(t, k).is_some()
+}
 
 fn portable_dot(t: BlockType) -> DotFn {
     match t {
@@ -734,6 +861,7 @@ impl Activations {
 
 fn run(
     dot: impl Fn(BlockType) -> DotFn,
+    many: impl Fn(BlockType) -> Option<ManyFn>,
     x: &[f32],
     m: usize,
     k: usize,
@@ -764,21 +892,40 @@ fn run(
     let mut start = 0;
     for w in mats {
         let row_bytes = k / w.kind.block_values() * w.kind.block_bytes();
-        parts.push((start, row_bytes, dot(w.kind), acts.rows(w.kind), w.data));
+        let many = if m > 1 { many(w.kind) } else { None };
+        parts.push((
+            start,
+            row_bytes,
+            dot(w.kind),
+            many,
+            acts.rows(w.kind),
+            w.data,
+        ));
         start += w.rows;
     }
     crate::cpu_matmul::par_rows(start, m, |first, out_t| {
-        let mut p = parts.partition_point(|part| part.0 <= first) - 1;
-        for (r, out) in out_t.chunks_exact_mut(m).enumerate() {
-            let row_index = first + r;
-            while p + 1 < parts.len() && parts[p + 1].0 <= row_index {
-                p += 1;
-            }
-            let (row0, row_bytes, dot, xs, data) = parts[p];
-            let at = (row_index - row0) * row_bytes;
-            let row = &data[at..at + row_bytes];
-            for (x, o) in xs.iter().zip(out.iter_mut()) {
-                *o = dot(row, x);
+        // Activation rows in blocks that stay in L1/L2 while this task's weight rows pass
+        // over them (a long prompt's activations would not).
+        for c0 in (0..m).step_by(COLUMN_BLOCK) {
+            let c1 = (c0 + COLUMN_BLOCK).min(m);
+            let mut p = parts.partition_point(|part| part.0 <= first) - 1;
+            for (r, out) in out_t.chunks_exact_mut(m).enumerate() {
+                let row_index = first + r;
+                while p + 1 < parts.len() && parts[p + 1].0 <= row_index {
+                    p += 1;
+                }
+                let (row0, row_bytes, dot, many, xs, data) = parts[p];
+                let at = (row_index - row0) * row_bytes;
+                let row = &data[at..at + row_bytes];
+                let (xs, out) = (&xs[c0..c1], &mut out[c0..c1]);
+                match many {
+                    Some(many) => many(row, xs, out),
+                    None => {
+                        for (x, o) in xs.iter().zip(out.iter_mut()) {
+                            *o = dot(row, x);
+                        }
+                    }
+                }
             }
         }
     })
@@ -788,7 +935,7 @@ fn run(
 /// matrix's outputs after the previous one's (a fused projection), in one parallel pass.
 /// `k` must be a multiple of every matrix's block value count.
 pub fn matmul_t(x: &[f32], m: usize, k: usize, mats: &[QuantMatrix<'_>]) -> Vec<f32> {
-    run(best_dot, x, m, k, mats)
+    run(best_dot, |t| many_rows_kernel(t, k), x, m, k, mats)
 }
 
 #[cfg(test)]
@@ -842,11 +989,11 @@ mod tests {
                             .to_vec1()
                             .unwrap()
                     } else {
-                        run(portable_dot, &x[..mm * k], mm, k, &[mat])
+                        run(portable_dot, |_| None, &x[..mm * k], mm, k, &[mat])
                     };
                     let scale = want.iter().fold(0f32, |a, v| a.max(v.abs()));
                     for (path, kernel) in kernels(t) {
-                        let got = run(|_| kernel, &x[..mm * k], mm, k, &[mat]);
+                        let got = run(|_| kernel, |_| None, &x[..mm * k], mm, k, &[mat]);
                         for (i, (g, e)) in got.iter().zip(&want).enumerate() {
                             assert!(
                                 (g - e).abs() <= 1e-5 * scale,
@@ -854,6 +1001,43 @@ mod tests {
                             );
                         }
                     }
+                }
+            }
+        }
+    }
+
+    /// The many-row kernels (prefill) against the one-row dot products, for row counts that
+    /// make full groups of 8 and a remainder.
+    #[test]
+    fn many_row_kernels_match_the_one_row_kernels() {
+        let (k, n) = (256, 13);
+        let w: Vec<f32> = (0..n * k)
+            .map(|i| ((i * 29 % 89) as f32 - 44.0) / 40.0)
+            .collect();
+        let wt = Tensor::from_vec(w, (n, k), &Device::Cpu).unwrap();
+        for (dtype, t) in TYPES {
+            let Some(many) = many_rows_kernel(t, k) else {
+                continue;
+            };
+            let q = QTensor::quantize(&wt, dtype).unwrap();
+            let data = q.data().unwrap();
+            let mat = QuantMatrix {
+                kind: t,
+                data: &data,
+                rows: n,
+            };
+            for m in [2, 8, 11] {
+                let x: Vec<f32> = (0..m * k)
+                    .map(|i| ((i * 11 % 37) as f32 - 18.0) / 5.0)
+                    .collect();
+                let one = run(best_dot, |_| None, &x, m, k, &[mat]);
+                let got = run(best_dot, |_| Some(many), &x, m, k, &[mat]);
+                let scale = one.iter().fold(0f32, |a, v| a.max(v.abs()));
+                for (i, (g, e)) in got.iter().zip(&one).enumerate() {
+                    assert!(
+                        (g - e).abs() <= 1e-5 * scale,
+                        "{t:?} m={m} [{i}]: {g} vs {e}"
+                    );
                 }
             }
         }

@@ -11,7 +11,7 @@
 //! and their outputs are concatenated.
 
 use crate::cpu_matmul::{matmul_t, WeightRows};
-use crate::cpu_quant::{BlockType, QuantMatrix};
+use crate::cpu_quant::{has_many_rows_kernel, BlockType, QuantMatrix};
 use crate::weights::Matrix;
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Result, Storage, Tensor, D};
@@ -34,11 +34,11 @@ enum Part {
     Quantized(QMatMul, Arc<QTensor>),
 }
 
-/// From this many rows on (prompt prefills), a quantized matrix is widened to f32 and
-/// multiplied with gemm, 3–10× faster than the block dot products. Below it (decoding) the
-/// block path runs, which quantizes the activations to 8 bits as llama.cpp does and gives
-/// llama.cpp's numbers exactly; the f32 path differs from them by about 2 % of the logits'
-/// scale (tested), enough to flip near-ties.
+/// From this many rows on (prompt prefills), a quantized matrix without a blocked many-row
+/// kernel (K-quants; CPUs without AVX-512 VNNI) is widened to f32 and multiplied with gemm,
+/// 3–10× faster than one dot product per row. The block kernels quantize the activations to
+/// 8 bits as llama.cpp does; the f32 path differs from them by about 2 % of the logits' scale
+/// (tested), enough to flip near-ties.
 static DEQUANTIZE_FROM_ROWS: AtomicUsize = AtomicUsize::new(16);
 
 /// Sets the row count from which quantized matrices are widened to f32 (`usize::MAX`: never).
@@ -143,9 +143,7 @@ fn quantized_rows(parts: &[Part], x: &Tensor) -> Result<Option<Tensor>> {
     }
     let k = x.dim(D::Minus1)?;
     let m = x.elem_count() / k;
-    if m >= DEQUANTIZE_FROM_ROWS.load(Ordering::Relaxed) {
-        return Ok(None);
-    }
+    let long = m >= DEQUANTIZE_FROM_ROWS.load(Ordering::Relaxed);
     let mut mats = Vec::with_capacity(parts.len());
     for part in parts {
         let Part::Quantized(_, w) = part else {
@@ -155,7 +153,8 @@ fn quantized_rows(parts: &[Part], x: &Tensor) -> Result<Option<Tensor>> {
             return Ok(None);
         };
         let (rows, cols) = w.shape().dims2()?;
-        if cols != k || k % kind.block_values() != 0 {
+        // Long prefills stay here only where a blocked many-row kernel exists.
+        if cols != k || k % kind.block_values() != 0 || (long && !has_many_rows_kernel(kind, k)) {
             return Ok(None);
         }
         mats.push((kind, w.data()?, rows));
