@@ -15,6 +15,7 @@
 
 use candle_core::quantized::GgmlDType;
 use half::f16;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 const QK: usize = 32;
 /// How far ahead of the block being read the kernels ask for the weight's cache lines: the
@@ -23,6 +24,8 @@ const PREFETCH: usize = 4096;
 const QK_K: usize = 256;
 /// Words per pair of blocks in [`Q8Row::pairs`]: 16 of values, 16 of sums, 16 of scales.
 const PAIR_WORDS: usize = 48;
+/// Words per block in [`Q8Row::k_blocks`]: 64 of values, 64 of offsets, the scale, padding.
+const K_WORDS: usize = 144;
 /// Activation rows per pass of a task's weight rows.
 const COLUMN_BLOCK: usize = 16;
 
@@ -81,6 +84,11 @@ pub struct Q8Row {
     /// the two block sums (i32 lanes 0 and 8, zeros elsewhere), and the scales (8 × d[b],
     /// 8 × d[b+1], f32 bits).
     pairs: Vec<u32>,
+    /// Q8_K, for the many-row K-quant kernels: per block [`K_WORDS`] words: the 256 values,
+    /// then per 64 values 16 i32 lanes holding `-32 ×` each 16-value sum in lane 4j (Q6_K's
+    /// offset, folded into the integer sums), the scale (f32 bits), the eight 32-value sums
+    /// (i16, Q4_K's minimums), padding.
+    k_blocks: Vec<u32>,
 }
 
 /// Q8_0: per 32 values, scale = max|x| / 127 rounded through f16 (as it is stored in llama.cpp).
@@ -123,6 +131,7 @@ fn quantize_q8_0(x: &[f32]) -> Q8Row {
         bsums: Vec::new(),
         sums,
         pairs,
+        k_blocks: Vec::new(),
     }
 }
 
@@ -157,12 +166,36 @@ fn quantize_q8_k(x: &[f32]) -> Q8Row {
         }
         d.push(1.0 / iscale);
     }
+    let mut k_blocks = Vec::with_capacity(blocks * K_WORDS);
+    for b in 0..blocks {
+        let values = &qs[b * QK_K..(b + 1) * QK_K];
+        k_blocks.extend(
+            values
+                .chunks_exact(4)
+                .map(|v| u32::from_le_bytes([v[0] as u8, v[1] as u8, v[2] as u8, v[3] as u8])),
+        );
+        let mut offsets = [0u32; 64];
+        for (g, &sum) in bsums[b * 16..(b + 1) * 16].iter().enumerate() {
+            offsets[g * 4] = (-32 * sum as i32) as u32;
+        }
+        k_blocks.extend(offsets);
+        k_blocks.push(d[b].to_bits());
+        // The eight 32-value sums (i16), for Q4_K's minimums.
+        let sums32 = &bsums[b * 16..(b + 1) * 16];
+        k_blocks.extend((0..4).map(|i| {
+            let lo = (sums32[4 * i] + sums32[4 * i + 1]) as u16 as u32;
+            let hi = (sums32[4 * i + 2] + sums32[4 * i + 3]) as u16 as u32;
+            lo | hi << 16
+        }));
+        k_blocks.extend([0u32; K_WORDS - 133]);
+    }
     Q8Row {
         d,
         qs,
         bsums,
         sums: Vec::new(),
         pairs: Vec::new(),
+        k_blocks,
     }
 }
 
@@ -676,6 +709,125 @@ mod avx512 {
         )
     }
 
+    /// Q6_K, one weight row against `C` activation rows. Each 256-value block is widened once
+    /// into four vectors of 64 unsigned 6-bit values and four vectors of f32 scales
+    /// (`d × scale` of each 16 values, over the 4 lanes that sum them); per activation row, the
+    /// integer sums start from `-32 × Σy` (the values' offset) and are scaled in f32.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub unsafe fn q6k_rows<const C: usize>(w: &[u8], xs: &[Q8Row], out: &mut [f32]) {
+        let m4 = _mm512_set1_epi8(0x0F);
+        let m2 = _mm512_set1_epi8(3);
+        // 16-bit shift counts: the low 256 bits take the high bits at shift a, the upper at b.
+        let counts = |a: i16, b: i16| {
+            _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_set1_epi16(a)),
+                _mm256_set1_epi16(b),
+                1,
+            )
+        };
+        let (first, second) = (counts(0, 2), counts(4, 6));
+        let blocks = xs[0].d.len();
+        let mut acc = [_mm512_setzero_ps(); C];
+        for b in 0..blocks {
+            let blk = w.as_ptr().add(b * 210);
+            let dw = scale(blk.add(208));
+            let scales = _mm_loadu_si128(blk.add(192) as *const __m128i);
+            let mut q = [_mm512_setzero_si512(); 4];
+            let mut sc = [_mm512_setzero_ps(); 4];
+            for h in 0..2 {
+                let low = _mm512_loadu_si512(blk.add(h * 64) as *const _);
+                let high = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                    blk.add(128 + h * 32) as *const __m256i
+                ));
+                let top =
+                    |c| _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(high, c), m2), 4);
+                q[2 * h] = _mm512_or_si512(_mm512_and_si512(low, m4), top(first));
+                q[2 * h + 1] =
+                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(low, 4), m4), top(second));
+            }
+            for (z, sc) in sc.iter_mut().enumerate() {
+                // Scales 4z..4z+4, each over 4 i32 lanes.
+                let g = (4 * z) as u8;
+                let pick = _mm_set_epi32(
+                    i32::from_le_bytes([g + 3; 4]),
+                    i32::from_le_bytes([g + 2; 4]),
+                    i32::from_le_bytes([g + 1; 4]),
+                    i32::from_le_bytes([g; 4]),
+                );
+                let lanes = _mm512_cvtepi8_epi32(_mm_shuffle_epi8(scales, pick));
+                *sc = _mm512_mul_ps(_mm512_cvtepi32_ps(lanes), _mm512_set1_ps(dw));
+            }
+            for c in 0..C {
+                let at = xs.get_unchecked(c).k_blocks.as_ptr().add(b * K_WORDS);
+                let mut block = _mm512_setzero_ps();
+                for z in 0..4 {
+                    let y = _mm512_loadu_si512(at.add(z * 16) as *const _);
+                    let offset = _mm512_loadu_si512(at.add(64 + z * 16) as *const _);
+                    let s = _mm512_dpbusd_epi32(offset, q[z], y);
+                    block = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), sc[z], block);
+                }
+                let dx = _mm512_set1_ps(f32::from_bits(*at.add(128)));
+                acc[c] = _mm512_fmadd_ps(block, dx, acc[c]);
+            }
+        }
+        for c in 0..C {
+            *out.get_unchecked_mut(c) = _mm512_reduce_add_ps(acc[c]);
+        }
+    }
+
+    /// Q4_K, one weight row against `C` activation rows: each block widened once into four
+    /// vectors of 64 nibbles and their f32 scales (`d × scale` per 32 values); the minimums
+    /// (`dmin × min × Σy` per 32 values) are one 16-bit multiply-add per activation row.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub unsafe fn q4k_rows<const C: usize>(w: &[u8], xs: &[Q8Row], out: &mut [f32]) {
+        let m4 = _mm512_set1_epi8(0x0F);
+        let halves = _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0);
+        let blocks = xs[0].d.len();
+        let mut acc = [_mm512_setzero_ps(); C];
+        for b in 0..blocks {
+            let blk = w.as_ptr().add(b * 144);
+            let (d, dmin) = (scale(blk), scale(blk.add(2)));
+            let packed = std::slice::from_raw_parts(blk.add(4), 12);
+            let mut mins = [0i16; 8];
+            let mut sc = [_mm512_setzero_ps(); 4];
+            let mut q = [_mm512_setzero_si512(); 4];
+            for z in 0..4 {
+                let (s0, m0) = scale_min_k4(2 * z, packed);
+                let (s1, m1) = scale_min_k4(2 * z + 1, packed);
+                mins[2 * z] = m0 as i16;
+                mins[2 * z + 1] = m1 as i16;
+                sc[z] = _mm512_mask_blend_ps(
+                    0xFF00,
+                    _mm512_set1_ps(d * s0 as f32),
+                    _mm512_set1_ps(d * s1 as f32),
+                );
+                let bytes = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                    blk.add(16 + 32 * z) as *const __m256i
+                ));
+                q[z] = _mm512_and_si512(_mm512_srlv_epi64(bytes, halves), m4);
+            }
+            let mins = _mm_loadu_si128(mins.as_ptr() as *const __m128i);
+            let neg_dmin = _mm_set1_ps(-dmin);
+            for c in 0..C {
+                let at = xs.get_unchecked(c).k_blocks.as_ptr().add(b * K_WORDS);
+                let mut block = _mm512_setzero_ps();
+                for z in 0..4 {
+                    let y = _mm512_loadu_si512(at.add(z * 16) as *const _);
+                    let s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[z], y);
+                    block = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), sc[z], block);
+                }
+                let sums = _mm_loadu_si128(at.add(129) as *const __m128i);
+                let m = _mm_mul_ps(_mm_cvtepi32_ps(_mm_madd_epi16(mins, sums)), neg_dmin);
+                block = _mm512_add_ps(block, _mm512_zextps128_ps512(m));
+                let dx = _mm512_set1_ps(f32::from_bits(*at.add(128)));
+                acc[c] = _mm512_fmadd_ps(block, dx, acc[c]);
+            }
+        }
+        for c in 0..C {
+            *out.get_unchecked_mut(c) = _mm512_reduce_add_ps(acc[c]);
+        }
+    }
+
     many_rows!(q4_0_rows, 18, 3, |b0, b1| nibble_pair(b0, b1, 2));
     many_rows!(q5_0_rows, 22, 4, |b0, b1| q5_0_pair(b0, b1));
     many_rows!(q8_0_rows, 34, 7, |b0, b1| q8_0_pair(b0, b1));
@@ -716,10 +868,22 @@ macro_rules! in_groups_of_8 {
 }
 
 /// The many-row kernel for `t` with rows of `k` values, where this CPU has one (AVX-512 VNNI;
-/// Q4_0, Q5_0, Q8_0 with an even number of blocks per row).
+/// Q4_0, Q5_0, Q8_0 with an even number of blocks per row, Q4_K, Q6_K).
 fn many_rows_kernel(t: BlockType, k: usize) -> Option<ManyFn> {
-    if k % (2 * QK) != 0 || !has_avx512_vnni() {
+    if k % (2 * QK) != 0 || !has_avx512_vnni() || !MANY_ROWS.load(Ordering::Relaxed) {
         return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    match t {
+        // SAFETY: AVX-512 F/BW/VL/VNNI were detected; rows hold whole blocks and Q8_K rows
+        // always carry their block words.
+        BlockType::Q6K => {
+            return Some(|w, xs, o| unsafe { in_groups_of_8!(avx512::q6k_rows, w, xs, o) })
+        }
+        BlockType::Q4K => {
+            return Some(|w, xs, o| unsafe { in_groups_of_8!(avx512::q4k_rows, w, xs, o) })
+        }
+        _ => {}
     }
     #[cfg(target_arch = "x86_64")]
     {
@@ -738,6 +902,13 @@ fn many_rows_kernel(t: BlockType, k: usize) -> Option<ManyFn> {
         let _ = t;
         None
     }
+}
+
+static MANY_ROWS: AtomicBool = AtomicBool::new(true);
+
+/// Turns the many-row kernels off (tests of the paths other CPUs take) or back on.
+pub fn set_many_rows_kernels(on: bool) {
+    MANY_ROWS.store(on, Ordering::Relaxed);
 }
 
 /// Whether many rows of `x` through a `t` matrix with rows of `k` have a blocked kernel here
