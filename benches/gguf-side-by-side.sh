@@ -38,27 +38,43 @@ candle=$(ls -t "$CARGO_TARGET_DIR"/release/deps/candle_quantized-* | grep -v '\.
 
 out="$repo/benches/results/$(date +%F)-cpu.json"
 python3 - "$out" "$threads" "$hearth" "$llama" "$candle" "$@" <<'PY'
-import json, subprocess, sys, pathlib
+import json, os, subprocess, sys, pathlib
 out, threads, hearth, llama, candle, *models = sys.argv[1:]
-rows = []
+
+def peak_rss_kib(cmd, env=None):
+    """Runs cmd under /usr/bin/time and returns (stdout, peak resident set in KiB)."""
+    p = subprocess.run(["/usr/bin/time", "-f", "%M", *cmd], capture_output=True, text=True, check=True,
+                       env=env)
+    return p.stdout, int(p.stderr.strip().splitlines()[-1])
+
+rows, memory = [], []
 for m in models:
-    h = json.loads(subprocess.run([hearth, "bench", "-m", m, "-p", "32", "-n", "64", "-t", threads, "-r", "3", "--json"],
-                                  capture_output=True, text=True, check=True).stdout)
-    l = json.loads(subprocess.run([llama, "-m", m, "-p", "32", "-n", "64", "-t", threads, "-r", "3", "-o", "json"],
-                                  capture_output=True, text=True, check=True).stdout)
+    # Prefill 32 and 512 tokens, decode 64; candle's quantized prefill is too slow for 512.
+    h, h_rss = peak_rss_kib([hearth, "bench", "-m", m, "-p", "32,512", "-n", "64", "-t", threads, "-r", "5", "--json"])
+    h = json.loads(h)
+    l, l_rss = peak_rss_kib([llama, "-m", m, "-p", "32,512", "-n", "64", "-t", threads, "-r", "5", "-o", "json"])
+    l = json.loads(l)
     c = json.loads(subprocess.run([candle, m, "32", "64", "3"], capture_output=True, text=True, check=True,
                                   env={"RAYON_NUM_THREADS": threads}).stdout)
-    get = lambda rs, key, test: next(r[key] for r in rs if r.get("test") == test)
-    llama_t = {("pp32" if r["n_prompt"] else "tg64"): r["avg_ts"] for r in l}
-    for test in ["pp32", "tg64"]:
-        hv, lv, cv = get(h, "avg_ts", test), llama_t[test], get(c, "avg_ts", test)
+    memory.append({"model": pathlib.Path(m).name, "file_bytes": os.path.getsize(m),
+                   "hearth_peak_rss_bytes": h_rss * 1024, "llama_cpp_peak_rss_bytes": l_rss * 1024})
+    get = lambda rs, test: next((r["avg_ts"] for r in rs if r.get("test") == test), None)
+    llama_t = {(f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}"): r["avg_ts"] for r in l}
+    for test in ["pp32", "pp512", "tg64"]:
+        hv, lv, cv = get(h, test), llama_t[test], get(c, test)
         rows.append({"model": pathlib.Path(m).name, "test": test, "threads": int(threads), "hearth_ts": hv,
                      "llama_cpp_ts": lv, "candle_transformers_ts": cv, "hearth_over_llama_cpp": hv / lv,
-                     "hearth_over_candle": hv / cv})
-pathlib.Path(out).write_text(json.dumps({"command": "benches/gguf-side-by-side.sh " + " ".join(sys.argv[2:3] + models), "rows": rows}, indent=1))
+                     "hearth_over_candle": hv / cv if cv else None})
+pathlib.Path(out).write_text(json.dumps({"command": "benches/gguf-side-by-side.sh " + " ".join(sys.argv[2:3] + models),
+                                         "rows": rows, "memory": memory}, indent=1))
 print("| model | test | hearth t/s | llama.cpp t/s | candle t/s | hearth/llama.cpp | hearth/candle |")
 print("|---|---|---|---|---|---|---|")
 for r in rows:
-    print(f"| {r['model']} | {r['test']} | {r['hearth_ts']:.1f} | {r['llama_cpp_ts']:.1f} | {r['candle_transformers_ts']:.1f} | {r['hearth_over_llama_cpp']:.2f} | {r['hearth_over_candle']:.2f} |")
+    c = f"{r['candle_transformers_ts']:.1f}" if r["candle_transformers_ts"] else "-"
+    hc = f"{r['hearth_over_candle']:.2f}" if r["hearth_over_candle"] else "-"
+    print(f"| {r['model']} | {r['test']} | {r['hearth_ts']:.1f} | {r['llama_cpp_ts']:.1f} | {c} | {r['hearth_over_llama_cpp']:.2f} | {hc} |")
+for mem in memory:
+    print(f"{mem['model']}: file {mem['file_bytes'] / 2**20:.0f} MiB, peak RSS hearth {mem['hearth_peak_rss_bytes'] / 2**20:.0f} MiB, "
+          f"llama.cpp {mem['llama_cpp_peak_rss_bytes'] / 2**20:.0f} MiB")
 print(f"wrote {out}")
 PY

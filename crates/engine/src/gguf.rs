@@ -6,12 +6,12 @@ use crate::error::{EngineError, Result};
 use crate::tokenizer::Tokenizer;
 use crate::weights::{Matrix, WeightSource};
 use candle_core::quantized::gguf_file::{Content, Value};
-use candle_core::quantized::GgmlDType;
+use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{DType, Device, Tensor};
 use serde_json::json;
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::BufReader;
+use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -439,14 +439,79 @@ impl GgufWeights {
             .reader
             .lock()
             .map_err(|_| self.file.err("reader poisoned"))?;
-        self.file
-            .content
-            .tensor(&mut *reader, &name, &self.device)
-            .map_err(|e| {
-                self.file
-                    .err(format!("tensor `{name}`: {}", first_line(&e)))
-            })
+        let start = self.file.content.tensor_data_offset + info.offset;
+        let loaded = match self.device {
+            Device::Cpu => read_cpu(&mut *reader, start, info.ggml_dtype, info.shape.dims()),
+            _ => self.file.content.tensor(&mut *reader, &name, &self.device),
+        };
+        loaded.map_err(|e| {
+            self.file
+                .err(format!("tensor `{name}`: {}", first_line(&e)))
+        })
     }
+}
+
+/// Reads a tensor's blocks from the file straight into the buffer the model keeps (candle's
+/// reader goes through a second, temporary copy, which raised the peak memory of loading by
+/// the largest tensor), with that buffer on huge pages from its first touch.
+fn read_cpu(
+    reader: &mut (impl Read + Seek),
+    start: u64,
+    dtype: GgmlDType,
+    dims: &[usize],
+) -> candle_core::Result<QTensor> {
+    use candle_core::quantized::k_quants::*;
+    let elems: usize = dims.iter().product();
+    if elems % dtype.block_size() != 0 {
+        candle_core::bail!(
+            "{elems} elements do not fill whole {dtype:?} blocks of {}",
+            dtype.block_size()
+        );
+    }
+    let blocks = elems / dtype.block_size();
+    let file_len = reader.seek(SeekFrom::End(0))?;
+    let needed = (blocks * dtype.type_size()) as u64;
+    if start.saturating_add(needed) > file_len {
+        candle_core::bail!(
+            "needs bytes {start}..{} but the file has {file_len} (truncated?)",
+            start + needed
+        );
+    }
+    reader.seek(SeekFrom::Start(start))?;
+    let storage = match dtype {
+        GgmlDType::F32 => read_blocks::<f32>(reader, blocks)?,
+        GgmlDType::F16 => read_blocks::<half::f16>(reader, blocks)?,
+        GgmlDType::BF16 => read_blocks::<half::bf16>(reader, blocks)?,
+        GgmlDType::Q4_0 => read_blocks::<BlockQ4_0>(reader, blocks)?,
+        GgmlDType::Q4_1 => read_blocks::<BlockQ4_1>(reader, blocks)?,
+        GgmlDType::Q5_0 => read_blocks::<BlockQ5_0>(reader, blocks)?,
+        GgmlDType::Q5_1 => read_blocks::<BlockQ5_1>(reader, blocks)?,
+        GgmlDType::Q8_0 => read_blocks::<BlockQ8_0>(reader, blocks)?,
+        GgmlDType::Q8_1 => read_blocks::<BlockQ8_1>(reader, blocks)?,
+        GgmlDType::Q2K => read_blocks::<BlockQ2K>(reader, blocks)?,
+        GgmlDType::Q3K => read_blocks::<BlockQ3K>(reader, blocks)?,
+        GgmlDType::Q4K => read_blocks::<BlockQ4K>(reader, blocks)?,
+        GgmlDType::Q5K => read_blocks::<BlockQ5K>(reader, blocks)?,
+        GgmlDType::Q6K => read_blocks::<BlockQ6K>(reader, blocks)?,
+        GgmlDType::Q8K => read_blocks::<BlockQ8K>(reader, blocks)?,
+    };
+    QTensor::new(storage, dims)
+}
+
+fn read_blocks<T: candle_core::quantized::k_quants::GgmlType + 'static>(
+    reader: &mut impl Read,
+    blocks: usize,
+) -> candle_core::Result<QStorage> {
+    let mut data: Vec<T> = Vec::with_capacity(blocks);
+    let bytes = blocks * std::mem::size_of::<T>();
+    crate::huge_pages::prefer_huge_pages(data.as_ptr() as *const u8, bytes);
+    data.resize(blocks, T::zeros());
+    // SAFETY: GGML block types are plain `repr(C)` integers and floats without padding
+    // (candle asserts their sizes), so any bytes are a valid value; the slice covers exactly
+    // the initialised elements.
+    let raw = unsafe { std::slice::from_raw_parts_mut(data.as_mut_ptr() as *mut u8, bytes) };
+    reader.read_exact(raw)?;
+    Ok(QStorage::Cpu(Box::new(data)))
 }
 
 impl WeightSource for GgufWeights {

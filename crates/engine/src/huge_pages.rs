@@ -17,6 +17,26 @@ pub fn back_with_huge_pages(bytes: &[u8]) -> bool {
     collapse(start, end - start)
 }
 
+/// Asks that memory not yet touched be backed by huge pages when it is first written (call
+/// before filling a fresh buffer; no copy needed later). Same conditions as above.
+pub fn prefer_huge_pages(ptr: *const u8, len: usize) -> bool {
+    let start = (ptr as usize).next_multiple_of(HUGE_PAGE);
+    let end = (ptr as usize + len) / HUGE_PAGE * HUGE_PAGE;
+    end > start && advise(start, end - start)
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn advise(start: usize, len: usize) -> bool {
+    // SAFETY: the range lies inside an allocation of this process; MADV_HUGEPAGE only
+    // changes how later page faults are served.
+    unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_HUGEPAGE) == 0 }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn advise(_start: usize, _len: usize) -> bool {
+    false
+}
+
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn collapse(start: usize, len: usize) -> bool {
     // MADV_COLLAPSE copies pages already in place onto huge pages, whatever the system's
