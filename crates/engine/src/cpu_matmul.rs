@@ -40,7 +40,13 @@ impl Elem for bf16 {
 impl Elem for f16 {
     #[inline(always)]
     fn widen(self) -> f32 {
-        self.to_f32()
+        // Integer and float arithmetic that vectorises (`half`'s conversion is a call per
+        // value): the magnitude's bits moved into f32 position, scaled by 2^112 to rebias the
+        // exponent, which is exact for normal and subnormal values alike. Infinities and NaNs,
+        // which weights do not hold, come out as large finite numbers.
+        let h = self.to_bits() as u32;
+        let magnitude = f32::from_bits((h & 0x7fff) << 13) * f32::from_bits(0x7780_0000);
+        f32::from_bits(magnitude.to_bits() | ((h & 0x8000) << 16))
     }
 }
 
@@ -87,6 +93,8 @@ fn block<W: Elem>(x: &[f32], m: usize, k: usize, w: &[W], first_row: usize, out_
 
 type BlockFn = fn(&[f32], usize, usize, WeightRows<'_>, usize, &mut [f32]);
 
+// Inlined into each target-feature wrapper below, so that it is compiled for those features.
+#[inline(always)]
 fn block_portable(x: &[f32], m: usize, k: usize, w: WeightRows<'_>, first: usize, out: &mut [f32]) {
     match w {
         WeightRows::F32(w) => block(x, m, k, w, first, out),

@@ -634,6 +634,17 @@ mod avx512 {
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub unsafe fn q4_0(w: &[u8], x: &Q8Row) -> f32 {
+        row_dot!(w, x, 18, 8.0, |b0, b1| nibble_pair(b0, b1, 2), |b| {
+            let qs = _mm_loadu_si128(b.add(2) as *const __m128i);
+            _mm256_and_si256(
+                _mm256_set_m128i(_mm_srli_epi16(qs, 4), qs),
+                _mm256_set1_epi8(0x0F),
+            )
+        })
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     pub unsafe fn q5_0(w: &[u8], x: &Q8Row) -> f32 {
         row_dot!(w, x, 22, 16.0, |b0, b1| q5_0_pair(b0, b1), |b| q5_0_one(b))
     }
@@ -984,6 +995,7 @@ fn kernels(t: BlockType) -> Vec<(&'static str, DotFn)> {
     if has_avx512_vnni() {
         // SAFETY: as above, with AVX-512 F/BW/VL/VNNI detected too.
         match t {
+            BlockType::Q4_0 => found.push(("avx512", |w, x| unsafe { avx512::q4_0(w, x) })),
             BlockType::Q5_0 => found.push(("avx512", |w, x| unsafe { avx512::q5_0(w, x) })),
             BlockType::Q8_0 => found.push(("avx512", |w, x| unsafe { avx512::q8_0(w, x) })),
             _ => {}

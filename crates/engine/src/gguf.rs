@@ -534,7 +534,20 @@ impl WeightSource for GgufWeights {
             .to_dtype(dtype)?)
     }
     fn matrix(&self, name: &str, shape: &[usize]) -> Result<Matrix> {
-        Ok(Matrix::Quantized(Arc::new(self.qtensor(name, shape)?)))
+        let q = self.qtensor(name, shape)?;
+        // Unquantized matrices (F16, BF16, F32 files) run as dense weights in their own type:
+        // the dense kernels read half-precision rows directly, candle's quantized path has no
+        // fast half-precision product.
+        let dense = match q.dtype() {
+            GgmlDType::F16 => Some(DType::F16),
+            GgmlDType::BF16 => Some(DType::BF16),
+            GgmlDType::F32 => Some(DType::F32),
+            _ => None,
+        };
+        match dense {
+            Some(dtype) => Ok(Matrix::Dense(q.dequantize(&self.device)?.to_dtype(dtype)?)),
+            None => Ok(Matrix::Quantized(Arc::new(q))),
+        }
     }
 }
 
