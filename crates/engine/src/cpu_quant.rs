@@ -80,7 +80,7 @@ pub struct Q8Row {
     /// Q8_0: sums of each block's 32 values.
     sums: Vec<i32>,
     /// Q8_0 with an even block count, for the many-row kernels: per pair of blocks 48 words
-    /// in one run (one pointer per row keeps the kernel in registers): the 64 values, minus
+    /// in one run (one pointer per row keeps the kernel in registers): the 64 values, -16 ×
     /// the two block sums (i32 lanes 0 and 8, zeros elsewhere), and the scales (8 × d[b],
     /// 8 × d[b+1], f32 bits).
     pairs: Vec<u32>,
@@ -118,8 +118,9 @@ fn quantize_q8_0(x: &[f32]) -> Q8Row {
                     .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]].map(|v| v as u8))),
             );
             let mut neg = [0u32; 16];
-            neg[0] = (-s[0]) as u32;
-            neg[8] = (-s[1]) as u32;
+            // Pre-multiplied by Q5_0's offset (16), the most common type's; others rescale.
+            neg[0] = (-16 * s[0]) as u32;
+            neg[8] = (-16 * s[1]) as u32;
             pairs.extend(neg);
             pairs.extend([d[0].to_bits(); 8]);
             pairs.extend([d[1].to_bits(); 8]);
@@ -651,10 +652,10 @@ mod avx512 {
 
     /// One weight row against `C` activation rows (prompt prefills): the weight pair is
     /// expanded once and used `C` times, and the unsigned offset is folded into the integer
-    /// sums (each activation row's `-Σy`, shifted left by log2 of the offset, starts the
-    /// `vpdpbusd` accumulator). Needs an even number of blocks.
+    /// sums (each activation row's `-offset·Σy` starts the `vpdpbusd` accumulator). Needs an
+    /// even number of blocks.
     macro_rules! many_rows {
-        ($name:ident, $bytes:expr, $shift:expr, |$b0:ident, $b1:ident| $pair:expr) => {
+        ($name:ident, $bytes:expr, $rescale:expr, |$b0:ident, $b1:ident| $pair:expr) => {
             #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
             pub unsafe fn $name<const C: usize>(w: &[u8], xs: &[Q8Row], out: &mut [f32]) {
                 let wp = w.as_ptr();
@@ -673,7 +674,7 @@ mod avx512 {
                         let at = xs.get_unchecked(c).pairs.as_ptr().add(p * PAIR_WORDS);
                         let y = _mm512_loadu_si512(at as *const _);
                         let neg = _mm512_loadu_si512(at.add(16) as *const _);
-                        let s = _mm512_dpbusd_epi32(_mm512_slli_epi32(neg, $shift), q, y);
+                        let s = _mm512_dpbusd_epi32($rescale(neg), q, y);
                         let d = _mm512_mul_ps(dw, _mm512_loadu_ps(at.add(32) as *const f32));
                         acc[c] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[c]);
                     }
@@ -839,9 +840,14 @@ mod avx512 {
         }
     }
 
-    many_rows!(q4_0_rows, 18, 3, |b0, b1| nibble_pair(b0, b1, 2));
-    many_rows!(q5_0_rows, 22, 4, |b0, b1| q5_0_pair(b0, b1));
-    many_rows!(q8_0_rows, 34, 7, |b0, b1| q8_0_pair(b0, b1));
+    // The stored sums are -16·Σy: Q4_0's offset is 8, Q5_0's 16, Q8_0's 128.
+    many_rows!(q4_0_rows, 18, |n| _mm512_srai_epi32(n, 1), |b0, b1| {
+        nibble_pair(b0, b1, 2)
+    });
+    many_rows!(q5_0_rows, 22, |n| n, |b0, b1| q5_0_pair(b0, b1));
+    many_rows!(q8_0_rows, 34, |n| _mm512_slli_epi32(n, 3), |b0, b1| {
+        q8_0_pair(b0, b1)
+    });
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     pub unsafe fn q8_0(w: &[u8], x: &Q8Row) -> f32 {
@@ -860,10 +866,21 @@ type DotFn = fn(&[u8], &Q8Row) -> f32;
 /// One weight row against every activation row (`out[c]` for `xs[c]`).
 type ManyFn = fn(&[u8], &[Q8Row], &mut [f32]);
 
-/// Runs a `C`-row kernel over `xs` in groups of 8 (and one smaller group).
-macro_rules! in_groups_of_8 {
+/// Runs a `C`-row kernel over `xs` in groups of 16 (the weight block is widened once per
+/// group), then 8, then one smaller group.
+macro_rules! in_groups {
     ($module:ident :: $kernel:ident, $w:expr, $xs:expr, $out:expr) => {{
-        for (xs, out) in $xs.chunks(8).zip($out.chunks_mut(8)) {
+        let sixteens = $xs.len() / 16 * 16;
+        for (xs, out) in $xs[..sixteens]
+            .chunks(16)
+            .zip($out[..sixteens].chunks_mut(16))
+        {
+            $module::$kernel::<16>($w, xs, out);
+        }
+        for (xs, out) in $xs[sixteens..]
+            .chunks(8)
+            .zip($out[sixteens..].chunks_mut(8))
+        {
             match xs.len() {
                 8 => $module::$kernel::<8>($w, xs, out),
                 7 => $module::$kernel::<7>($w, xs, out),
@@ -889,10 +906,10 @@ fn many_rows_kernel(t: BlockType, k: usize) -> Option<ManyFn> {
         // SAFETY: AVX-512 F/BW/VL/VNNI were detected; rows hold whole blocks and Q8_K rows
         // always carry their block words.
         BlockType::Q6K => {
-            return Some(|w, xs, o| unsafe { in_groups_of_8!(avx512::q6k_rows, w, xs, o) })
+            return Some(|w, xs, o| unsafe { in_groups!(avx512::q6k_rows, w, xs, o) })
         }
         BlockType::Q4K => {
-            return Some(|w, xs, o| unsafe { in_groups_of_8!(avx512::q4k_rows, w, xs, o) })
+            return Some(|w, xs, o| unsafe { in_groups!(avx512::q4k_rows, w, xs, o) })
         }
         _ => {}
     }
@@ -901,9 +918,9 @@ fn many_rows_kernel(t: BlockType, k: usize) -> Option<ManyFn> {
         // SAFETY: AVX-512 F/BW/VL/VNNI were detected; rows hold whole pairs of blocks and
         // every activation row was quantized with its pair arrays (even block count).
         let kernel: ManyFn = match t {
-            BlockType::Q4_0 => |w, xs, o| unsafe { in_groups_of_8!(avx512::q4_0_rows, w, xs, o) },
-            BlockType::Q5_0 => |w, xs, o| unsafe { in_groups_of_8!(avx512::q5_0_rows, w, xs, o) },
-            BlockType::Q8_0 => |w, xs, o| unsafe { in_groups_of_8!(avx512::q8_0_rows, w, xs, o) },
+            BlockType::Q4_0 => |w, xs, o| unsafe { in_groups!(avx512::q4_0_rows, w, xs, o) },
+            BlockType::Q5_0 => |w, xs, o| unsafe { in_groups!(avx512::q5_0_rows, w, xs, o) },
+            BlockType::Q8_0 => |w, xs, o| unsafe { in_groups!(avx512::q8_0_rows, w, xs, o) },
             _ => return None,
         };
         Some(kernel)
@@ -1190,7 +1207,7 @@ mod tests {
     }
 
     /// The many-row kernels (prefill) against the one-row dot products, for row counts that
-    /// make full groups of 8 and a remainder.
+    /// make full groups of 16 and 8 and a remainder.
     #[test]
     fn many_row_kernels_match_the_one_row_kernels() {
         let (k, n) = (256, 13);
@@ -1209,7 +1226,7 @@ mod tests {
                 data: &data,
                 rows: n,
             };
-            for m in [2, 8, 11] {
+            for m in [2, 8, 11, 35] {
                 let x: Vec<f32> = (0..m * k)
                     .map(|i| ((i * 11 % 37) as f32 - 18.0) / 5.0)
                     .collect();
