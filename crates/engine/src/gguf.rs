@@ -545,6 +545,13 @@ impl WeightSource for GgufWeights {
             _ => None,
         };
         match dense {
+            // On the CPU the bytes are the dense tensor already: one copy, no f32 detour.
+            Some(dtype) if self.device.is_cpu() => Ok(Matrix::Dense(Tensor::from_raw_buffer(
+                &q.data()?,
+                dtype,
+                shape,
+                &self.device,
+            )?)),
             Some(dtype) => Ok(Matrix::Dense(q.dequantize(&self.device)?.to_dtype(dtype)?)),
             None => Ok(Matrix::Quantized(Arc::new(q))),
         }
