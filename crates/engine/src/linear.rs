@@ -122,14 +122,15 @@ impl Part {
             Part::Quantized(q, _) => q.forward(x),
             Part::Dense(w) => match cpu_rows(w, x)? {
                 Some(y) => Ok(y),
-                None => {
-                    let w = if w.dtype() == x.dtype() {
-                        w.clone()
-                    } else {
-                        w.to_dtype(x.dtype())?
-                    };
-                    x.broadcast_matmul(&w.t()?)
-                }
+                None if w.dtype() == x.dtype() => x.broadcast_matmul(&w.t()?),
+                // f16 weights with f32 activations on the CPU (long prefills): the activations
+                // go to f16 instead of the whole weight to f32 on every call, as llama.cpp does
+                // for F16 files (11 mantissa bits; gemm accumulates in f32).
+                None if w.dtype() == DType::F16 && x.device().is_cpu() => x
+                    .to_dtype(DType::F16)?
+                    .broadcast_matmul(&w.t()?)?
+                    .to_dtype(x.dtype()),
+                None => x.broadcast_matmul(&w.to_dtype(x.dtype())?.t()?),
             },
         }
     }
