@@ -657,9 +657,14 @@ mod avx512 {
     macro_rules! many_rows {
         ($name:ident, $bytes:expr, $rescale:expr, |$b0:ident, $b1:ident| $pair:expr) => {
             #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-            pub unsafe fn $name<const C: usize>(w: &[u8], xs: &[Q8Row], out: &mut [f32]) {
+            pub unsafe fn $name<const C: usize>(
+                w: &[u8],
+                cols: *const u32,
+                stride: usize,
+                out: &mut [f32],
+            ) {
                 let wp = w.as_ptr();
-                let pairs = xs[0].d.len() / 2;
+                let pairs = stride / PAIR_WORDS;
                 let mut acc = [_mm512_setzero_ps(); C];
                 for p in 0..pairs {
                     let $b0 = wp.add(2 * p * $bytes);
@@ -671,7 +676,7 @@ mod avx512 {
                         _mm512_set1_ps(scale($b1)),
                     );
                     for c in 0..C {
-                        let at = xs.get_unchecked(c).pairs.as_ptr().add(p * PAIR_WORDS);
+                        let at = cols.add(c * stride + p * PAIR_WORDS);
                         let y = _mm512_loadu_si512(at as *const _);
                         let neg = _mm512_loadu_si512(at.add(16) as *const _);
                         let s = _mm512_dpbusd_epi32($rescale(neg), q, y);
@@ -726,7 +731,12 @@ mod avx512 {
     /// (`d × scale` of each 16 values, over the 4 lanes that sum them); per activation row, the
     /// integer sums start from `-32 × Σy` (the values' offset) and are scaled in f32.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub unsafe fn q6k_rows<const C: usize>(w: &[u8], xs: &[Q8Row], out: &mut [f32]) {
+    pub unsafe fn q6k_rows<const C: usize>(
+        w: &[u8],
+        cols: *const u32,
+        stride: usize,
+        out: &mut [f32],
+    ) {
         let m4 = _mm512_set1_epi8(0x0F);
         let m2 = _mm512_set1_epi8(3);
         // 16-bit shift counts: the low 256 bits take the high bits at shift a, the upper at b.
@@ -738,7 +748,7 @@ mod avx512 {
             )
         };
         let (first, second) = (counts(0, 2), counts(4, 6));
-        let blocks = xs[0].d.len();
+        let blocks = stride / K_WORDS;
         let mut acc = [_mm512_setzero_ps(); C];
         for b in 0..blocks {
             let blk = w.as_ptr().add(b * 210);
@@ -770,7 +780,7 @@ mod avx512 {
                 *sc = _mm512_mul_ps(_mm512_cvtepi32_ps(lanes), _mm512_set1_ps(dw));
             }
             for c in 0..C {
-                let at = xs.get_unchecked(c).k_blocks.as_ptr().add(b * K_WORDS);
+                let at = cols.add(c * stride + b * K_WORDS);
                 let mut block = _mm512_setzero_ps();
                 for z in 0..4 {
                     let y = _mm512_loadu_si512(at.add(z * 16) as *const _);
@@ -791,10 +801,15 @@ mod avx512 {
     /// vectors of 64 nibbles and their f32 scales (`d × scale` per 32 values); the minimums
     /// (`dmin × min × Σy` per 32 values) are one 16-bit multiply-add per activation row.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub unsafe fn q4k_rows<const C: usize>(w: &[u8], xs: &[Q8Row], out: &mut [f32]) {
+    pub unsafe fn q4k_rows<const C: usize>(
+        w: &[u8],
+        cols: *const u32,
+        stride: usize,
+        out: &mut [f32],
+    ) {
         let m4 = _mm512_set1_epi8(0x0F);
         let halves = _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0);
-        let blocks = xs[0].d.len();
+        let blocks = stride / K_WORDS;
         let mut acc = [_mm512_setzero_ps(); C];
         for b in 0..blocks {
             let blk = w.as_ptr().add(b * 144);
@@ -821,7 +836,7 @@ mod avx512 {
             let mins = _mm_loadu_si128(mins.as_ptr() as *const __m128i);
             let neg_dmin = _mm_set1_ps(-dmin);
             for c in 0..C {
-                let at = xs.get_unchecked(c).k_blocks.as_ptr().add(b * K_WORDS);
+                let at = cols.add(c * stride + b * K_WORDS);
                 let mut block = _mm512_setzero_ps();
                 for z in 0..4 {
                     let y = _mm512_loadu_si512(at.add(z * 16) as *const _);
@@ -864,33 +879,37 @@ mod avx512 {
 type DotFn = fn(&[u8], &Q8Row) -> f32;
 
 /// One weight row against every activation row (`out[c]` for `xs[c]`).
-type ManyFn = fn(&[u8], &[Q8Row], &mut [f32]);
+/// `cols`: the packed activation rows (one every `stride` words, see [`Q8Row::pairs`] and
+/// [`Q8Row::k_blocks`]), at least `out.len()` of them.
+type ManyFn = fn(w: &[u8], cols: &[u32], stride: usize, out: &mut [f32]);
 
-/// Runs a `C`-row kernel over `xs` in groups of 16 (the weight block is widened once per
+/// Runs a `C`-row kernel over packed activation rows in groups of 16 (the weight block is widened once per
 /// group), then 8, then one smaller group.
 macro_rules! in_groups {
-    ($module:ident :: $kernel:ident, $w:expr, $xs:expr, $out:expr) => {{
-        let sixteens = $xs.len() / 16 * 16;
-        for (xs, out) in $xs[..sixteens]
-            .chunks(16)
-            .zip($out[..sixteens].chunks_mut(16))
-        {
-            $module::$kernel::<16>($w, xs, out);
+    ($module:ident :: $kernel:ident, $w:expr, $cols:expr, $stride:expr, $out:expr) => {{
+        let (w, cols, stride, out): (&[u8], &[u32], usize, &mut [f32]) = ($w, $cols, $stride, $out);
+        let n = out.len();
+        assert!(cols.len() >= n * stride);
+        let base = cols.as_ptr();
+        let mut c0 = 0;
+        while c0 + 16 <= n {
+            $module::$kernel::<16>(w, base.add(c0 * stride), stride, &mut out[c0..c0 + 16]);
+            c0 += 16;
         }
-        for (xs, out) in $xs[sixteens..]
-            .chunks(8)
-            .zip($out[sixteens..].chunks_mut(8))
-        {
-            match xs.len() {
-                8 => $module::$kernel::<8>($w, xs, out),
-                7 => $module::$kernel::<7>($w, xs, out),
-                6 => $module::$kernel::<6>($w, xs, out),
-                5 => $module::$kernel::<5>($w, xs, out),
-                4 => $module::$kernel::<4>($w, xs, out),
-                3 => $module::$kernel::<3>($w, xs, out),
-                2 => $module::$kernel::<2>($w, xs, out),
-                _ => $module::$kernel::<1>($w, xs, out),
+        while c0 < n {
+            let len = (n - c0).min(8);
+            let (at, o) = (base.add(c0 * stride), &mut out[c0..c0 + len]);
+            match len {
+                8 => $module::$kernel::<8>(w, at, stride, o),
+                7 => $module::$kernel::<7>(w, at, stride, o),
+                6 => $module::$kernel::<6>(w, at, stride, o),
+                5 => $module::$kernel::<5>(w, at, stride, o),
+                4 => $module::$kernel::<4>(w, at, stride, o),
+                3 => $module::$kernel::<3>(w, at, stride, o),
+                2 => $module::$kernel::<2>(w, at, stride, o),
+                _ => $module::$kernel::<1>(w, at, stride, o),
             }
+            c0 += len;
         }
     }};
 }
@@ -906,10 +925,10 @@ fn many_rows_kernel(t: BlockType, k: usize) -> Option<ManyFn> {
         // SAFETY: AVX-512 F/BW/VL/VNNI were detected; rows hold whole blocks and Q8_K rows
         // always carry their block words.
         BlockType::Q6K => {
-            return Some(|w, xs, o| unsafe { in_groups!(avx512::q6k_rows, w, xs, o) })
+            return Some(|w, c, s, o| unsafe { in_groups!(avx512::q6k_rows, w, c, s, o) })
         }
         BlockType::Q4K => {
-            return Some(|w, xs, o| unsafe { in_groups!(avx512::q4k_rows, w, xs, o) })
+            return Some(|w, c, s, o| unsafe { in_groups!(avx512::q4k_rows, w, c, s, o) })
         }
         _ => {}
     }
@@ -918,9 +937,9 @@ fn many_rows_kernel(t: BlockType, k: usize) -> Option<ManyFn> {
         // SAFETY: AVX-512 F/BW/VL/VNNI were detected; rows hold whole pairs of blocks and
         // every activation row was quantized with its pair arrays (even block count).
         let kernel: ManyFn = match t {
-            BlockType::Q4_0 => |w, xs, o| unsafe { in_groups!(avx512::q4_0_rows, w, xs, o) },
-            BlockType::Q5_0 => |w, xs, o| unsafe { in_groups!(avx512::q5_0_rows, w, xs, o) },
-            BlockType::Q8_0 => |w, xs, o| unsafe { in_groups!(avx512::q8_0_rows, w, xs, o) },
+            BlockType::Q4_0 => |w, c, s, o| unsafe { in_groups!(avx512::q4_0_rows, w, c, s, o) },
+            BlockType::Q5_0 => |w, c, s, o| unsafe { in_groups!(avx512::q5_0_rows, w, c, s, o) },
+            BlockType::Q8_0 => |w, c, s, o| unsafe { in_groups!(avx512::q8_0_rows, w, c, s, o) },
             _ => return None,
         };
         Some(kernel)
@@ -1087,12 +1106,35 @@ fn run(
         q8_0: quantized(mats.iter().any(|w| !is_k(w)), quantize_q8_0),
         q8_k: quantized(mats.iter().any(is_k), quantize_q8_k),
     };
-    // Per matrix: its first output row, bytes per row, kernel and activations.
+    // The many-row kernels read every activation row at a fixed stride from one buffer, so
+    // that one pointer serves all rows of a group (their registers are the kernels' limit).
+    let many: Vec<Option<ManyFn>> = mats
+        .iter()
+        .map(|w| if m > 1 { many(w.kind) } else { None })
+        .collect();
+    let wants = |k_quant: bool| {
+        mats.iter()
+            .zip(&many)
+            .any(|(w, f)| f.is_some() && is_k(w) == k_quant)
+    };
+    let packed = |wanted: bool, rows: &[Q8Row], words: fn(&Q8Row) -> &[u32]| {
+        let stride = rows.first().map_or(0, |r| words(r).len());
+        let mut all = Vec::new();
+        if wanted {
+            all.reserve(stride * rows.len());
+            rows.iter().for_each(|r| all.extend_from_slice(words(r)));
+        }
+        (all, stride)
+    };
+    let q8_0_packed = packed(wants(false), &acts.q8_0, |r| &r.pairs);
+    let q8_k_packed = packed(wants(true), &acts.q8_k, |r| &r.k_blocks);
+    // Per matrix: its first output row, bytes per row, kernels and activations.
     let mut parts = Vec::with_capacity(mats.len());
     let mut start = 0;
-    for w in mats {
+    for (w, many) in mats.iter().zip(many) {
         let row_bytes = k / w.kind.block_values() * w.kind.block_bytes();
-        let many = if m > 1 { many(w.kind) } else { None };
+        let (cols, stride) = if is_k(w) { &q8_k_packed } else { &q8_0_packed };
+        let many = many.map(|f| (f, cols.as_slice(), *stride));
         parts.push((
             start,
             row_bytes,
@@ -1119,7 +1161,7 @@ fn run(
                 let row = &data[at..at + row_bytes];
                 let (xs, out) = (&xs[c0..c1], &mut out[c0..c1]);
                 match many {
-                    Some(many) => many(row, xs, out),
+                    Some((many, cols, stride)) => many(row, &cols[c0 * stride..], stride, out),
                     None => {
                         for (x, o) in xs.iter().zip(out.iter_mut()) {
                             *o = dot(row, x);
