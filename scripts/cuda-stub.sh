@@ -6,8 +6,14 @@
 set -euo pipefail
 out="$1"
 registry="${CARGO_HOME:-$HOME/.cargo}/registry/src"
-sys=$(ls -d "$registry"/*/cudarc-0.19.*/src/driver/sys/mod.rs 2>/dev/null | sort -V | tail -n1)
-[[ -n "$sys" ]] || { echo "cuda-stub: cudarc's sources are not in $registry (run cargo fetch first)" >&2; exit 1; }
+find_sys() { ls -d "$registry"/*/cudarc-0.19.*/src/driver/sys/mod.rs 2>/dev/null | sort -V | tail -n1 || true; }
+sys=$(find_sys)
+if [[ -z "$sys" ]]; then
+  # cudarc is an optional dependency: a CPU build never downloads it.
+  (cd "$(dirname "$0")/.." && cargo fetch --quiet) >&2
+  sys=$(find_sys)
+fi
+[[ -n "$sys" ]] || { echo "cuda-stub: cudarc's sources are not in $registry, even after cargo fetch" >&2; exit 1; }
 src=$(mktemp --suffix=.c)
 trap 'rm -f "$src"' EXIT
 grep -oE '^pub unsafe fn cu[A-Za-z0-9_]+' "$sys" | awk '{print $4}' | sort -u \
