@@ -356,6 +356,8 @@ impl Agent for AgentMap {
 
 #[cfg(test)]
 mod tests {
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
     use super::*;
     use crate::llm::ScriptedLlm;
 
@@ -370,11 +372,11 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn call_records_memory_forward_does_not() {
+    async fn call_records_memory_forward_does_not() -> TestResult {
         let llm = Arc::new(ScriptedLlm::new(["one", "two", "three"]));
         let mut agent = LlmAgent::new("bot", llm.clone(), Some("Be brief."));
         agent.hooks.push(Arc::new(Upper));
-        let out = agent.call(vec!["hello".into()], "s1").await.unwrap();
+        let out = agent.call(vec!["hello".into()], "s1").await?;
         assert_eq!((out.sender.as_str(), out.text().as_str()), ("bot", "one"));
         let mem = agent.memory.get("s1");
         assert_eq!(mem.len(), 2);
@@ -388,22 +390,20 @@ mod tests {
         assert_eq!(req.messages[0].text(), "Be brief.");
         assert_eq!(req.messages[1].text(), "HELLO");
         // forward alone: an answer, and no memory written.
-        let out = agent
-            .forward(&[AgentMessage::user("x")], "s1")
-            .await
-            .unwrap();
+        let out = agent.forward(&[AgentMessage::user("x")], "s1").await?;
         assert_eq!(out.text(), "two");
         assert_eq!(agent.memory.get("s1").len(), 2);
         // Other sessions are separate; reset of an unknown session is fine.
-        agent.call(vec!["hi".into()], "s2").await.unwrap();
+        agent.call(vec!["hi".into()], "s2").await?;
         assert_eq!(agent.memory.get("s2").len(), 2);
         agent.reset("never-seen", true);
         agent.reset("s1", true);
         assert!(agent.memory.get("s1").is_empty());
+        Ok(())
     }
 
     #[tokio::test]
-    async fn sequential_state_dict_has_dotted_keys() {
+    async fn sequential_state_dict_has_dotted_keys() -> TestResult {
         let writer = LlmAgent::new("writer", Arc::new(ScriptedLlm::new(["draft"])), None);
         let critic = LlmAgent::new("critic", Arc::new(ScriptedLlm::new(["LGTM"])), None);
         let seq = Sequential {
@@ -414,12 +414,18 @@ mod tests {
             ],
             exit_at: None,
         };
-        let out = seq.call(vec!["write".into()], "s").await.unwrap();
+        let out = seq.call(vec!["write".into()], "s").await?;
         assert_eq!(out.text(), "LGTM");
         let state = seq.state_dict("s");
         let keys: Vec<&String> = state.keys().collect();
         assert_eq!(keys, ["writer.memory", "critic.memory"]);
-        assert_eq!(state["writer.memory"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            state["writer.memory"]
+                .as_array()
+                .ok_or("no memory array")?
+                .len(),
+            2
+        );
         // Restored into fresh agents.
         let fresh = Sequential {
             name: "pipeline".into(),
@@ -443,17 +449,18 @@ mod tests {
             ],
             exit_at: None,
         };
-        fresh.load_state_dict("s", &state).unwrap();
+        fresh.load_state_dict("s", &state)?;
         assert_eq!(fresh.state_dict("s"), state);
         fresh.reset("s", true);
         assert_eq!(
             fresh.state_dict("s")["writer.memory"],
             serde_json::json!([])
         );
+        Ok(())
     }
 
     #[tokio::test]
-    async fn streaming_yields_partial_messages_then_the_end() {
+    async fn streaming_yields_partial_messages_then_the_end() -> TestResult {
         use futures::StreamExt;
         let mut agent = LlmAgent::new(
             "bot",
@@ -463,31 +470,33 @@ mod tests {
             None,
         );
         agent.parser = Some(Box::new(crate::parser::QwenToolParser));
-        let msgs: Vec<AgentMessage> = agent
+        let msgs = agent
             .call_stream(vec!["go".into()], "s")
-            .map(|m| m.unwrap())
-            .collect()
-            .await;
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<Result<Vec<AgentMessage>>>()?;
         assert!(msgs.len() > 3);
         assert!(msgs[..msgs.len() - 1]
             .iter()
             .all(|m| m.stream_state == AgentStatusCode::StreamIng));
-        let last = msgs.last().unwrap();
+        let last = msgs.last().ok_or("no messages")?;
         assert_eq!(last.stream_state, AgentStatusCode::End);
         // `formatted` is re-parsed on every chunk: broken JSON first, a valid call at the end.
         assert_eq!(
-            msgs[5].formatted.as_ref().unwrap()["status"],
+            msgs[5].formatted.as_ref().ok_or("not parsed")?["status"],
             serde_json::json!(-1)
         );
         assert_eq!(
-            last.formatted.as_ref().unwrap()["status"],
+            last.formatted.as_ref().ok_or("not parsed")?["status"],
             serde_json::json!(1)
         );
         assert_eq!(agent.memory.get("s").len(), 2);
+        Ok(())
     }
 
     #[tokio::test]
-    async fn lists_and_maps_nest_state() {
+    async fn lists_and_maps_nest_state() -> TestResult {
         let list = AgentList {
             name: "both".into(),
             agents: vec![
@@ -495,7 +504,7 @@ mod tests {
                 Box::new(LlmAgent::new("b", Arc::new(ScriptedLlm::new(["B"])), None)),
             ],
         };
-        assert_eq!(list.call(vec!["hi".into()], "s").await.unwrap().text(), "B");
+        assert_eq!(list.call(vec!["hi".into()], "s").await?.text(), "B");
         let keys: Vec<String> = list.state_dict("s").keys().cloned().collect();
         assert_eq!(keys, ["0.memory", "1.memory"]);
         let mut map = AgentMap {
@@ -512,7 +521,7 @@ mod tests {
         );
         let mut m = AgentMessage::user("2+2");
         m.receiver = Some("math".into());
-        assert_eq!(map.call(vec![m], "s").await.unwrap().text(), "4");
+        assert_eq!(map.call(vec![m], "s").await?.text(), "4");
         assert_eq!(
             map.state_dict("s").keys().cloned().collect::<Vec<_>>(),
             ["math.memory"]
@@ -523,10 +532,11 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("no agent named"), "{err}");
+        Ok(())
     }
 
     #[tokio::test]
-    async fn sequential_exits_early() {
+    async fn sequential_exits_early() -> TestResult {
         let a = LlmAgent::new("a", Arc::new(ScriptedLlm::new(["STOP here"])), None);
         let b = LlmAgent::new("b", Arc::new(ScriptedLlm::new(["never"])), None);
         let seq = Sequential {
@@ -534,9 +544,7 @@ mod tests {
             agents: vec![("a".into(), Box::new(a)), ("b".into(), Box::new(b))],
             exit_at: Some(Box::new(|m: &AgentMessage| m.text().starts_with("STOP"))),
         };
-        assert_eq!(
-            seq.call(vec!["go".into()], "x").await.unwrap().text(),
-            "STOP here"
-        );
+        assert_eq!(seq.call(vec!["go".into()], "x").await?.text(), "STOP here");
+        Ok(())
     }
 }

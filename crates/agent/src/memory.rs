@@ -126,10 +126,12 @@ impl MemoryManager {
 
 #[cfg(test)]
 mod tests {
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
     use super::*;
 
     #[test]
-    fn window_filter_delete_save_load() {
+    fn window_filter_delete_save_load() -> TestResult {
         let mut m = Memory::new(Some(2));
         for i in 0..5 {
             m.add(AgentMessage::new(
@@ -146,13 +148,14 @@ mod tests {
         assert_eq!(texts(m.get(Some(10), None)), ["m1", "m2", "m3"]);
         let saved = m.save();
         let mut other = Memory::new(None);
-        other.load(&saved).unwrap();
+        other.load(&saved)?;
         assert_eq!(texts(other.get(None, None)), ["m1", "m2", "m3"]);
         assert!(other.load(&serde_json::json!(42)).is_err());
+        Ok(())
     }
 
     #[test]
-    fn manager_creates_sessions_lazily_and_resets() {
+    fn manager_creates_sessions_lazily_and_resets() -> TestResult {
         let mm = MemoryManager::new(None);
         assert!(!mm.has("a"));
         mm.add("a", AgentMessage::user("hi"));
@@ -160,5 +163,6 @@ mod tests {
         assert_eq!(mm.get("b").len(), 0);
         assert!(mm.reset("a"));
         assert!(!mm.reset("never-seen"));
+        Ok(())
     }
 }

@@ -127,38 +127,42 @@ impl From<String> for AgentMessage {
 
 #[cfg(test)]
 mod tests {
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
     use super::*;
     use serde_json::json;
 
     #[test]
-    fn status_codes_have_lagents_values() {
+    fn status_codes_have_lagents_values() -> TestResult {
         assert_eq!(i32::from(AgentStatusCode::SessionInvalidArg), -4);
         assert_eq!(i32::from(AgentStatusCode::CodeReturn), 8);
         assert_eq!(i32::from(ActionStatusCode::ArgsError), -1001);
         assert_eq!(
-            serde_json::to_value(ActionStatusCode::ApiError).unwrap(),
+            serde_json::to_value(ActionStatusCode::ApiError)?,
             json!(-1002)
         );
         assert!(AgentStatusCode::try_from(42).is_err());
+        Ok(())
     }
 
     #[test]
-    fn messages_round_trip_through_json() {
+    fn messages_round_trip_through_json() -> TestResult {
         let mut m = AgentMessage::new("calculator", json!({"result": 7006652}));
         m.formatted = Some(json!({"status": 1}));
         m.kind = Some("tool".into());
         m.receiver = Some("agent".into());
         m.stream_state = AgentStatusCode::PluginReturn;
-        let v = serde_json::to_value(&m).unwrap();
+        let v = serde_json::to_value(&m)?;
         assert_eq!(v["stream_state"], json!(5));
         assert_eq!(v["type"], json!("tool"));
-        let back: AgentMessage = serde_json::from_value(v).unwrap();
+        let back: AgentMessage = serde_json::from_value(v)?;
         assert_eq!(back, m);
         // Defaults as lagent's: sender user, stream_state END.
-        let d: AgentMessage = serde_json::from_value(json!({"content": "hi"})).unwrap();
+        let d: AgentMessage = serde_json::from_value(json!({"content": "hi"}))?;
         assert_eq!(
             (d.sender.as_str(), d.stream_state),
             ("user", AgentStatusCode::End)
         );
+        Ok(())
     }
 }

@@ -1182,6 +1182,8 @@ pub fn matmul_t(x: &[f32], m: usize, k: usize, mats: &[QuantMatrix<'_>]) -> Vec<
 
 #[cfg(test)]
 mod tests {
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
     use super::*;
     use candle_core::quantized::{QMatMul, QTensor};
     use candle_core::{Device, Module, Tensor};
@@ -1197,7 +1199,7 @@ mod tests {
     /// Against candle's block dot products (the GGML reference arithmetic): the same integers,
     /// summed in another order, so equal to f32 rounding.
     #[test]
-    fn every_block_type_matches_candle_in_every_code_path() {
+    fn every_block_type_matches_candle_in_every_code_path() -> TestResult {
         // 288 values: an odd number of 32-blocks (the paired kernels' tail), which candle's
         // Q5_0 refuses; there the portable kernel, checked against candle above, is the reference.
         for (m, k, n) in [(3, 512, 37), (2, 288, 11)] {
@@ -1207,14 +1209,14 @@ mod tests {
             let x: Vec<f32> = (0..m * k)
                 .map(|i| ((i * 17 % 41) as f32 - 20.0) / 9.0)
                 .collect();
-            let wt = Tensor::from_vec(w, (n, k), &Device::Cpu).unwrap();
-            let xt = Tensor::from_vec(x.clone(), (m, k), &Device::Cpu).unwrap();
+            let wt = Tensor::from_vec(w, (n, k), &Device::Cpu)?;
+            let xt = Tensor::from_vec(x.clone(), (m, k), &Device::Cpu)?;
             for (dtype, t) in TYPES {
                 if k % t.block_values() != 0 {
                     continue;
                 }
-                let q = std::sync::Arc::new(QTensor::quantize(&wt, dtype).unwrap());
-                let data = q.data().unwrap();
+                let q = std::sync::Arc::new(QTensor::quantize(&wt, dtype)?);
+                let data = q.data()?;
                 let mat = QuantMatrix {
                     kind: t,
                     data: &data,
@@ -1222,14 +1224,10 @@ mod tests {
                 };
                 for mm in [1, m] {
                     let want: Vec<f32> = if k == 512 {
-                        QMatMul::from_arc(q.clone())
-                            .unwrap()
-                            .forward(&xt.narrow(0, 0, mm).unwrap())
-                            .unwrap()
-                            .flatten_all()
-                            .unwrap()
-                            .to_vec1()
-                            .unwrap()
+                        QMatMul::from_arc(q.clone())?
+                            .forward(&xt.narrow(0, 0, mm)?)?
+                            .flatten_all()?
+                            .to_vec1()?
                     } else {
                         run(portable_dot, |_| None, &x[..mm * k], mm, k, &[mat])
                     };
@@ -1246,23 +1244,24 @@ mod tests {
                 }
             }
         }
+        Ok(())
     }
 
     /// The many-row kernels (prefill) against the one-row dot products, for row counts that
     /// make full groups of 16 and 8 and a remainder.
     #[test]
-    fn many_row_kernels_match_the_one_row_kernels() {
+    fn many_row_kernels_match_the_one_row_kernels() -> TestResult {
         let (k, n) = (256, 13);
         let w: Vec<f32> = (0..n * k)
             .map(|i| ((i * 29 % 89) as f32 - 44.0) / 40.0)
             .collect();
-        let wt = Tensor::from_vec(w, (n, k), &Device::Cpu).unwrap();
+        let wt = Tensor::from_vec(w, (n, k), &Device::Cpu)?;
         for (dtype, t) in TYPES {
             let Some(many) = many_rows_kernel(t, k) else {
                 continue;
             };
-            let q = QTensor::quantize(&wt, dtype).unwrap();
-            let data = q.data().unwrap();
+            let q = QTensor::quantize(&wt, dtype)?;
+            let data = q.data()?;
             let mat = QuantMatrix {
                 kind: t,
                 data: &data,
@@ -1283,12 +1282,13 @@ mod tests {
                 }
             }
         }
+        Ok(())
     }
 
     /// Matrices of several types fused into one pass give each matrix's own outputs, side by
     /// side, for every row of `x`.
     #[test]
-    fn fused_matrices_equal_their_separate_products() {
+    fn fused_matrices_equal_their_separate_products() -> TestResult {
         let (m, k) = (2, 256);
         let x: Vec<f32> = (0..m * k)
             .map(|i| ((i * 13 % 29) as f32 - 14.0) / 7.0)
@@ -1298,21 +1298,16 @@ mod tests {
             (GgmlDType::Q6K, 8),
             (GgmlDType::Q8_0, 5),
         ];
-        let quantized: Vec<(BlockType, Vec<u8>, usize)> = shapes
-            .iter()
-            .map(|&(dtype, n)| {
-                let w: Vec<f32> = (0..n * k)
-                    .map(|i| ((i * 7 % 23) as f32 - 11.0) / 13.0)
-                    .collect();
-                let t = Tensor::from_vec(w, (n, k), &Device::Cpu).unwrap();
-                let q = QTensor::quantize(&t, dtype).unwrap();
-                (
-                    BlockType::of(dtype).unwrap(),
-                    q.data().unwrap().into_owned(),
-                    n,
-                )
-            })
-            .collect();
+        let mut quantized: Vec<(BlockType, Vec<u8>, usize)> = vec![];
+        for (dtype, n) in shapes {
+            let w: Vec<f32> = (0..n * k)
+                .map(|i| ((i * 7 % 23) as f32 - 11.0) / 13.0)
+                .collect();
+            let t = Tensor::from_vec(w, (n, k), &Device::Cpu)?;
+            let q = QTensor::quantize(&t, dtype)?;
+            let kind = BlockType::of(dtype).ok_or("no kernel for the type")?;
+            quantized.push((kind, q.data()?.into_owned(), n));
+        }
         let mats: Vec<QuantMatrix> = quantized
             .iter()
             .map(|(kind, data, rows)| QuantMatrix {
@@ -1339,5 +1334,6 @@ mod tests {
             }
             col += w.rows;
         }
+        Ok(())
     }
 }

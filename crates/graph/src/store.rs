@@ -150,57 +150,63 @@ impl SessionStore for SqliteStore {
 
 #[cfg(test)]
 mod tests {
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
     use super::*;
     use serde_json::json;
 
     #[test]
-    fn sqlite_round_trip_and_bad_files() {
-        let tmp = tempfile::tempdir().unwrap();
+    fn sqlite_round_trip_and_bad_files() -> TestResult {
+        let tmp = tempfile::tempdir()?;
         let path = tmp.path().join("sessions.db");
-        let s = SqliteStore::open(&path).unwrap();
+        let s = SqliteStore::open(&path)?;
         let mut slices = Map::new();
         slices.insert("_internal".into(), json!({"turn_count": 2}));
-        s.save("a", &slices).unwrap();
+        s.save("a", &slices)?;
         drop(s);
-        let s = SqliteStore::open(&path).unwrap();
-        assert_eq!(s.load("a").unwrap(), Some(slices));
-        assert_eq!(s.load("b").unwrap(), None);
-        s.delete("a").unwrap();
-        assert_eq!(s.load("a").unwrap(), None);
+        let s = SqliteStore::open(&path)?;
+        assert_eq!(s.load("a")?, Some(slices));
+        assert_eq!(s.load("b")?, None);
+        s.delete("a")?;
+        assert_eq!(s.load("a")?, None);
 
         let junk = tmp.path().join("junk.db");
         std::fs::write(
             &junk,
             b"this is not a database, just text that is long enough to have a header",
-        )
-        .unwrap();
-        let before = std::fs::read(&junk).unwrap();
-        let err = SqliteStore::open(&junk).err().unwrap().to_string();
+        )?;
+        let before = std::fs::read(&junk)?;
+        let err = SqliteStore::open(&junk)
+            .err()
+            .ok_or("opened a non-database")?
+            .to_string();
         assert!(
             err.contains("junk.db") && err.contains("not a usable session database"),
             "{err}"
         );
-        assert_eq!(std::fs::read(&junk).unwrap(), before, "nothing overwritten");
+        assert_eq!(std::fs::read(&junk)?, before, "nothing overwritten");
 
         let other = tmp.path().join("other.db");
-        Connection::open(&other)
-            .unwrap()
-            .execute_batch("CREATE TABLE users (id INTEGER)")
-            .unwrap();
-        let err = SqliteStore::open(&other).err().unwrap().to_string();
+        Connection::open(&other)?.execute_batch("CREATE TABLE users (id INTEGER)")?;
+        let err = SqliteStore::open(&other)
+            .err()
+            .ok_or("opened a foreign database")?
+            .to_string();
         assert!(err.contains("users"), "{err}");
+        Ok(())
     }
 
     #[test]
-    fn a_locked_file_is_a_clear_error() {
-        let tmp = tempfile::tempdir().unwrap();
+    fn a_locked_file_is_a_clear_error() -> TestResult {
+        let tmp = tempfile::tempdir()?;
         let path = tmp.path().join("s.db");
-        let s = SqliteStore::open(&path).unwrap();
-        let holder = Connection::open(&path).unwrap();
-        holder.execute_batch("BEGIN EXCLUSIVE").unwrap();
+        let s = SqliteStore::open(&path)?;
+        let holder = Connection::open(&path)?;
+        holder.execute_batch("BEGIN EXCLUSIVE")?;
         let err = s.save("a", &Map::new()).unwrap_err().to_string();
         assert!(err.contains("s.db") && err.contains("locked"), "{err}");
-        holder.execute_batch("ROLLBACK").unwrap();
-        s.save("a", &Map::new()).unwrap();
+        holder.execute_batch("ROLLBACK")?;
+        s.save("a", &Map::new())?;
+        Ok(())
     }
 }

@@ -225,11 +225,13 @@ fn parse_choice(text: &str, top: &[&Candidate]) -> (Option<String>, Option<Strin
 
 #[cfg(test)]
 mod tests {
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
     use super::*;
     use crate::contract::{NodeContract, TriggerCondition};
     use hearth_agent::ScriptedLlm;
 
-    fn registry() -> Registry {
+    fn registry() -> std::result::Result<Registry, Box<dyn std::error::Error + Send + Sync>> {
         let mut r = Registry::new();
         for (name, p, action) in [("search", 50, "search"), ("chat", 10, "")] {
             let mut c = NodeContract::new(name, "main");
@@ -242,9 +244,9 @@ mod tests {
                 t.when.insert("request.action".into(), json!(action));
             }
             c.trigger_conditions = vec![t];
-            r.add_contract(c).unwrap();
+            r.add_contract(c)?;
         }
-        r
+        Ok(r)
     }
 
     fn state(action: &str) -> State {
@@ -254,8 +256,8 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn decision_order() {
-        let r = registry();
+    async fn decision_order() -> TestResult {
+        let r = registry()?;
         let sup = Supervisor::new("main");
         let t = sup.decide_with_trace(&state("search"), &r, None).await;
         assert_eq!(
@@ -288,11 +290,12 @@ mod tests {
             sup.decide_with_trace(&s, &r, None).await.decision,
             Decision::Node("search".into())
         );
+        Ok(())
     }
 
     #[tokio::test]
-    async fn the_llm_chooses_among_candidates_and_bad_answers_fall_back() {
-        let r = registry();
+    async fn the_llm_chooses_among_candidates_and_bad_answers_fall_back() -> TestResult {
+        let r = registry()?;
         let mut sup = Supervisor::new("main");
         let llm = ScriptedLlm::new([
             "{\"node\": \"chat\", \"reasoning\": \"small talk\"}",
@@ -323,5 +326,6 @@ mod tests {
             (Decision::Node("search".into()), DecisionKind::Fallback)
         );
         assert!(t.llm_used);
+        Ok(())
     }
 }

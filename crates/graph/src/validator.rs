@@ -169,6 +169,8 @@ impl<'a> Validator<'a> {
 
 #[cfg(test)]
 mod tests {
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
     use super::*;
     use crate::contract::{NodeContract, TriggerCondition};
     use serde_json::json;
@@ -185,19 +187,18 @@ mod tests {
     }
 
     #[test]
-    fn levels_and_strict_mode() {
+    fn levels_and_strict_mode() -> TestResult {
         let mut r = Registry::new();
-        r.add_contract(node("search", &["request", "orders"], &["response"]))
-            .unwrap();
+        r.add_contract(node("search", &["request", "orders"], &["response"]))?;
         let mut bad = node("writer", &["request"], &["request", "response"]);
         bad.services = vec!["db".into()];
         bad.trigger_conditions[0]
             .when
             .insert("cart.ready".into(), json!(true));
-        r.add_contract(bad).unwrap();
+        r.add_contract(bad)?;
         let mut lonely = node("lonely", &[], &[]);
         lonely.supervisor = "nowhere".into();
-        r.add_contract(lonely).unwrap();
+        r.add_contract(lonely)?;
         let mut v = Validator::new(&r);
         v.known_services = Some(BTreeSet::new());
         let res = v.validate();
@@ -228,5 +229,6 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("two nodes are named `search`"));
+        Ok(())
     }
 }

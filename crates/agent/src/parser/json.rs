@@ -38,12 +38,14 @@ impl OutputParser for JsonParser {
 
 #[cfg(test)]
 mod tests {
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
     use super::*;
     use crate::parser::ParseStatus;
     use serde_json::json;
 
     #[test]
-    fn checks_against_the_schema() {
+    fn checks_against_the_schema() -> TestResult {
         let p = JsonParser {
             schema: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
         };
@@ -51,7 +53,8 @@ mod tests {
         assert_eq!(out.data, Some(json!({"city": "Paris"})));
         let out = p.parse("{\"town\": \"Paris\"}", &[]);
         assert_eq!(out.status, ParseStatus::ParsingError);
-        assert!(out.error.unwrap().contains("city"));
+        assert!(out.error.ok_or("no error")?.contains("city"));
         assert_eq!(p.parse("Paris", &[]).status, ParseStatus::ParsingError);
+        Ok(())
     }
 }

@@ -181,6 +181,8 @@ impl OutputParser for QwenToolParser {
 
 #[cfg(test)]
 mod tests {
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
     use super::*;
     use crate::parser::ParseStatus;
     use serde_json::json;
@@ -190,7 +192,7 @@ mod tests {
     }
 
     #[test]
-    fn tagged_calls_one_or_several() {
+    fn tagged_calls_one_or_several() -> TestResult {
         let p = QwenToolParser;
         let out = p.parse(
             "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"calculator\", \"arguments\": \"{\\\"expression\\\": \\\"2+2\\\"}\"}\n</tool_call>",
@@ -208,10 +210,11 @@ mod tests {
             json!({"expression": "2+2"}),
             "string arguments repaired"
         );
+        Ok(())
     }
 
     #[test]
-    fn function_parameter_form() {
+    fn function_parameter_form() -> TestResult {
         let out = QwenToolParser.parse(
             "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
             &tools(),
@@ -222,10 +225,11 @@ mod tests {
             out.tool_calls[0].function.arguments,
             json!({"city": "Paris", "days": 3})
         );
+        Ok(())
     }
 
     #[test]
-    fn what_small_models_write_without_tags() {
+    fn what_small_models_write_without_tags() -> TestResult {
         let bare = "{\"name\": \"calculator\", \"arguments\": {\"expression\": \"1234 * 5678\"}}";
         let out = QwenToolParser.parse(bare, &tools());
         assert_eq!(out.status, ParseStatus::ValidTool);
@@ -249,25 +253,27 @@ mod tests {
             QwenToolParser.parse(other, &tools()).status,
             ParseStatus::NoTool
         );
+        Ok(())
     }
 
     #[test]
-    fn malformed_calls_keep_the_raw_text() {
+    fn malformed_calls_keep_the_raw_text() -> TestResult {
         let raw = "<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": }\n</tool_call>";
         let out = QwenToolParser.parse(raw, &tools());
         assert_eq!(out.status, ParseStatus::ParsingError);
         assert_eq!(out.raw, raw);
-        assert!(out.error.unwrap().contains("not valid JSON"));
+        assert!(out.error.ok_or("no error")?.contains("not valid JSON"));
         let out = QwenToolParser.parse("<tool_call>{\"arguments\": {}}</tool_call>", &tools());
-        assert!(out.error.unwrap().contains("no \"name\""));
+        assert!(out.error.ok_or("no error")?.contains("no \"name\""));
         assert_eq!(
             QwenToolParser.parse("The answer is 4.", &tools()).status,
             ParseStatus::NoTool
         );
+        Ok(())
     }
 
     #[test]
-    fn streaming_holds_back_what_may_become_a_call() {
+    fn streaming_holds_back_what_may_become_a_call() -> TestResult {
         let p = QwenToolParser;
         assert_eq!(p.visible_prefix("The answer <tool"), "The answer ".len());
         assert_eq!(
@@ -279,5 +285,6 @@ mod tests {
             p.visible_prefix("Paris is the capital."),
             "Paris is the capital.".len()
         );
+        Ok(())
     }
 }

@@ -288,6 +288,8 @@ impl Tool for Calculator {
 
 #[cfg(test)]
 mod tests {
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
     use super::*;
 
     fn ev(s: &str) -> String {
@@ -297,7 +299,7 @@ mod tests {
     }
 
     #[test]
-    fn exact_integers_and_both_power_spellings() {
+    fn exact_integers_and_both_power_spellings() -> TestResult {
         assert_eq!(ev("1234 * 5678"), "7006652");
         assert_eq!(ev("2^10"), "1024");
         assert_eq!(ev("2**10"), "1024");
@@ -310,28 +312,30 @@ mod tests {
         assert_eq!(ev("0.1 + 0.2"), "0.3");
         assert_eq!(ev("sqrt(144) + abs(-3)"), "15");
         assert_eq!(ev("1,000 × 3"), "3000");
+        Ok(())
     }
 
     #[test]
-    fn bad_expressions_are_errors_not_panics() {
+    fn bad_expressions_are_errors_not_panics() -> TestResult {
         assert!(ev("1 / 0").contains("division by zero"));
         assert!(ev("2 +").contains("end of expression"));
         assert!(ev("(1 + 2").contains("missing `)`"));
         assert!(ev("rm -rf /").starts_with("error"));
         assert!(ev("10 ^ 100").contains("too large"));
         assert!(ev("").starts_with("error"));
+        Ok(())
     }
 
     #[tokio::test]
-    async fn the_tool_reads_its_schema_argument() {
+    async fn the_tool_reads_its_schema_argument() -> TestResult {
         let schema = Calculator.parameters();
         assert_eq!(schema["required"], serde_json::json!(["expression"]));
         assert_eq!(
             Calculator
                 .call(serde_json::json!({"expression": "6*7"}))
-                .await
-                .unwrap(),
+                .await?,
             "42"
         );
+        Ok(())
     }
 }

@@ -109,30 +109,30 @@ impl Tool for ReadFile {
 
 #[cfg(test)]
 mod tests {
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
     use super::*;
 
     #[tokio::test]
-    async fn reads_inside_and_refuses_outside() {
-        let tmp = tempfile::tempdir().unwrap();
-        std::fs::create_dir(tmp.path().join("sub")).unwrap();
-        std::fs::write(tmp.path().join("sub/a.txt"), "hello").unwrap();
-        let ws = Workspace::new(tmp.path()).unwrap();
+    async fn reads_inside_and_refuses_outside() -> TestResult {
+        let tmp = tempfile::tempdir()?;
+        std::fs::create_dir(tmp.path().join("sub"))?;
+        std::fs::write(tmp.path().join("sub/a.txt"), "hello")?;
+        let ws = Workspace::new(tmp.path())?;
         let read = ReadFile(ws.clone());
-        assert_eq!(
-            read.call(json!({"path": "sub/a.txt"})).await.unwrap(),
-            "hello"
-        );
-        assert_eq!(ListFiles(ws.clone()).call(json!({})).await.unwrap(), "sub/");
+        assert_eq!(read.call(json!({"path": "sub/a.txt"})).await?, "hello");
+        assert_eq!(ListFiles(ws.clone()).call(json!({})).await?, "sub/");
         for bad in ["../../etc/passwd", "/etc/passwd", "sub/../../x"] {
             let err = read.call(json!({"path": bad})).await.unwrap_err();
             assert!(err.contains("outside the workspace"), "{bad}: {err}");
         }
         #[cfg(unix)]
         {
-            std::os::unix::fs::symlink("/etc", tmp.path().join("link")).unwrap();
+            std::os::unix::fs::symlink("/etc", tmp.path().join("link"))?;
             let err = read.call(json!({"path": "link/passwd"})).await.unwrap_err();
             assert!(err.contains("outside the workspace"), "{err}");
         }
         assert!(read.call(json!({"path": "missing.txt"})).await.is_err());
+        Ok(())
     }
 }

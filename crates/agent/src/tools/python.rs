@@ -86,19 +86,19 @@ impl Tool for Python {
 
 #[cfg(test)]
 mod tests {
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
     use super::*;
 
     #[tokio::test]
-    async fn runs_limits_time_and_output() {
+    async fn runs_limits_time_and_output() -> TestResult {
         let py = Python {
             timeout: Duration::from_millis(1500),
             max_output: 100,
             ..Default::default()
         };
         assert_eq!(
-            py.call(json!({"code": "print(1234 * 5678)"}))
-                .await
-                .unwrap(),
+            py.call(json!({"code": "print(1234 * 5678)"})).await?,
             "7006652\n"
         );
         let err = py
@@ -111,13 +111,11 @@ mod tests {
             .await
             .unwrap_err();
         assert!(err.contains("timed out"), "{err}");
-        let out = py
-            .call(json!({"code": "print('x' * 10000)"}))
-            .await
-            .unwrap();
+        let out = py.call(json!({"code": "print('x' * 10000)"})).await?;
         assert!(
             out.len() < 200 && out.ends_with("[output truncated]"),
             "{out}"
         );
+        Ok(())
     }
 }
