@@ -168,52 +168,47 @@ fn quantized_rows(parts: &[Part], x: &Tensor) -> Result<Option<Tensor>> {
             rows: *rows,
         })
         .collect();
+    let n = mats.iter().map(|w| w.rows).sum();
+    with_cpu_rows(x, n, |xv| crate::cpu_quant::matmul_t(xv, m, k, &mats))
+}
+
+fn cpu_rows(weight: &Tensor, x: &Tensor) -> Result<Option<Tensor>> {
+    let (n, k) = weight.dims2()?;
+    let m = x.elem_count() / k;
+    if !x.device().is_cpu() || x.dtype() != DType::F32 || m > ROW_KERNEL_MAX_ROWS {
+        return Ok(None);
+    }
+    let (ws, wl) = weight.storage_and_layout();
+    let (Storage::Cpu(ws), Some((w0, w1))) = (&*ws, wl.contiguous_offsets()) else {
+        return Ok(None);
+    };
+    let rows = match weight.dtype() {
+        DType::F32 => WeightRows::F32(&ws.as_slice::<f32>()?[w0..w1]),
+        DType::BF16 => WeightRows::Bf16(&ws.as_slice::<half::bf16>()?[w0..w1]),
+        DType::F16 => WeightRows::F16(&ws.as_slice::<half::f16>()?[w0..w1]),
+        _ => return Ok(None),
+    };
+    with_cpu_rows(x, n, |xv| matmul_t(xv, m, k, rows, n))
+}
+
+/// Runs `product` on the rows of `x` (f32, on the CPU) as one slice and shapes its result like
+/// `x` with a last dimension of `n`; `None` where `x`'s storage is not on the CPU.
+fn with_cpu_rows(
+    x: &Tensor,
+    n: usize,
+    product: impl FnOnce(&[f32]) -> Vec<f32>,
+) -> Result<Option<Tensor>> {
     let x = x.contiguous()?;
     let (xs, xl) = x.storage_and_layout();
     let (Storage::Cpu(xs), Some((x0, x1))) = (&*xs, xl.contiguous_offsets()) else {
         return Ok(None);
     };
-    let out = crate::cpu_quant::matmul_t(&xs.as_slice::<f32>()?[x0..x1], m, k, &mats);
+    let out = product(&xs.as_slice::<f32>()?[x0..x1]);
     let mut shape = x.dims().to_vec();
     if let Some(last) = shape.last_mut() {
-        *last = mats.iter().map(|w| w.rows).sum();
+        *last = n;
     }
     Ok(Some(Tensor::from_vec(out, shape, &Device::Cpu)?))
-}
-
-fn cpu_rows(weight: &Tensor, x: &Tensor) -> Result<Option<Tensor>> {
-    {
-        let (n, k) = weight.dims2()?;
-        let dims = x.dims().to_vec();
-        let m = x.elem_count() / k;
-        if !matches!(x.device(), Device::Cpu) || x.dtype() != DType::F32 || m > ROW_KERNEL_MAX_ROWS
-        {
-            return Ok(None);
-        }
-        let x = x.contiguous()?;
-        let (xs, xl) = x.storage_and_layout();
-        let (ws, wl) = weight.storage_and_layout();
-        let (Storage::Cpu(xs), Storage::Cpu(ws)) = (&*xs, &*ws) else {
-            return Ok(None);
-        };
-        let (Some((x0, x1)), Some((w0, w1))) = (xl.contiguous_offsets(), wl.contiguous_offsets())
-        else {
-            return Ok(None);
-        };
-        let xv = &xs.as_slice::<f32>()?[x0..x1];
-        let rows = match weight.dtype() {
-            DType::F32 => WeightRows::F32(&ws.as_slice::<f32>()?[w0..w1]),
-            DType::BF16 => WeightRows::Bf16(&ws.as_slice::<half::bf16>()?[w0..w1]),
-            DType::F16 => WeightRows::F16(&ws.as_slice::<half::f16>()?[w0..w1]),
-            _ => return Ok(None),
-        };
-        let out = matmul_t(xv, m, k, rows, n);
-        let mut shape = dims;
-        if let Some(last) = shape.last_mut() {
-            *last = n;
-        }
-        Ok(Some(Tensor::from_vec(out, shape, &Device::Cpu)?))
-    }
 }
 
 impl Module for Linear {
