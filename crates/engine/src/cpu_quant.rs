@@ -22,9 +22,9 @@ const QK: usize = 32;
 /// hardware prefetcher alone leaves these loops waiting on memory.
 const PREFETCH: usize = 4096;
 const QK_K: usize = 256;
-/// Words per pair of blocks in [`Q8Row::pairs`]: 16 of values, 16 of sums, 16 of scales.
+/// Words per pair of blocks in [`pack_q8_0`]'s rows: 16 of values, 16 of sums, 16 of scales.
 const PAIR_WORDS: usize = 48;
-/// Words per block in [`Q8Row::k_blocks`]: 64 of values, 64 of offsets, the scale, padding.
+/// Words per block in [`pack_q8_k`]'s rows: 64 of values, 64 of offsets, the scale, sums, padding.
 const K_WORDS: usize = 144;
 /// Activation rows per pass of a task's weight rows.
 const COLUMN_BLOCK: usize = 16;
@@ -79,16 +79,6 @@ pub struct Q8Row {
     bsums: Vec<i16>,
     /// Q8_0: sums of each block's 32 values.
     sums: Vec<i32>,
-    /// Q8_0 with an even block count, for the many-row kernels: per pair of blocks 48 words
-    /// in one run (one pointer per row keeps the kernel in registers): the 64 values, -16 ×
-    /// the two block sums (i32 lanes 0 and 8, zeros elsewhere), and the scales (8 × d[b],
-    /// 8 × d[b+1], f32 bits).
-    pairs: Vec<u32>,
-    /// Q8_K, for the many-row K-quant kernels: per block [`K_WORDS`] words: the 256 values,
-    /// then per 64 values 16 i32 lanes holding `-32 ×` each 16-value sum in lane 4j (Q6_K's
-    /// offset, folded into the integer sums), the scale (f32 bits), the eight 32-value sums
-    /// (i16, Q4_K's minimums), padding.
-    k_blocks: Vec<u32>,
 }
 
 /// Q8_0: per 32 values, scale = max|x| / 127 rounded through f16 (as it is stored in llama.cpp).
@@ -107,32 +97,11 @@ fn quantize_q8_0(x: &[f32]) -> Q8Row {
         d.push(f16::from_f32(scale).to_f32());
         sums.push(qs.iter().map(|&v| v as i32).sum());
     }
-    let mut pairs = Vec::new();
-    if blocks % 2 == 0 {
-        pairs.reserve(blocks / 2 * PAIR_WORDS);
-        for (p, (d, s)) in d.chunks_exact(2).zip(sums.chunks_exact(2)).enumerate() {
-            let values = &qs[p * 64..(p + 1) * 64];
-            pairs.extend(
-                values
-                    .chunks_exact(4)
-                    .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]].map(|v| v as u8))),
-            );
-            let mut neg = [0u32; 16];
-            // Pre-multiplied by Q5_0's offset (16), the most common type's; others rescale.
-            neg[0] = (-16 * s[0]) as u32;
-            neg[8] = (-16 * s[1]) as u32;
-            pairs.extend(neg);
-            pairs.extend([d[0].to_bits(); 8]);
-            pairs.extend([d[1].to_bits(); 8]);
-        }
-    }
     Q8Row {
         d,
         qs,
         bsums: Vec::new(),
         sums,
-        pairs,
-        k_blocks: Vec::new(),
     }
 }
 
@@ -167,37 +136,74 @@ fn quantize_q8_k(x: &[f32]) -> Q8Row {
         }
         d.push(1.0 / iscale);
     }
-    let mut k_blocks = Vec::with_capacity(blocks * K_WORDS);
-    for b in 0..blocks {
-        let values = &qs[b * QK_K..(b + 1) * QK_K];
-        k_blocks.extend(
-            values
-                .chunks_exact(4)
-                .map(|v| u32::from_le_bytes([v[0] as u8, v[1] as u8, v[2] as u8, v[3] as u8])),
-        );
-        let mut offsets = [0u32; 64];
-        for (g, &sum) in bsums[b * 16..(b + 1) * 16].iter().enumerate() {
-            offsets[g * 4] = (-32 * sum as i32) as u32;
-        }
-        k_blocks.extend(offsets);
-        k_blocks.push(d[b].to_bits());
-        // The eight 32-value sums (i16), for Q4_K's minimums.
-        let sums32 = &bsums[b * 16..(b + 1) * 16];
-        k_blocks.extend((0..4).map(|i| {
-            let lo = (sums32[4 * i] + sums32[4 * i + 1]) as u16 as u32;
-            let hi = (sums32[4 * i + 2] + sums32[4 * i + 3]) as u16 as u32;
-            lo | hi << 16
-        }));
-        k_blocks.extend([0u32; K_WORDS - 133]);
-    }
     Q8Row {
         d,
         qs,
         bsums,
         sums: Vec::new(),
-        pairs: Vec::new(),
-        k_blocks,
     }
+}
+
+/// Q8_0 rows with an even block count, packed for the many-row kernels: row after row, per
+/// pair of blocks [`PAIR_WORDS`] words in one run (one pointer serves a whole group of rows):
+/// the 64 values, -16 × the two block sums (i32 lanes 0 and 8, zeros elsewhere; Q5_0's offset,
+/// the most common type's, the others rescale), and the scales (8 × d[b], 8 × d[b+1], f32
+/// bits). Returns the buffer and the words per row.
+fn pack_q8_0(rows: &[Q8Row]) -> (Vec<u32>, usize) {
+    let stride = rows.first().map_or(0, |r| r.d.len() / 2 * PAIR_WORDS);
+    let mut packed = Vec::with_capacity(stride * rows.len());
+    for row in rows {
+        let (d, sums, qs) = (&row.d, &row.sums, &row.qs);
+        for (p, (d, s)) in d.chunks_exact(2).zip(sums.chunks_exact(2)).enumerate() {
+            let values = &qs[p * 64..(p + 1) * 64];
+            packed.extend(
+                values
+                    .chunks_exact(4)
+                    .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]].map(|v| v as u8))),
+            );
+            let mut neg = [0u32; 16];
+            neg[0] = (-16 * s[0]) as u32;
+            neg[8] = (-16 * s[1]) as u32;
+            packed.extend(neg);
+            packed.extend([d[0].to_bits(); 8]);
+            packed.extend([d[1].to_bits(); 8]);
+        }
+    }
+    (packed, stride)
+}
+
+/// Q8_K rows packed for the many-row K-quant kernels: row after row, per block [`K_WORDS`]
+/// words: the 256 values, then per 64 values 16 i32 lanes holding `-32 ×` each 16-value sum
+/// in lane 4j (Q6_K's offset, folded into the integer sums), the scale (f32 bits), the eight
+/// 32-value sums (i16, Q4_K's minimums), padding. Returns the buffer and the words per row.
+fn pack_q8_k(rows: &[Q8Row]) -> (Vec<u32>, usize) {
+    let stride = rows.first().map_or(0, |r| r.d.len() * K_WORDS);
+    let mut packed = Vec::with_capacity(stride * rows.len());
+    for row in rows {
+        let (d, qs, bsums) = (&row.d, &row.qs, &row.bsums);
+        for b in 0..d.len() {
+            let values = &qs[b * QK_K..(b + 1) * QK_K];
+            packed.extend(
+                values
+                    .chunks_exact(4)
+                    .map(|v| u32::from_le_bytes([v[0] as u8, v[1] as u8, v[2] as u8, v[3] as u8])),
+            );
+            let sums16 = &bsums[b * 16..(b + 1) * 16];
+            let mut offsets = [0u32; 64];
+            for (g, &sum) in sums16.iter().enumerate() {
+                offsets[g * 4] = (-32 * sum as i32) as u32;
+            }
+            packed.extend(offsets);
+            packed.push(d[b].to_bits());
+            packed.extend((0..4).map(|i| {
+                let lo = (sums16[4 * i] + sums16[4 * i + 1]) as u16 as u32;
+                let hi = (sums16[4 * i + 2] + sums16[4 * i + 3]) as u16 as u32;
+                lo | hi << 16
+            }));
+            packed.extend([0u32; K_WORDS - 133]);
+        }
+    }
+    (packed, stride)
 }
 
 #[inline(always)]
@@ -879,8 +885,8 @@ mod avx512 {
 type DotFn = fn(&[u8], &Q8Row) -> f32;
 
 /// One weight row against every activation row (`out[c]` for `xs[c]`).
-/// `cols`: the packed activation rows (one every `stride` words, see [`Q8Row::pairs`] and
-/// [`Q8Row::k_blocks`]), at least `out.len()` of them.
+/// `cols`: the packed activation rows (one every `stride` words, see [`pack_q8_0`] and
+/// [`pack_q8_k`]), at least `out.len()` of them.
 type ManyFn = fn(w: &[u8], cols: &[u32], stride: usize, out: &mut [f32]);
 
 /// Runs a `C`-row kernel over packed activation rows in groups of 16 (the weight block is widened once per
@@ -922,8 +928,8 @@ fn many_rows_kernel(t: BlockType, k: usize) -> Option<ManyFn> {
     }
     #[cfg(target_arch = "x86_64")]
     match t {
-        // SAFETY: AVX-512 F/BW/VL/VNNI were detected; rows hold whole blocks and Q8_K rows
-        // always carry their block words.
+        // SAFETY: AVX-512 F/BW/VL/VNNI were detected; rows hold whole blocks, and `cols`
+        // holds `out.len()` rows of `pack_q8_k` (checked in `in_groups!`).
         BlockType::Q6K => {
             return Some(|w, c, s, o| unsafe { in_groups!(avx512::q6k_rows, w, c, s, o) })
         }
@@ -934,8 +940,9 @@ fn many_rows_kernel(t: BlockType, k: usize) -> Option<ManyFn> {
     }
     #[cfg(target_arch = "x86_64")]
     {
-        // SAFETY: AVX-512 F/BW/VL/VNNI were detected; rows hold whole pairs of blocks and
-        // every activation row was quantized with its pair arrays (even block count).
+        // SAFETY: AVX-512 F/BW/VL/VNNI were detected; rows hold whole pairs of blocks (k is a
+        // multiple of 64), and `cols` holds `out.len()` rows of `pack_q8_0` (checked in
+        // `in_groups!`).
         let kernel: ManyFn = match t {
             BlockType::Q4_0 => |w, c, s, o| unsafe { in_groups!(avx512::q4_0_rows, w, c, s, o) },
             BlockType::Q5_0 => |w, c, s, o| unsafe { in_groups!(avx512::q5_0_rows, w, c, s, o) },
@@ -1117,17 +1124,15 @@ fn run(
             .zip(&many)
             .any(|(w, f)| f.is_some() && is_k(w) == k_quant)
     };
-    let packed = |wanted: bool, rows: &[Q8Row], words: fn(&Q8Row) -> &[u32]| {
-        let stride = rows.first().map_or(0, |r| words(r).len());
-        let mut all = Vec::new();
+    let packed = |wanted: bool, pack: fn(&[Q8Row]) -> (Vec<u32>, usize), rows: &[Q8Row]| {
         if wanted {
-            all.reserve(stride * rows.len());
-            rows.iter().for_each(|r| all.extend_from_slice(words(r)));
+            pack(rows)
+        } else {
+            (Vec::new(), 0)
         }
-        (all, stride)
     };
-    let q8_0_packed = packed(wants(false), &acts.q8_0, |r| &r.pairs);
-    let q8_k_packed = packed(wants(true), &acts.q8_k, |r| &r.k_blocks);
+    let q8_0_packed = packed(wants(false), pack_q8_0, &acts.q8_0);
+    let q8_k_packed = packed(wants(true), pack_q8_k, &acts.q8_k);
     // Per matrix: its first output row, bytes per row, kernels and activations.
     let mut parts = Vec::with_capacity(mats.len());
     let mut start = 0;
