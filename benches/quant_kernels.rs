@@ -39,6 +39,7 @@ fn main() {
             kind,
             data: &data,
             rows: n,
+            interleaved: false,
         }];
         // Warm both paths (thread pools, caches) before timing.
         std::hint::black_box(mm.forward(&x).unwrap());

@@ -22,8 +22,6 @@ const QK: usize = 32;
 /// hardware prefetcher alone leaves these loops waiting on memory.
 const PREFETCH: usize = 4096;
 const QK_K: usize = 256;
-/// Words per pair of blocks in [`pack_q8_0`]'s rows: 16 of values, 16 of sums, 16 of scales.
-const PAIR_WORDS: usize = 48;
 /// Words per block in [`pack_q8_k`]'s rows: 64 of values, 64 of offsets, the scale, sums, padding.
 const K_WORDS: usize = 144;
 /// Activation rows per pass of a task's weight rows.
@@ -73,12 +71,12 @@ impl BlockType {
 /// One row of activations quantized to 8 bits: per block a scale, the values, and (Q8_K) the
 /// sums of each 16 values, which the K-quants' minimums and offsets need.
 pub struct Q8Row {
-    d: Vec<f32>,
-    qs: Vec<i8>,
+    pub(crate) d: Vec<f32>,
+    pub(crate) qs: Vec<i8>,
     /// Q8_K: sums of each 16 values.
     bsums: Vec<i16>,
     /// Q8_0: sums of each block's 32 values.
-    sums: Vec<i32>,
+    pub(crate) sums: Vec<i32>,
 }
 
 /// Q8_0: per 32 values, scale = max|x| / 127 rounded through f16 (as it is stored in llama.cpp).
@@ -142,34 +140,6 @@ fn quantize_q8_k(x: &[f32]) -> Q8Row {
         bsums,
         sums: Vec::new(),
     }
-}
-
-/// Q8_0 rows with an even block count, packed for the many-row kernels: row after row, per
-/// pair of blocks [`PAIR_WORDS`] words in one run (one pointer serves a whole group of rows):
-/// the 64 values, -16 × the two block sums (i32 lanes 0 and 8, zeros elsewhere; Q5_0's offset,
-/// the most common type's, the others rescale), and the scales (8 × d[b], 8 × d[b+1], f32
-/// bits). Returns the buffer and the words per row.
-fn pack_q8_0(rows: &[Q8Row]) -> (Vec<u32>, usize) {
-    let stride = rows.first().map_or(0, |r| r.d.len() / 2 * PAIR_WORDS);
-    let mut packed = Vec::with_capacity(stride * rows.len());
-    for row in rows {
-        let (d, sums, qs) = (&row.d, &row.sums, &row.qs);
-        for (p, (d, s)) in d.chunks_exact(2).zip(sums.chunks_exact(2)).enumerate() {
-            let values = &qs[p * 64..(p + 1) * 64];
-            packed.extend(
-                values
-                    .chunks_exact(4)
-                    .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]].map(|v| v as u8))),
-            );
-            let mut neg = [0u32; 16];
-            neg[0] = (-16 * s[0]) as u32;
-            neg[8] = (-16 * s[1]) as u32;
-            packed.extend(neg);
-            packed.extend([d[0].to_bits(); 8]);
-            packed.extend([d[1].to_bits(); 8]);
-        }
-    }
-    (packed, stride)
 }
 
 /// Q8_K rows packed for the many-row K-quant kernels: row after row, per block [`K_WORDS`]
@@ -656,47 +626,6 @@ mod avx512 {
         row_dot!(w, x, 22, 16.0, |b0, b1| q5_0_pair(b0, b1), |b| q5_0_one(b))
     }
 
-    /// One weight row against `C` activation rows (prompt prefills): the weight pair is
-    /// expanded once and used `C` times, and the unsigned offset is folded into the integer
-    /// sums (each activation row's `-offset·Σy` starts the `vpdpbusd` accumulator). Needs an
-    /// even number of blocks.
-    macro_rules! many_rows {
-        ($name:ident, $bytes:expr, $rescale:expr, |$b0:ident, $b1:ident| $pair:expr) => {
-            #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-            pub unsafe fn $name<const C: usize>(
-                w: &[u8],
-                cols: *const u32,
-                stride: usize,
-                out: &mut [f32],
-            ) {
-                let wp = w.as_ptr();
-                let pairs = stride / PAIR_WORDS;
-                let mut acc = [_mm512_setzero_ps(); C];
-                for p in 0..pairs {
-                    let $b0 = wp.add(2 * p * $bytes);
-                    let $b1 = $b0.add($bytes);
-                    let q = $pair;
-                    let dw = _mm512_mask_blend_ps(
-                        0xFF00,
-                        _mm512_set1_ps(scale($b0)),
-                        _mm512_set1_ps(scale($b1)),
-                    );
-                    for c in 0..C {
-                        let at = cols.add(c * stride + p * PAIR_WORDS);
-                        let y = _mm512_loadu_si512(at as *const _);
-                        let neg = _mm512_loadu_si512(at.add(16) as *const _);
-                        let s = _mm512_dpbusd_epi32($rescale(neg), q, y);
-                        let d = _mm512_mul_ps(dw, _mm512_loadu_ps(at.add(32) as *const f32));
-                        acc[c] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[c]);
-                    }
-                }
-                for c in 0..C {
-                    *out.get_unchecked_mut(c) = _mm512_reduce_add_ps(acc[c]);
-                }
-            }
-        };
-    }
-
     /// Two Q4_0/Q5_0 blocks' nibbles (16 bytes each at `b + at`) as 64 bytes, low nibbles first.
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -861,15 +790,6 @@ mod avx512 {
         }
     }
 
-    // The stored sums are -16·Σy: Q4_0's offset is 8, Q5_0's 16, Q8_0's 128.
-    many_rows!(q4_0_rows, 18, |n| _mm512_srai_epi32(n, 1), |b0, b1| {
-        nibble_pair(b0, b1, 2)
-    });
-    many_rows!(q5_0_rows, 22, |n| n, |b0, b1| q5_0_pair(b0, b1));
-    many_rows!(q8_0_rows, 34, |n| _mm512_slli_epi32(n, 3), |b0, b1| {
-        q8_0_pair(b0, b1)
-    });
-
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     pub unsafe fn q8_0(w: &[u8], x: &Q8Row) -> f32 {
         row_dot!(w, x, 34, 128.0, |b0, b1| q8_0_pair(b0, b1), |b| {
@@ -920,8 +840,8 @@ macro_rules! in_groups {
     }};
 }
 
-/// The many-row kernel for `t` with rows of `k` values, where this CPU has one (AVX-512 VNNI;
-/// Q4_0, Q5_0, Q8_0 with an even number of blocks per row, Q4_K, Q6_K).
+/// The many-row kernel for `t` with rows of `k` values in GGUF order, where this CPU has one
+/// (AVX-512 VNNI; Q4_K, Q6_K).
 fn many_rows_kernel(t: BlockType, k: usize) -> Option<ManyFn> {
     if k % (2 * QK) != 0 || !has_avx512_vnni() || !MANY_ROWS.load(Ordering::Relaxed) {
         return None;
@@ -938,24 +858,10 @@ fn many_rows_kernel(t: BlockType, k: usize) -> Option<ManyFn> {
         }
         _ => {}
     }
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: AVX-512 F/BW/VL/VNNI were detected; rows hold whole pairs of blocks (k is a
-        // multiple of 64), and `cols` holds `out.len()` rows of `pack_q8_0` (checked in
-        // `in_groups!`).
-        let kernel: ManyFn = match t {
-            BlockType::Q4_0 => |w, c, s, o| unsafe { in_groups!(avx512::q4_0_rows, w, c, s, o) },
-            BlockType::Q5_0 => |w, c, s, o| unsafe { in_groups!(avx512::q5_0_rows, w, c, s, o) },
-            BlockType::Q8_0 => |w, c, s, o| unsafe { in_groups!(avx512::q8_0_rows, w, c, s, o) },
-            _ => return None,
-        };
-        Some(kernel)
-    }
     #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = t;
-        None
-    }
+    let _ = t;
+    // Q4_0, Q5_0 and Q8_0 have theirs in the interleaved layout (`crate::interleaved`).
+    None
 }
 
 static MANY_ROWS: AtomicBool = AtomicBool::new(true);
@@ -981,7 +887,7 @@ fn portable_dot(t: BlockType) -> DotFn {
     }
 }
 
-fn has_avx512_vnni() -> bool {
+pub(crate) fn has_avx512_vnni() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -1062,26 +968,32 @@ fn best_dot(t: BlockType) -> DotFn {
     best[t as usize]
 }
 
-/// One quantized weight matrix: `rows` rows of `k / block_values` blocks of type `kind`.
+/// One quantized weight matrix: `rows` rows of `k / block_values` blocks of type `kind`, in
+/// GGUF order or, where `interleaved`, in tiles of 16 rows (see [`crate::interleaved`]).
 #[derive(Clone, Copy)]
 pub struct QuantMatrix<'a> {
     pub kind: BlockType,
     pub data: &'a [u8],
     pub rows: usize,
+    pub interleaved: bool,
 }
 
-/// Quantized activations, made once per format whatever the number of matrices.
-struct Activations {
-    q8_0: Vec<Q8Row>,
-    q8_k: Vec<Q8Row>,
+/// How one matrix's rows are computed.
+#[derive(Clone, Copy)]
+enum Kernel<'a> {
+    /// GGUF order: a dot product per output, or a many-row kernel over packed activations.
+    Rows(DotFn, Option<(ManyFn, &'a [u32], usize)>),
+    /// Tiles of 16 rows against packed activations (`interleaved::pack`).
+    Tiles(crate::interleaved::GroupFn, &'a [u32], usize),
 }
 
-impl Activations {
-    fn rows(&self, t: BlockType) -> &[Q8Row] {
-        match t {
-            BlockType::Q4K | BlockType::Q6K => &self.q8_k,
-            _ => &self.q8_0,
-        }
+/// Quantizes every row of `x` (in parallel for prompts).
+fn quantize_rows(x: &[f32], k: usize, f: fn(&[f32]) -> Q8Row) -> Vec<Q8Row> {
+    use rayon::prelude::*;
+    if x.len() / k >= 8 {
+        x.par_chunks_exact(k).map(f).collect()
+    } else {
+        x.chunks_exact(k).map(f).collect()
     }
 }
 
@@ -1093,6 +1005,7 @@ fn run(
     k: usize,
     mats: &[QuantMatrix<'_>],
 ) -> Vec<f32> {
+    use crate::interleaved;
     assert_eq!(x.len(), m * k);
     for w in mats {
         let t = w.kind;
@@ -1105,72 +1018,106 @@ fn run(
         );
     }
     let is_k = |w: &QuantMatrix| matches!(w.kind, BlockType::Q4K | BlockType::Q6K);
+    let tiles: Vec<Option<interleaved::GroupFn>> = mats
+        .iter()
+        .map(|w| match w.interleaved {
+            true => Some(interleaved::kernel(w.kind).expect("interleaved without a kernel")),
+            false => None,
+        })
+        .collect();
+    // Tiles must not straddle two tasks, nor a matrix boundary.
+    let granule = if tiles.iter().any(Option::is_some) {
+        let mut start = 0;
+        for w in mats {
+            assert!(start % interleaved::ROWS == 0, "tiles after {start} rows");
+            start += w.rows;
+        }
+        interleaved::ROWS
+    } else {
+        1
+    };
     let quantized = |wanted: bool, f: fn(&[f32]) -> Q8Row| match wanted {
-        true => x.chunks_exact(k).map(f).collect(),
+        true => quantize_rows(x, k, f),
         false => Vec::new(),
     };
-    let acts = Activations {
-        q8_0: quantized(mats.iter().any(|w| !is_k(w)), quantize_q8_0),
-        q8_k: quantized(mats.iter().any(is_k), quantize_q8_k),
-    };
-    // The many-row kernels read every activation row at a fixed stride from one buffer, so
-    // that one pointer serves all rows of a group (their registers are the kernels' limit).
+    let q8_0 = quantized(mats.iter().any(|w| !is_k(w)), quantize_q8_0);
+    let q8_k = quantized(mats.iter().any(is_k), quantize_q8_k);
+    // The many-row and tile kernels read every activation row at a fixed stride from one
+    // buffer, so that one pointer serves all rows of a group (registers are their limit).
     let many: Vec<Option<ManyFn>> = mats
         .iter()
-        .map(|w| if m > 1 { many(w.kind) } else { None })
+        .map(|w| {
+            if m > 1 && !w.interleaved {
+                many(w.kind)
+            } else {
+                None
+            }
+        })
         .collect();
-    let wants = |k_quant: bool| {
-        mats.iter()
-            .zip(&many)
-            .any(|(w, f)| f.is_some() && is_k(w) == k_quant)
+    let q8_k_packed = match mats.iter().zip(&many).any(|(w, f)| f.is_some() && is_k(w)) {
+        true => pack_q8_k(&q8_k),
+        false => (Vec::new(), 0),
     };
-    let packed = |wanted: bool, pack: fn(&[Q8Row]) -> (Vec<u32>, usize), rows: &[Q8Row]| {
-        if wanted {
-            pack(rows)
-        } else {
-            (Vec::new(), 0)
-        }
+    let tiles_packed = match granule > 1 {
+        true => interleaved::pack(&q8_0),
+        false => (Vec::new(), 0),
     };
-    let q8_0_packed = packed(wants(false), pack_q8_0, &acts.q8_0);
-    let q8_k_packed = packed(wants(true), pack_q8_k, &acts.q8_k);
-    // Per matrix: its first output row, bytes per row, kernels and activations.
+    // Per matrix: its first output row, bytes per row, kernel and activations.
     let mut parts = Vec::with_capacity(mats.len());
     let mut start = 0;
-    for (w, many) in mats.iter().zip(many) {
+    for ((w, many), tiles) in mats.iter().zip(many).zip(tiles) {
         let row_bytes = k / w.kind.block_values() * w.kind.block_bytes();
-        let (cols, stride) = if is_k(w) { &q8_k_packed } else { &q8_0_packed };
-        let many = many.map(|f| (f, cols.as_slice(), *stride));
-        parts.push((
-            start,
-            row_bytes,
-            dot(w.kind),
-            many,
-            acts.rows(w.kind),
-            w.data,
-        ));
+        let kernel = match tiles {
+            Some(f) => Kernel::Tiles(f, &tiles_packed.0, tiles_packed.1),
+            None => {
+                let many = many.map(|f| (f, q8_k_packed.0.as_slice(), q8_k_packed.1));
+                Kernel::Rows(dot(w.kind), many)
+            }
+        };
+        let xs = if is_k(w) { &q8_k } else { &q8_0 };
+        parts.push((start, row_bytes, kernel, xs.as_slice(), w.data));
         start += w.rows;
     }
-    crate::cpu_matmul::par_rows(start, m, |first, out_t| {
+    crate::cpu_matmul::par_rows(start, m, granule, |first, out_t| {
+        let rows = out_t.len() / m;
+        let mut tile_out = Vec::new();
         // Activation rows in blocks that stay in L1/L2 while this task's weight rows pass
         // over them (a long prompt's activations would not).
         for c0 in (0..m).step_by(COLUMN_BLOCK) {
             let c1 = (c0 + COLUMN_BLOCK).min(m);
-            let mut p = parts.partition_point(|part| part.0 <= first) - 1;
-            for (r, out) in out_t.chunks_exact_mut(m).enumerate() {
+            let mut r = 0;
+            while r < rows {
                 let row_index = first + r;
-                while p + 1 < parts.len() && parts[p + 1].0 <= row_index {
-                    p += 1;
-                }
-                let (row0, row_bytes, dot, many, xs, data) = parts[p];
+                let p = parts.partition_point(|part| part.0 <= row_index) - 1;
+                let (row0, row_bytes, kernel, xs, data) = parts[p];
                 let at = (row_index - row0) * row_bytes;
-                let row = &data[at..at + row_bytes];
-                let (xs, out) = (&xs[c0..c1], &mut out[c0..c1]);
-                match many {
-                    Some((many, cols, stride)) => many(row, &cols[c0 * stride..], stride, out),
-                    None => {
-                        for (x, o) in xs.iter().zip(out.iter_mut()) {
-                            *o = dot(row, x);
+                match kernel {
+                    Kernel::Rows(dot, many) => {
+                        let row = &data[at..at + row_bytes];
+                        let out = &mut out_t[r * m + c0..r * m + c1];
+                        match many {
+                            Some((many, cols, stride)) => {
+                                many(row, &cols[c0 * stride..], stride, out)
+                            }
+                            None => {
+                                for (x, o) in xs[c0..c1].iter().zip(out.iter_mut()) {
+                                    *o = dot(row, x);
+                                }
+                            }
                         }
+                        r += 1;
+                    }
+                    Kernel::Tiles(group, cols, stride) => {
+                        let n = interleaved::ROWS;
+                        let tiles = &data[at..at + n * row_bytes];
+                        tile_out.resize(n * (c1 - c0), 0f32);
+                        group(tiles, &cols[c0 * stride..], stride, &mut tile_out);
+                        for (c, outs) in tile_out.chunks_exact(n).enumerate() {
+                            for (i, v) in outs.iter().enumerate() {
+                                out_t[(r + i) * m + c0 + c] = *v;
+                            }
+                        }
+                        r += n;
                     }
                 }
             }
@@ -1226,6 +1173,7 @@ mod tests {
                     kind: t,
                     data: &data,
                     rows: n,
+                    interleaved: false,
                 };
                 for mm in [1, m] {
                     let want: Vec<f32> = if k == 512 {
@@ -1271,6 +1219,7 @@ mod tests {
                 kind: t,
                 data: &data,
                 rows: n,
+                interleaved: false,
             };
             for m in [2, 8, 11, 35] {
                 let x: Vec<f32> = (0..m * k)
@@ -1319,6 +1268,7 @@ mod tests {
                 kind: *kind,
                 data,
                 rows: *rows,
+                interleaved: false,
             })
             .collect();
         let fused = matmul_t(&x, m, k, &mats);

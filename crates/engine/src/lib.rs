@@ -15,6 +15,7 @@ pub mod error;
 pub mod generation;
 pub mod gguf;
 pub mod huge_pages;
+pub mod interleaved;
 pub mod kv_cache;
 pub mod linear;
 pub mod qwen;

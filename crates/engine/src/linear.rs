@@ -3,8 +3,9 @@
 //!
 //! Dense: on the CPU, activations are f32 and few-row products go to [`crate::cpu_matmul`],
 //! which reads bf16/f16 weights directly; longer prefills use candle's gemm on an f32 view of
-//! the weight. On GPUs candle's matmul runs in the model dtype. Quantized: few rows on the CPU go
-//! to [`crate::cpu_quant`]'s block kernels, everything else to candle's `QMatMul`.
+//! the weight. On GPUs candle's matmul runs in the model dtype. Quantized: on the CPU, Hearth's
+//! block kernels ([`crate::cpu_quant`]; Q4_0/Q5_0/Q8_0 rearranged at load into 16-row tiles
+//! where the CPU has AVX-512 VNNI, [`crate::interleaved`]), everything else candle's `QMatMul`.
 //!
 //! Several matrices that read the same input (q, k and v; gate and up) are fused: dense ones
 //! are concatenated into one matrix, quantized ones (often of different types) run in turn
@@ -13,7 +14,8 @@
 use crate::cpu_matmul::{matmul_t, WeightRows};
 use crate::cpu_quant::{has_many_rows_kernel, BlockType, QuantMatrix};
 use crate::weights::Matrix;
-use candle_core::quantized::{QMatMul, QTensor};
+use candle_core::quantized::ggml_file::qtensor_from_ggml;
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Result, Storage, Tensor, D};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -32,6 +34,69 @@ enum Part {
     /// `[out, in]`, contiguous.
     Dense(Tensor),
     Quantized(QMatMul, Arc<QTensor>),
+    /// Q4_0/Q5_0/Q8_0 blocks in tiles of 16 rows, on CPUs with their kernels.
+    Tiles(Arc<Tiles>),
+}
+
+/// A quantized matrix rearranged by [`crate::interleaved::interleave`] (same bytes, in tiles).
+struct Tiles {
+    kind: BlockType,
+    dtype: GgmlDType,
+    rows: usize,
+    cols: usize,
+    data: Vec<u8>,
+}
+
+impl std::fmt::Debug for Tiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tiles({:?}, [{}, {}])", self.kind, self.rows, self.cols)
+    }
+}
+
+impl Tiles {
+    /// `q` in tiles, where this CPU has their kernels and nothing else reads `q` (a tied
+    /// embedding table keeps GGUF order; two copies would double its memory).
+    fn try_from(q: &Arc<QTensor>) -> Result<Option<Self>> {
+        let Some(kind) = BlockType::of(q.dtype()) else {
+            return Ok(None);
+        };
+        let (rows, cols) = q.shape().dims2()?;
+        if !q.device().is_cpu()
+            || Arc::strong_count(q) > 1
+            || cols % kind.block_values() != 0
+            || !crate::interleaved::supported(kind, rows)
+        {
+            return Ok(None);
+        }
+        let data = crate::interleaved::interleave(kind, &q.data()?, rows, cols);
+        Ok(Some(Self {
+            kind,
+            dtype: q.dtype(),
+            rows,
+            cols,
+            data,
+        }))
+    }
+
+    /// Back in GGUF order, for the paths that only candle has (activations other than f32).
+    fn to_qtensor(&self) -> Result<QTensor> {
+        let blocks = crate::interleaved::deinterleave(self.kind, &self.data, self.cols);
+        qtensor_from_ggml(
+            self.dtype,
+            &blocks,
+            vec![self.rows, self.cols],
+            &Device::Cpu,
+        )
+    }
+
+    fn matrix(&self) -> QuantMatrix<'_> {
+        QuantMatrix {
+            kind: self.kind,
+            data: &self.data,
+            rows: self.rows,
+            interleaved: true,
+        }
+    }
 }
 
 /// From this many rows on (prompt prefills), a quantized matrix without a blocked many-row
@@ -68,6 +133,11 @@ impl Linear {
         if dense.len() == mats.len() {
             return Self::new(Tensor::cat(&dense, 0)?, bias);
         }
+        // Tiles need every part's first row at a multiple of 16.
+        let tiles_fit = mats.iter().all(|m| match m {
+            Matrix::Dense(t) => t.dim(0).is_ok_and(|r| r % crate::interleaved::ROWS == 0),
+            Matrix::Quantized(q) => q.shape().dims()[0] % crate::interleaved::ROWS == 0,
+        });
         let parts = mats
             .into_iter()
             .map(|m| match m {
@@ -77,6 +147,11 @@ impl Linear {
                     Ok(Part::Dense(t))
                 }
                 Matrix::Quantized(q) => {
+                    if tiles_fit {
+                        if let Some(tiles) = Tiles::try_from(&q)? {
+                            return Ok(Part::Tiles(Arc::new(tiles)));
+                        }
+                    }
                     if q.device().is_cpu() {
                         crate::huge_pages::back_with_huge_pages(&q.data()?);
                     }
@@ -120,6 +195,10 @@ impl Part {
                 x.broadcast_matmul(&w.t()?)
             }
             Part::Quantized(q, _) => q.forward(x),
+            Part::Tiles(t) => match quantized_rows(std::slice::from_ref(self), x)? {
+                Some(y) => Ok(y),
+                None => QMatMul::from_qtensor(t.to_qtensor()?)?.forward(x),
+            },
             Part::Dense(w) => match cpu_rows(w, x)? {
                 Some(y) => Ok(y),
                 None if w.dtype() == x.dtype() => x.broadcast_matmul(&w.t()?),
@@ -145,10 +224,16 @@ fn quantized_rows(parts: &[Part], x: &Tensor) -> Result<Option<Tensor>> {
     let k = x.dim(D::Minus1)?;
     let m = x.elem_count() / k;
     let long = m >= DEQUANTIZE_FROM_ROWS.load(Ordering::Relaxed);
-    let mut mats = Vec::with_capacity(parts.len());
+    // Per part: its tiles, or its GGUF blocks (borrowed from candle's CPU storage).
+    let mut found = Vec::with_capacity(parts.len());
     for part in parts {
-        let Part::Quantized(_, w) = part else {
-            return Ok(None);
+        let w = match part {
+            Part::Tiles(t) if t.cols == k => {
+                found.push(Err(t));
+                continue;
+            }
+            Part::Quantized(_, w) => w,
+            _ => return Ok(None),
         };
         let Some(kind) = BlockType::of(w.dtype()) else {
             return Ok(None);
@@ -158,14 +243,18 @@ fn quantized_rows(parts: &[Part], x: &Tensor) -> Result<Option<Tensor>> {
         if cols != k || k % kind.block_values() != 0 || (long && !has_many_rows_kernel(kind, k)) {
             return Ok(None);
         }
-        mats.push((kind, w.data()?, rows));
+        found.push(Ok((kind, w.data()?, rows)));
     }
-    let mats: Vec<QuantMatrix<'_>> = mats
+    let mats: Vec<QuantMatrix<'_>> = found
         .iter()
-        .map(|(kind, data, rows)| QuantMatrix {
-            kind: *kind,
-            data,
-            rows: *rows,
+        .map(|f| match f {
+            Err(tiles) => tiles.matrix(),
+            Ok((kind, data, rows)) => QuantMatrix {
+                kind: *kind,
+                data,
+                rows: *rows,
+                interleaved: false,
+            },
         })
         .collect();
     let n = mats.iter().map(|w| w.rows).sum();

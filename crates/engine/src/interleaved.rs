@@ -1,0 +1,362 @@
+//! Q4_0, Q5_0 and Q8_0 weights with 16 rows interleaved, and their AVX-512 VNNI kernels.
+//!
+//! In GGUF order a row's blocks follow one another, so a kernel computes one output at a time
+//! and ends every row with a horizontal sum; each 32-value block's scale costs as much work as
+//! its 32 multiply-adds. Interleaved at load (as llama.cpp repacks these types), block `b` of
+//! 16 consecutive rows forms one tile: the 16 scales, then the values in 4-byte groups, group
+//! `g` of all 16 rows in one 64-byte vector. One `vpdpbusd` against the broadcast 4 activation
+//! bytes of group `g` then does 64 multiply-adds for 16 outputs at once, a block's scale is one
+//! vector multiply for 16 rows, and 16 outputs are one store. Decoding streams the tiles in
+//! address order; prefills reuse each tile, once widened, for up to 8 activation rows.
+//!
+//! A tile has the bytes of its 16 blocks, so the weight keeps its size:
+//! - Q8_0, 544 bytes: 16 f16 scales; 8 vectors, vector `g` = bytes `4g..4g+4` of every row's
+//!   values, stored `+128` (unsigned, as `vpdpbusd` wants its first operand).
+//! - Q4_0, 288 bytes: 16 scales; 4 vectors, vector `j` = bytes `4j..4j+4` of every row's
+//!   nibbles: the low nibbles are values `4j..4j+4`, the high ones `16+4j..16+4j+4`.
+//! - Q5_0, 352 bytes: as Q4_0, then 8 masks of 64 bits, bit `4r+t` of mask `g` the fifth bit
+//!   of row `r`'s value `4g+t`.
+
+use crate::cpu_quant::{BlockType, Q8Row};
+
+/// Rows per tile.
+pub const ROWS: usize = 16;
+const QK: usize = 32;
+/// Words per block of a packed activation row: 8 of values, the scale, `-8Σ`, `-16Σ`, `-128Σ`
+/// (the integer correction for Q4_0's, Q5_0's and Q8_0's unsigned weights).
+pub const BLOCK_WORDS: usize = 12;
+
+/// Whether weights of type `t` can be interleaved here: the type has a kernel, this CPU has
+/// AVX-512 VNNI, and the rows come in whole tiles.
+pub fn supported(t: BlockType, rows: usize) -> bool {
+    matches!(t, BlockType::Q4_0 | BlockType::Q5_0 | BlockType::Q8_0)
+        && rows % ROWS == 0
+        && crate::cpu_quant::has_avx512_vnni()
+}
+
+fn tile_bytes(t: BlockType) -> usize {
+    ROWS * t.block_bytes()
+}
+
+/// Rearranges `rows` rows of `k` values in GGUF blocks (`data`) into tiles. `rows` must be a
+/// multiple of [`ROWS`] and `t` one of Q4_0, Q5_0, Q8_0.
+pub fn interleave(t: BlockType, data: &[u8], rows: usize, k: usize) -> Vec<u8> {
+    let (bb, nb, tb) = (t.block_bytes(), k / QK, tile_bytes(t));
+    assert_eq!(
+        data.len(),
+        rows * nb * bb,
+        "{t:?} weight of {rows} rows of {k}"
+    );
+    assert!(rows % ROWS == 0);
+    let mut out = vec![0u8; data.len()];
+    crate::huge_pages::prefer_huge_pages(out.as_ptr(), out.len());
+    for (tile_index, tile) in out.chunks_exact_mut(tb).enumerate() {
+        let (group, b) = (tile_index / nb, tile_index % nb);
+        for r in 0..ROWS {
+            let at = ((group * ROWS + r) * nb + b) * bb;
+            let block = &data[at..at + bb];
+            tile[2 * r..2 * r + 2].copy_from_slice(&block[..2]);
+            match t {
+                BlockType::Q8_0 => {
+                    for (i, v) in block[2..].iter().enumerate() {
+                        tile[32 + 64 * (i / 4) + 4 * r + i % 4] = v ^ 0x80;
+                    }
+                }
+                BlockType::Q4_0 => put_nibbles(tile, r, &block[2..18]),
+                BlockType::Q5_0 => {
+                    put_nibbles(tile, r, &block[6..22]);
+                    let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
+                    for i in 0..QK {
+                        if qh >> i & 1 == 1 {
+                            let (g, bit) = (i / 4, 4 * r + i % 4);
+                            tile[288 + 8 * g + bit / 8] |= 1 << (bit % 8);
+                        }
+                    }
+                }
+                _ => unreachable!("{t:?} is not interleaved"),
+            }
+        }
+    }
+    out
+}
+
+fn put_nibbles(tile: &mut [u8], r: usize, qs: &[u8]) {
+    for (i, v) in qs.iter().enumerate() {
+        tile[32 + 64 * (i / 4) + 4 * r + i % 4] = *v;
+    }
+}
+
+/// The inverse of [`interleave`]: GGUF blocks again (for the paths that need candle's layout).
+pub fn deinterleave(t: BlockType, tiles: &[u8], k: usize) -> Vec<u8> {
+    let (bb, nb, tb) = (t.block_bytes(), k / QK, tile_bytes(t));
+    let mut out = vec![0u8; tiles.len()];
+    for (tile_index, tile) in tiles.chunks_exact(tb).enumerate() {
+        let (group, b) = (tile_index / nb, tile_index % nb);
+        for r in 0..ROWS {
+            let at = ((group * ROWS + r) * nb + b) * bb;
+            let block = &mut out[at..at + bb];
+            block[..2].copy_from_slice(&tile[2 * r..2 * r + 2]);
+            let byte = |i: usize| tile[32 + 64 * (i / 4) + 4 * r + i % 4];
+            match t {
+                BlockType::Q8_0 => (0..QK).for_each(|i| block[2 + i] = byte(i) ^ 0x80),
+                BlockType::Q4_0 => (0..16).for_each(|i| block[2 + i] = byte(i)),
+                BlockType::Q5_0 => {
+                    (0..16).for_each(|i| block[6 + i] = byte(i));
+                    let mut qh = 0u32;
+                    for i in 0..QK {
+                        let (g, bit) = (i / 4, 4 * r + i % 4);
+                        qh |= ((tile[288 + 8 * g + bit / 8] >> (bit % 8)) as u32 & 1) << i;
+                    }
+                    block[2..6].copy_from_slice(&qh.to_le_bytes());
+                }
+                _ => unreachable!("{t:?} is not interleaved"),
+            }
+        }
+    }
+    out
+}
+
+/// Q8_0 activation rows packed for the kernels: per block [`BLOCK_WORDS`] words, row after row.
+/// Returns the buffer and the words per row.
+pub fn pack(rows: &[Q8Row]) -> (Vec<u32>, usize) {
+    let stride = rows.first().map_or(0, |r| r.d.len() * BLOCK_WORDS);
+    let mut packed = Vec::with_capacity(stride * rows.len());
+    for row in rows {
+        for (b, (d, sum)) in row.d.iter().zip(&row.sums).enumerate() {
+            let values = &row.qs[b * QK..(b + 1) * QK];
+            packed.extend(
+                values
+                    .chunks_exact(4)
+                    .map(|v| u32::from_le_bytes([v[0] as u8, v[1] as u8, v[2] as u8, v[3] as u8])),
+            );
+            packed.extend([
+                d.to_bits(),
+                (-8 * sum) as u32,
+                (-16 * sum) as u32,
+                (-128 * sum) as u32,
+            ]);
+        }
+    }
+    (packed, stride)
+}
+
+/// One tile row group against packed activation rows: `out[c * 16 + r]` for activation row `c`
+/// and weight row `r` of the group. `w`: the group's tiles; `cols`: `out.len() / 16` packed
+/// rows, `stride` words apart.
+pub type GroupFn = fn(w: &[u8], cols: &[u32], stride: usize, out: &mut [f32]);
+
+/// Runs a `C`-row kernel over the activation rows in groups of 8, then one smaller group.
+#[cfg(target_arch = "x86_64")]
+macro_rules! in_groups {
+    ($module:ident :: $kernel:ident, $w:expr, $cols:expr, $stride:expr, $out:expr) => {{
+        let (w, cols, stride, out): (&[u8], &[u32], usize, &mut [f32]) = ($w, $cols, $stride, $out);
+        let n = out.len() / ROWS;
+        assert!(cols.len() >= n * stride && stride % BLOCK_WORDS == 0);
+        let base = cols.as_ptr();
+        let mut c0 = 0;
+        while c0 < n {
+            let len = (n - c0).min(8);
+            let (at, o) = (
+                base.add(c0 * stride),
+                &mut out[c0 * ROWS..(c0 + len) * ROWS],
+            );
+            match len {
+                8 => $module::$kernel::<8>(w, at, stride, o),
+                7 => $module::$kernel::<7>(w, at, stride, o),
+                6 => $module::$kernel::<6>(w, at, stride, o),
+                5 => $module::$kernel::<5>(w, at, stride, o),
+                4 => $module::$kernel::<4>(w, at, stride, o),
+                3 => $module::$kernel::<3>(w, at, stride, o),
+                2 => $module::$kernel::<2>(w, at, stride, o),
+                _ => $module::$kernel::<1>(w, at, stride, o),
+            }
+            c0 += len;
+        }
+    }};
+}
+
+/// The kernel for `t` (on CPUs where [`supported`]).
+pub fn kernel(t: BlockType) -> Option<GroupFn> {
+    if !crate::cpu_quant::has_avx512_vnni() {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: AVX-512 F/BW/VL/VNNI were detected; `in_groups` checks that `w` holds whole
+        // tiles for `stride` and `cols` holds `out.len() / 16` rows.
+        let f: GroupFn = match t {
+            BlockType::Q4_0 => |w, c, s, o| unsafe { in_groups!(avx512::q4_0, w, c, s, o) },
+            BlockType::Q5_0 => |w, c, s, o| unsafe { in_groups!(avx512::q5_0, w, c, s, o) },
+            BlockType::Q8_0 => |w, c, s, o| unsafe { in_groups!(avx512::q8_0, w, c, s, o) },
+            _ => return None,
+        };
+        Some(f)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = t;
+        None
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::*;
+    use std::arch::x86_64::*;
+
+    /// How far ahead of the tile being read the kernels ask for cache lines.
+    const PREFETCH: usize = 4096;
+
+    /// The kernel body: `$widen(tile)` gives the tile's 8 vectors of unsigned values, `$off`
+    /// the activation word with the matching `-offset·Σy`.
+    macro_rules! group_kernel {
+        ($name:ident, $t:expr, $off:expr, |$tile:ident| $widen:expr) => {
+            #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+            pub unsafe fn $name<const C: usize>(
+                w: &[u8],
+                cols: *const u32,
+                stride: usize,
+                out: &mut [f32],
+            ) {
+                let tb = tile_bytes($t);
+                let blocks = stride / BLOCK_WORDS;
+                assert!(w.len() >= blocks * tb && out.len() >= C * ROWS);
+                let mut acc = [_mm512_setzero_ps(); C];
+                for b in 0..blocks {
+                    let $tile = w.as_ptr().add(b * tb);
+                    for line in (0..tb).step_by(64) {
+                        _mm_prefetch::<_MM_HINT_T0>(
+                            $tile.wrapping_add(PREFETCH + line) as *const i8
+                        );
+                    }
+                    let dw = _mm512_cvtph_ps(_mm256_loadu_si256($tile as *const __m256i));
+                    let q: [__m512i; 8] = $widen;
+                    for c in 0..C {
+                        let y = cols.add(c * stride + b * BLOCK_WORDS);
+                        let word = |i: usize| _mm512_set1_epi32(*y.add(i) as i32);
+                        // Two chains, so that one row's eight dependent products overlap.
+                        let mut s0 = word($off);
+                        let mut s1 = _mm512_setzero_si512();
+                        for g in (0..8).step_by(2) {
+                            s0 = _mm512_dpbusd_epi32(s0, q[g], word(g));
+                            s1 = _mm512_dpbusd_epi32(s1, q[g + 1], word(g + 1));
+                        }
+                        let s = _mm512_add_epi32(s0, s1);
+                        let d = _mm512_mul_ps(dw, _mm512_set1_ps(f32::from_bits(*y.add(8))));
+                        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc[c]);
+                    }
+                }
+                for c in 0..C {
+                    _mm512_storeu_ps(out.as_mut_ptr().add(c * ROWS), acc[c]);
+                }
+            }
+        };
+    }
+
+    /// The 4 vectors of nibbles at `tile + 32`, widened to 8: low nibbles (groups 0-3), then
+    /// high nibbles (groups 4-7).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn nibbles(tile: *const u8) -> [__m512i; 8] {
+        let m4 = _mm512_set1_epi8(0x0F);
+        let mut q = [_mm512_setzero_si512(); 8];
+        for j in 0..4 {
+            let v = _mm512_loadu_si512(tile.add(32 + 64 * j) as *const _);
+            q[j] = _mm512_and_si512(v, m4);
+            q[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        }
+        q
+    }
+
+    group_kernel!(q8_0, BlockType::Q8_0, 11, |tile| {
+        let mut q = [_mm512_setzero_si512(); 8];
+        for (g, q) in q.iter_mut().enumerate() {
+            *q = _mm512_loadu_si512(tile.add(32 + 64 * g) as *const _);
+        }
+        q
+    });
+    group_kernel!(q4_0, BlockType::Q4_0, 9, |tile| nibbles(tile));
+    group_kernel!(q5_0, BlockType::Q5_0, 10, |tile| {
+        let mut q = nibbles(tile);
+        let high = _mm512_set1_epi8(0x10);
+        for (g, q) in q.iter_mut().enumerate() {
+            let bits = std::ptr::read_unaligned(tile.add(288 + 8 * g) as *const u64);
+            *q = _mm512_or_si512(*q, _mm512_maskz_mov_epi8(bits, high));
+        }
+        q
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+    use super::*;
+    use crate::cpu_quant::{matmul_t, QuantMatrix};
+    use candle_core::quantized::{GgmlDType, QTensor};
+    use candle_core::{Device, Tensor};
+
+    const TYPES: [(GgmlDType, BlockType); 3] = [
+        (GgmlDType::Q4_0, BlockType::Q4_0),
+        (GgmlDType::Q5_0, BlockType::Q5_0),
+        (GgmlDType::Q8_0, BlockType::Q8_0),
+    ];
+
+    fn quantized(dtype: GgmlDType, n: usize, k: usize) -> Result<Vec<u8>, candle_core::Error> {
+        let w: Vec<f32> = (0..n * k)
+            .map(|i| ((i * 29 % 89) as f32 - 44.0) / 40.0 + ((i % 5) as f32 - 2.0) * 0.003)
+            .collect();
+        let q = QTensor::quantize(&Tensor::from_vec(w, (n, k), &Device::Cpu)?, dtype)?;
+        Ok(q.data()?.into_owned())
+    }
+
+    #[test]
+    fn interleaving_keeps_every_byte() -> TestResult {
+        for (dtype, t) in TYPES {
+            let (n, k) = (32, 96);
+            let data = quantized(dtype, n, k)?;
+            let tiles = interleave(t, &data, n, k);
+            assert_eq!(tiles.len(), data.len(), "{t:?}");
+            assert_ne!(tiles, data, "{t:?}");
+            assert_eq!(deinterleave(t, &tiles, k), data, "{t:?}");
+        }
+        Ok(())
+    }
+
+    /// The tile kernels against the one-row kernels on GGUF order (themselves tested against
+    /// candle): the same integer block products, so equal to f32 rounding. Row counts make a
+    /// full group of 8 activation rows and remainders; two matrices are fused.
+    #[test]
+    fn tile_kernels_match_the_row_kernels() -> TestResult {
+        if kernel(BlockType::Q8_0).is_none() {
+            return Ok(()); // no AVX-512 VNNI here: weights are never interleaved
+        }
+        let k = 160; // 5 blocks
+        for (dtype, t) in TYPES {
+            let (a, b) = (quantized(dtype, 32, k)?, quantized(dtype, 16, k)?);
+            let (ta, tb) = (interleave(t, &a, 32, k), interleave(t, &b, 16, k));
+            let rows = |data, rows, interleaved| QuantMatrix {
+                kind: t,
+                data,
+                rows,
+                interleaved,
+            };
+            for m in [1, 3, 8, 11, 20] {
+                let x: Vec<f32> = (0..m * k)
+                    .map(|i| ((i * 11 % 37) as f32 - 18.0) / 5.0)
+                    .collect();
+                let want = matmul_t(&x, m, k, &[rows(&a, 32, false), rows(&b, 16, false)]);
+                let got = matmul_t(&x, m, k, &[rows(&ta, 32, true), rows(&tb, 16, true)]);
+                let scale = want.iter().fold(0f32, |s, v| s.max(v.abs()));
+                assert_eq!(got.len(), want.len());
+                for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (g - e).abs() <= 1e-5 * scale,
+                        "{t:?} m={m} [{i}]: {g} vs {e}"
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+}
