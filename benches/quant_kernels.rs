@@ -1,6 +1,8 @@
 //! Quantized matrix-vector products (decoding, one row): candle's `QMatMul` against Hearth's
 //! kernels, side by side, on Qwen2.5-0.5B's shapes for each block type of its Q4_K_M file
-//! (Q5_0 and Q8_0 for most matrices and the output, Q4_K and Q6_K for the feed-forward down).
+//! (Q5_0 and Q8_0 for most matrices and the output, Q4_K and Q6_K for the feed-forward down);
+//! for Q4_0/Q5_0/Q8_0 also in 16-row tiles (`hearth_engine::interleaved`, AVX-512 VNNI), and
+//! those tiles against 128 activation rows (a prompt), in multiply-adds per second.
 //!
 //!     cargo bench --bench quant_kernels
 
@@ -8,6 +10,7 @@ use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
 use hearth_engine::cpu_quant::{matmul_t, BlockType, QuantMatrix};
 use hearth_engine::huge_pages::back_with_huge_pages;
+use hearth_engine::interleaved;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -62,6 +65,47 @@ fn main() {
             hearth * 1e3,
             bytes / hearth / 1e9,
             candle / hearth
+        );
+        if !interleaved::supported(kind, n) {
+            continue;
+        }
+        let tiles = interleaved::interleave(kind, &data, n, k);
+        back_with_huge_pages(&tiles);
+        let mat = [QuantMatrix {
+            kind,
+            data: &tiles,
+            rows: n,
+            interleaved: true,
+        }];
+        std::hint::black_box(matmul_t(&xv, 1, k, &mat));
+        let t = Instant::now();
+        for _ in 0..reps {
+            std::hint::black_box(matmul_t(&xv, 1, k, &mat));
+        }
+        let tiled = t.elapsed().as_secs_f64() / reps as f64;
+        let m = 128;
+        let xs: Vec<f32> = (0..m * k)
+            .map(|i| xv[i % k] * (1.0 + (i / k) as f32 * 1e-3))
+            .collect();
+        // One layer's worth of rows: the tiles stay in the caches while the prompt passes.
+        let rows = 4864.min(n);
+        let part = [QuantMatrix {
+            rows,
+            data: &tiles[..tiles.len() / n * rows],
+            ..mat[0]
+        }];
+        std::hint::black_box(matmul_t(&xs, m, k, &part));
+        let t = Instant::now();
+        for _ in 0..reps {
+            std::hint::black_box(matmul_t(&xs, m, k, &part));
+        }
+        let prompt = t.elapsed().as_secs_f64() / reps as f64;
+        println!(
+            "    in tiles: 1 row {:.3} ms ({:.1} GB/s, {:.2}x GGUF order); {m} rows of [{rows} x {k}] {:.1} GMAC/s",
+            tiled * 1e3,
+            bytes / tiled / 1e9,
+            hearth / tiled,
+            (m * rows * k) as f64 / prompt / 1e9
         );
     }
 }

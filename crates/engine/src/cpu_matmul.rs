@@ -189,7 +189,8 @@ pub(crate) fn par_rows(
         return out;
     }
     // Several rows: each task transposes its block into place while it is in cache.
-    let mut out = vec![0f32; m * n];
+    // Not zeroed first: the tasks write every element (a prompt's outputs are megabytes).
+    let mut out: Vec<f32> = Vec::with_capacity(m * n);
     let dst = SharedOut(out.as_mut_ptr());
     let tasks = n.div_ceil(rows_per_task);
     (0..tasks)
@@ -204,10 +205,12 @@ pub(crate) fn par_rows(
                 for r in 0..rows {
                     // SAFETY: `i * n + first + r < m * n`, and tasks own disjoint column ranges
                     // `first..first + rows` of every output row, so no two writes alias.
-                    unsafe { *dst.at(i * n + first + r) = out_t[r * m + i] };
+                    unsafe { dst.at(i * n + first + r).write(out_t[r * m + i]) };
                 }
             }
         });
+    // SAFETY: the tasks cover rows `0..n`, each writing all `m` of its outputs.
+    unsafe { out.set_len(m * n) };
     out
 }
 

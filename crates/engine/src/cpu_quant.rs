@@ -79,8 +79,16 @@ pub struct Q8Row {
     pub(crate) sums: Vec<i32>,
 }
 
+/// Rounds to the nearest integer, ties to even (as the SIMD conversions do), for `|v| < 2²²`:
+/// adding 1.5·2²³ leaves no fraction bits. Plain adds, so the loop vectorises.
+#[inline(always)]
+fn round_even(v: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0;
+    (v + MAGIC) - MAGIC
+}
+
 /// Q8_0: per 32 values, scale = max|x| / 127 rounded through f16 (as it is stored in llama.cpp).
-fn quantize_q8_0(x: &[f32]) -> Q8Row {
+pub(crate) fn quantize_q8_0(x: &[f32]) -> Q8Row {
     let blocks = x.len() / QK;
     let mut d = Vec::with_capacity(blocks);
     let mut sums: Vec<i32> = Vec::with_capacity(blocks);
@@ -90,7 +98,7 @@ fn quantize_q8_0(x: &[f32]) -> Q8Row {
         let scale = amax / 127.0;
         let inv = if scale != 0.0 { 1.0 / scale } else { 0.0 };
         for (q, v) in qs.iter_mut().zip(xs) {
-            *q = (v * inv).round() as i8;
+            *q = round_even(v * inv) as i8;
         }
         d.push(f16::from_f32(scale).to_f32());
         sums.push(qs.iter().map(|&v| v as i32).sum());
@@ -1040,7 +1048,10 @@ fn run(
         true => quantize_rows(x, k, f),
         false => Vec::new(),
     };
-    let q8_0 = quantized(mats.iter().any(|w| !is_k(w)), quantize_q8_0);
+    let q8_0 = quantized(
+        mats.iter().any(|w| !is_k(w) && !w.interleaved),
+        quantize_q8_0,
+    );
     let q8_k = quantized(mats.iter().any(is_k), quantize_q8_k);
     // The many-row and tile kernels read every activation row at a fixed stride from one
     // buffer, so that one pointer serves all rows of a group (registers are their limit).
@@ -1059,7 +1070,7 @@ fn run(
         false => (Vec::new(), 0),
     };
     let tiles_packed = match granule > 1 {
-        true => interleaved::pack(&q8_0),
+        true => interleaved::quantize(x, k),
         false => (Vec::new(), 0),
     };
     // Per matrix: its first output row, bytes per row, kernel and activations.

@@ -116,6 +116,33 @@ pub fn deinterleave(t: BlockType, tiles: &[u8], k: usize) -> Vec<u8> {
     out
 }
 
+/// The rows of `x` (`[m, k]`) quantized to Q8_0 (as `cpu_quant` does) and packed for the
+/// kernels, in one pass. Returns the buffer and the words per row.
+pub fn quantize(x: &[f32], k: usize) -> (Vec<u32>, usize) {
+    use rayon::prelude::*;
+    let stride = k / QK * BLOCK_WORDS;
+    let mut packed = vec![0u32; x.len() / k * stride];
+    let row = |(x, out): (&[f32], &mut [u32])| {
+        #[cfg(target_arch = "x86_64")]
+        if crate::cpu_quant::has_avx512_vnni() {
+            // SAFETY: AVX-512 F/BW/VL were detected; `out` has a block's words per 32 values.
+            return unsafe { avx512::quantize_row(x, out) };
+        }
+        out.copy_from_slice(&pack(&[crate::cpu_quant::quantize_q8_0(x)]).0);
+    };
+    let rows = x
+        .chunks_exact(k)
+        .zip(packed.chunks_exact_mut(stride.max(1)));
+    if x.len() / k >= 8 {
+        x.par_chunks_exact(k)
+            .zip(packed.par_chunks_exact_mut(stride.max(1)))
+            .for_each(row);
+    } else {
+        rows.for_each(row);
+    }
+    (packed, stride)
+}
+
 /// Q8_0 activation rows packed for the kernels: per block [`BLOCK_WORDS`] words, row after row.
 /// Returns the buffer and the words per row.
 pub fn pack(rows: &[Q8Row]) -> (Vec<u32>, usize) {
@@ -266,6 +293,29 @@ mod avx512 {
             q[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
         }
         q
+    }
+
+    /// One row of activations quantized and packed: per 32 values, the scale `max|x| / 127`
+    /// through f16, values rounded to nearest even, and the block sum's corrections.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub unsafe fn quantize_row(x: &[f32], out: &mut [u32]) {
+        for (xs, o) in x.chunks_exact(QK).zip(out.chunks_exact_mut(BLOCK_WORDS)) {
+            let a = _mm512_loadu_ps(xs.as_ptr());
+            let b = _mm512_loadu_ps(xs.as_ptr().add(16));
+            let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
+            let scale = amax / 127.0;
+            let inv = _mm512_set1_ps(if scale != 0.0 { 1.0 / scale } else { 0.0 });
+            let qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, inv));
+            let qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, inv));
+            let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
+            let values = o.as_mut_ptr() as *mut __m128i;
+            _mm_storeu_si128(values, _mm512_cvtepi32_epi8(qa));
+            _mm_storeu_si128(values.add(1), _mm512_cvtepi32_epi8(qb));
+            o[8] = half::f16::from_f32(scale).to_f32().to_bits();
+            o[9] = (-8 * sum) as u32;
+            o[10] = (-16 * sum) as u32;
+            o[11] = (-128 * sum) as u32;
+        }
     }
 
     group_kernel!(q8_0, BlockType::Q8_0, 11, |tile| {

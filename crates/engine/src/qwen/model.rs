@@ -10,6 +10,7 @@ use crate::kv_cache::KvCache;
 use crate::linear::Linear;
 use crate::weights::{Matrix, WeightSource};
 use candle_core::{DType, Device, Module, Tensor};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 #[derive(Debug, Clone)]
 struct Layer {
@@ -109,33 +110,48 @@ impl Qwen {
     /// Runs `tokens` at positions `cache.len()..`, extends the cache, and returns the logits of
     /// the last position as f32 `[vocab]`.
     pub fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor> {
-        let hidden = self.on_pool(|| self.hidden(tokens, cache))?;
-        let last = hidden.narrow(1, tokens.len() - 1, 1)?;
-        Ok(self
-            .lm_head
-            .forward(&last)?
-            .flatten_all()?
-            .to_dtype(DType::F32)?)
+        self.on_pool(|| {
+            let hidden = self.hidden(tokens, cache)?;
+            let last = hidden.narrow(1, tokens.len() - 1, 1)?;
+            Ok(self
+                .lm_head
+                .forward(&last)?
+                .flatten_all()?
+                .to_dtype(DType::F32)?)
+        })
     }
 
     /// Like [`Qwen::forward`], but returns logits for every position, `[len, vocab]`.
     pub fn forward_all(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor> {
-        let hidden = self.on_pool(|| self.hidden(tokens, cache))?;
-        Ok(self
-            .lm_head
-            .forward(&hidden)?
-            .squeeze(0)?
-            .to_dtype(DType::F32)?)
+        self.on_pool(|| {
+            let hidden = self.hidden(tokens, cache)?;
+            Ok(self
+                .lm_head
+                .forward(&hidden)?
+                .squeeze(0)?
+                .to_dtype(DType::F32)?)
+        })
     }
 
-    /// On the CPU the matrix kernels run on rayon's pool. Running the whole step on one of its
-    /// threads spares two cross-thread wake-ups per matrix product (~170 per token).
+    /// On the CPU the matrix kernels run on rayon's pool. The whole step runs on one of its
+    /// threads, and the pool's other threads spin for work until it ends, as llama.cpp's do:
+    /// a sleeping thread takes tens of microseconds to wake, and a decoding step hands out
+    /// about a hundred matrix products, each a few tens of microseconds long.
     fn on_pool<T: Send>(&self, step: impl FnOnce() -> T + Send) -> T {
-        if self.device.is_cpu() && rayon::current_thread_index().is_none() {
-            rayon::scope(|_| step())
-        } else {
-            step()
+        if !self.device.is_cpu() || rayon::current_thread_index().is_some() {
+            return step();
         }
+        let done = AtomicBool::new(false);
+        rayon::scope(|s| {
+            let owner = rayon::current_thread_index();
+            for _ in 1..rayon::current_num_threads() {
+                let done = &done;
+                s.spawn(move |_| stay_awake(done, owner));
+            }
+            let out = step();
+            done.store(true, Ordering::Release);
+            out
+        })
     }
 
     fn hidden(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor> {
@@ -178,6 +194,19 @@ impl Qwen {
         }
         cache.advance(len);
         Ok(candle_nn::ops::rms_norm(&x, &self.norm, eps)?)
+    }
+}
+
+/// Runs the pool's pending jobs, or spins, until `done`. A no-op on the step's own thread
+/// (which may pick this job up itself while it waits for others).
+fn stay_awake(done: &AtomicBool, owner: Option<usize>) {
+    if rayon::current_thread_index() == owner {
+        return;
+    }
+    while !done.load(Ordering::Acquire) {
+        if rayon::yield_now() != Some(rayon::Yield::Executed) {
+            std::hint::spin_loop();
+        }
     }
 }
 
