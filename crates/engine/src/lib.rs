@@ -7,6 +7,7 @@
 pub mod card;
 pub mod chat;
 pub mod config;
+pub mod cpu_attention;
 mod cpu_matmul;
 pub mod cpu_quant;
 pub mod device;

@@ -280,6 +280,19 @@ fn cpu_rows(weight: &Tensor, x: &Tensor) -> Result<Option<Tensor>> {
     with_cpu_rows(x, n, |xv| matmul_t(xv, m, k, rows, n))
 }
 
+/// `f` on the values of `t` as one f32 slice, without a copy; `None` unless `t` is f32 and
+/// contiguous on the CPU.
+pub(crate) fn with_cpu_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<Option<R>> {
+    if t.dtype() != DType::F32 {
+        return Ok(None);
+    }
+    let (s, l) = t.storage_and_layout();
+    let (Storage::Cpu(s), Some((start, end))) = (&*s, l.contiguous_offsets()) else {
+        return Ok(None);
+    };
+    Ok(Some(f(&s.as_slice::<f32>()?[start..end])))
+}
+
 /// Runs `product` on the rows of `x` (f32, on the CPU) as one slice and shapes its result like
 /// `x` with a last dimension of `n`; `None` where `x`'s storage is not on the CPU.
 fn with_cpu_rows(

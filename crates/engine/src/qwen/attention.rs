@@ -2,11 +2,12 @@
 
 use super::rotary::Rotary;
 use crate::config::{Family, QwenConfig};
+use crate::cpu_attention::{attend, rotate, Cached, Heads};
 use crate::error::Result;
 use crate::kv_cache::KvCache;
 use crate::linear::Linear;
 use crate::weights::WeightSource;
-use candle_core::{DType, Module, Result as CResult, Tensor, D};
+use candle_core::{DType, Module, Result as CResult, Storage, Tensor, D};
 
 #[derive(Debug, Clone)]
 pub struct Attention {
@@ -80,6 +81,9 @@ impl Attention {
         rotary: &Rotary,
         mask: Option<&Tensor>,
     ) -> CResult<Tensor> {
+        if x.device().is_cpu() && x.dtype() == DType::F32 {
+            return self.forward_cpu(x, layer, cache, rotary);
+        }
         let (b, len, _) = x.dims3()?;
         let (h, kvh, d) = (self.heads, self.kv_heads, self.head_dim);
         let qkv = self.qkv.forward(x)?;
@@ -120,4 +124,92 @@ impl Attention {
             .reshape((b, len, h * d))?;
         self.o.forward(&out)
     }
+
+    /// The same on the CPU in f32 ([`crate::cpu_attention`]): q, k and v stay in the fused
+    /// projection's rows, only the new keys and values are copied (into the cache).
+    fn forward_cpu(
+        &self,
+        x: &Tensor,
+        layer: usize,
+        cache: &mut KvCache,
+        rotary: &Rotary,
+    ) -> CResult<Tensor> {
+        let (b, len, _) = x.dims3()?;
+        let heads = Heads {
+            q: self.heads,
+            kv: self.kv_heads,
+            dim: self.head_dim,
+        };
+        let (h, kvh, d) = (heads.q, heads.kv, heads.dim);
+        let width = (h + 2 * kvh) * d;
+        let mut rows: Vec<f32> = self.qkv.forward(x)?.flatten_all()?.to_vec1()?;
+        if let Some((qn, kn)) = &self.qk_norm {
+            let (qn, kn): (Vec<f32>, Vec<f32>) = (qn.to_vec1()?, kn.to_vec1()?);
+            for row in rows.chunks_exact_mut(width) {
+                let (q, k) = row.split_at_mut(h * d);
+                q.chunks_exact_mut(d)
+                    .for_each(|x| rms_norm(x, &qn, self.eps));
+                k[..kvh * d]
+                    .chunks_exact_mut(d)
+                    .for_each(|x| rms_norm(x, &kn, self.eps));
+            }
+        }
+        let offset = cache.len();
+        {
+            let (cos, sin) = (
+                rotary.cos.storage_and_layout(),
+                rotary.sin.storage_and_layout(),
+            );
+            let (Storage::Cpu(cos_s), Storage::Cpu(sin_s)) = (&*cos.0, &*sin.0) else {
+                candle_core::bail!("rotary tables are not on the CPU");
+            };
+            let cos = &cos_s.as_slice::<f32>()?[cos.1.start_offset()..];
+            let sin = &sin_s.as_slice::<f32>()?[sin.1.start_offset()..];
+            rotate(&mut rows, width, 0, h + kvh, d, offset, cos, sin);
+        }
+        // The cache holds `[1, kv_heads, positions, dim]`.
+        let new = |first: usize| {
+            let mut t = Vec::with_capacity(kvh * len * d);
+            for g in 0..kvh {
+                for row in rows.chunks_exact(width) {
+                    t.extend_from_slice(&row[(first + g) * d..][..d]);
+                }
+            }
+            Tensor::from_vec(t, (b, kvh, len, d), x.device())
+        };
+        let (k, v) = cache.append(layer, &new(h)?, &new(h + kvh)?)?;
+        let (ks, kl) = k.storage_and_layout();
+        let (vs, vl) = v.storage_and_layout();
+        let (Storage::Cpu(ks), Storage::Cpu(vs)) = (&*ks, &*vs) else {
+            candle_core::bail!("kv cache is not on the CPU");
+        };
+        if kl.stride()[2..] != [d, 1] || vl.stride()[2..] != [d, 1] {
+            candle_core::bail!("kv cache rows are not contiguous");
+        }
+        let out = attend(
+            &rows,
+            width,
+            len,
+            offset,
+            cached(ks.as_slice::<f32>()?, kl),
+            cached(vs.as_slice::<f32>()?, vl),
+            heads,
+        );
+        self.o
+            .forward(&Tensor::from_vec(out, (b, len, h * d), x.device())?)
+    }
+}
+
+fn cached<'a>(s: &'a [f32], l: &candle_core::Layout) -> Cached<'a> {
+    Cached {
+        data: &s[l.start_offset()..],
+        head_stride: l.stride()[1],
+    }
+}
+
+/// RMSNorm of one head's values in place (Qwen3's q/k norm), as candle computes it.
+fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
+    let mean = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
+    let inv = 1.0 / (mean + eps).sqrt();
+    x.iter_mut().zip(w).for_each(|(v, w)| *v *= inv * w);
 }

@@ -5,8 +5,8 @@ use candle_core::{DType, Device, Result, Tensor};
 #[derive(Debug, Clone)]
 pub struct Rotary {
     /// `[max_positions, head_dim / 2]`, in the activation dtype.
-    cos: Tensor,
-    sin: Tensor,
+    pub(super) cos: Tensor,
+    pub(super) sin: Tensor,
 }
 
 impl Rotary {
