@@ -183,8 +183,11 @@ pub(crate) fn par_rows(
         .next_multiple_of(granule);
     if m == 1 {
         let mut out = vec![0f32; n];
+        // One task per block, taken in turn by whichever thread is free: a thread slowed by
+        // the rest of the machine does not hold the others up at the end of each product.
         out.par_chunks_mut(rows_per_task)
             .enumerate()
+            .with_max_len(1)
             .for_each(|(t, out)| block(t * rows_per_task, out));
         return out;
     }

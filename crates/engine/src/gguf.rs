@@ -2,10 +2,12 @@
 //! the chat template come from the metadata, the weights stay in their quantized blocks.
 
 use crate::config::{Family, QwenConfig};
+use crate::cpu_quant::BlockType;
 use crate::error::{EngineError, Result};
+use crate::interleaved::TileMatrix;
 use crate::tokenizer::Tokenizer;
 use crate::weights::{Matrix, WeightSource};
-use candle_core::quantized::gguf_file::{Content, Value};
+use candle_core::quantized::gguf_file::{Content, TensorInfo, Value};
 use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{DType, Device, Tensor};
 use serde_json::json;
@@ -419,7 +421,8 @@ pub fn gguf_name(hf: &str) -> String {
 }
 
 impl GgufWeights {
-    fn qtensor(&self, hf: &str, shape: &[usize]) -> Result<candle_core::quantized::QTensor> {
+    /// The file's tensor `hf` with its expected shape checked, and where its data starts.
+    fn info(&self, hf: &str, shape: &[usize]) -> Result<(String, &TensorInfo, u64)> {
         let name = gguf_name(hf);
         let info = self.file.content.tensor_infos.get(&name).ok_or_else(|| {
             EngineError::MissingTensor {
@@ -434,12 +437,47 @@ impl GgufWeights {
                 found: info.shape.dims().to_vec(),
             });
         }
+        let start = self.file.content.tensor_data_offset + info.offset;
+        Ok((name, info, start))
+    }
+
+    /// A Q4_0/Q5_0/Q8_0 matrix read straight into 16-row tiles, where this CPU has their
+    /// kernels (`None` otherwise): one group of rows at a time, so loading needs no second
+    /// copy of the matrix.
+    fn tiles(&self, hf: &str, shape: &[usize]) -> Result<Option<TileMatrix>> {
+        let (name, info, start) = self.info(hf, shape)?;
+        let Some(kind) = BlockType::of(info.ggml_dtype) else {
+            return Ok(None);
+        };
+        let [rows, cols] = *shape else {
+            return Ok(None);
+        };
+        if !self.device.is_cpu()
+            || cols % kind.block_values() != 0
+            || !crate::interleaved::supported(kind, rows)
+        {
+            return Ok(None);
+        }
         let mut reader = self
             .file
             .reader
             .lock()
             .map_err(|_| self.file.err("reader poisoned"))?;
-        let start = self.file.content.tensor_data_offset + info.offset;
+        read_tiles(&mut *reader, start, kind, rows, cols)
+            .map(Some)
+            .map_err(|e| {
+                self.file
+                    .err(format!("tensor `{name}`: {}", first_line(&e)))
+            })
+    }
+
+    fn qtensor(&self, hf: &str, shape: &[usize]) -> Result<candle_core::quantized::QTensor> {
+        let (name, info, start) = self.info(hf, shape)?;
+        let mut reader = self
+            .file
+            .reader
+            .lock()
+            .map_err(|_| self.file.err("reader poisoned"))?;
         let loaded = match self.device {
             Device::Cpu => read_cpu(&mut *reader, start, info.ggml_dtype, info.shape.dims()),
             _ => self.file.content.tensor(&mut *reader, &name, &self.device),
@@ -498,6 +536,40 @@ fn read_cpu(
     QTensor::new(storage, dims)
 }
 
+/// `rows` rows of `cols` values of a tile type, from `start`, into tiles on huge pages.
+fn read_tiles(
+    reader: &mut (impl Read + Seek),
+    start: u64,
+    kind: BlockType,
+    rows: usize,
+    cols: usize,
+) -> candle_core::Result<TileMatrix> {
+    let bytes = rows * cols / kind.block_values() * kind.block_bytes();
+    let file_len = reader.seek(SeekFrom::End(0))?;
+    if start.saturating_add(bytes as u64) > file_len {
+        candle_core::bail!(
+            "needs bytes {start}..{} but the file has {file_len} (truncated?)",
+            start + bytes as u64
+        );
+    }
+    reader.seek(SeekFrom::Start(start))?;
+    let mut data: Vec<u8> = Vec::with_capacity(bytes);
+    crate::huge_pages::prefer_huge_pages(data.as_ptr(), bytes);
+    data.resize(bytes, 0);
+    let group = bytes / rows * crate::interleaved::ROWS;
+    let mut blocks = vec![0u8; group];
+    for tiles in data.chunks_exact_mut(group) {
+        reader.read_exact(&mut blocks)?;
+        crate::interleaved::interleave_group(kind, &blocks, cols, tiles);
+    }
+    Ok(TileMatrix {
+        kind,
+        rows,
+        cols,
+        data,
+    })
+}
+
 fn read_blocks<T: candle_core::quantized::k_quants::GgmlType + 'static>(
     reader: &mut impl Read,
     blocks: usize,
@@ -532,6 +604,12 @@ impl WeightSource for GgufWeights {
             .qtensor(name, shape)?
             .dequantize(&self.device)?
             .to_dtype(dtype)?)
+    }
+    fn projection(&self, name: &str, shape: &[usize]) -> Result<Matrix> {
+        match self.tiles(name, shape)? {
+            Some(tiles) => Ok(Matrix::Tiles(Arc::new(tiles))),
+            None => self.matrix(name, shape),
+        }
     }
     fn matrix(&self, name: &str, shape: &[usize]) -> Result<Matrix> {
         let q = self.qtensor(name, shape)?;

@@ -38,22 +38,64 @@ fn tile_bytes(t: BlockType) -> usize {
     ROWS * t.block_bytes()
 }
 
+/// A Q4_0/Q5_0/Q8_0 weight matrix `[rows, cols]` in tiles, as the model keeps it.
+pub struct TileMatrix {
+    pub kind: BlockType,
+    pub rows: usize,
+    pub cols: usize,
+    pub data: Vec<u8>,
+}
+
+impl std::fmt::Debug for TileMatrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "TileMatrix({:?}, [{}, {}])",
+            self.kind, self.rows, self.cols
+        )
+    }
+}
+
+impl TileMatrix {
+    pub fn matrix(&self) -> crate::cpu_quant::QuantMatrix<'_> {
+        crate::cpu_quant::QuantMatrix {
+            kind: self.kind,
+            data: &self.data,
+            rows: self.rows,
+            interleaved: true,
+        }
+    }
+
+    /// The matrix in GGUF order again (for the paths only candle has).
+    pub fn to_blocks(&self) -> Vec<u8> {
+        deinterleave(self.kind, &self.data, self.cols)
+    }
+}
+
 /// Rearranges `rows` rows of `k` values in GGUF blocks (`data`) into tiles. `rows` must be a
 /// multiple of [`ROWS`] and `t` one of Q4_0, Q5_0, Q8_0.
 pub fn interleave(t: BlockType, data: &[u8], rows: usize, k: usize) -> Vec<u8> {
-    let (bb, nb, tb) = (t.block_bytes(), k / QK, tile_bytes(t));
     assert_eq!(
         data.len(),
-        rows * nb * bb,
+        rows * k / QK * t.block_bytes(),
         "{t:?} weight of {rows} rows of {k}"
     );
-    assert!(rows % ROWS == 0);
     let mut out = vec![0u8; data.len()];
-    crate::huge_pages::prefer_huge_pages(out.as_ptr(), out.len());
-    for (tile_index, tile) in out.chunks_exact_mut(tb).enumerate() {
-        let (group, b) = (tile_index / nb, tile_index % nb);
+    let group = ROWS * k / QK * t.block_bytes();
+    for (src, dst) in data.chunks_exact(group).zip(out.chunks_exact_mut(group)) {
+        interleave_group(t, src, k, dst);
+    }
+    out
+}
+
+/// One group of 16 rows of `k` values, GGUF blocks in `data`, as tiles into `out` (same size).
+pub fn interleave_group(t: BlockType, data: &[u8], k: usize, out: &mut [u8]) {
+    let (bb, nb, tb) = (t.block_bytes(), k / QK, tile_bytes(t));
+    assert!(data.len() == ROWS * nb * bb && out.len() == data.len());
+    out.fill(0);
+    for (b, tile) in out.chunks_exact_mut(tb).enumerate() {
         for r in 0..ROWS {
-            let at = ((group * ROWS + r) * nb + b) * bb;
+            let at = (r * nb + b) * bb;
             let block = &data[at..at + bb];
             tile[2 * r..2 * r + 2].copy_from_slice(&block[..2]);
             match t {
@@ -77,7 +119,6 @@ pub fn interleave(t: BlockType, data: &[u8], rows: usize, k: usize) -> Vec<u8> {
             }
         }
     }
-    out
 }
 
 fn put_nibbles(tile: &mut [u8], r: usize, qs: &[u8]) {

@@ -13,6 +13,7 @@
 
 use crate::cpu_matmul::{matmul_t, WeightRows};
 use crate::cpu_quant::{has_many_rows_kernel, BlockType, QuantMatrix};
+use crate::interleaved::TileMatrix;
 use crate::weights::Matrix;
 use candle_core::quantized::ggml_file::qtensor_from_ggml;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
@@ -35,68 +36,7 @@ enum Part {
     Dense(Tensor),
     Quantized(QMatMul, Arc<QTensor>),
     /// Q4_0/Q5_0/Q8_0 blocks in tiles of 16 rows, on CPUs with their kernels.
-    Tiles(Arc<Tiles>),
-}
-
-/// A quantized matrix rearranged by [`crate::interleaved::interleave`] (same bytes, in tiles).
-struct Tiles {
-    kind: BlockType,
-    dtype: GgmlDType,
-    rows: usize,
-    cols: usize,
-    data: Vec<u8>,
-}
-
-impl std::fmt::Debug for Tiles {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Tiles({:?}, [{}, {}])", self.kind, self.rows, self.cols)
-    }
-}
-
-impl Tiles {
-    /// `q` in tiles, where this CPU has their kernels and nothing else reads `q` (a tied
-    /// embedding table keeps GGUF order; two copies would double its memory).
-    fn try_from(q: &Arc<QTensor>) -> Result<Option<Self>> {
-        let Some(kind) = BlockType::of(q.dtype()) else {
-            return Ok(None);
-        };
-        let (rows, cols) = q.shape().dims2()?;
-        if !q.device().is_cpu()
-            || Arc::strong_count(q) > 1
-            || cols % kind.block_values() != 0
-            || !crate::interleaved::supported(kind, rows)
-        {
-            return Ok(None);
-        }
-        let data = crate::interleaved::interleave(kind, &q.data()?, rows, cols);
-        Ok(Some(Self {
-            kind,
-            dtype: q.dtype(),
-            rows,
-            cols,
-            data,
-        }))
-    }
-
-    /// Back in GGUF order, for the paths that only candle has (activations other than f32).
-    fn to_qtensor(&self) -> Result<QTensor> {
-        let blocks = crate::interleaved::deinterleave(self.kind, &self.data, self.cols);
-        qtensor_from_ggml(
-            self.dtype,
-            &blocks,
-            vec![self.rows, self.cols],
-            &Device::Cpu,
-        )
-    }
-
-    fn matrix(&self) -> QuantMatrix<'_> {
-        QuantMatrix {
-            kind: self.kind,
-            data: &self.data,
-            rows: self.rows,
-            interleaved: true,
-        }
-    }
+    Tiles(Arc<TileMatrix>),
 }
 
 /// From this many rows on (prompt prefills), a quantized matrix without a blocked many-row
@@ -127,7 +67,7 @@ impl Linear {
             .iter()
             .filter_map(|m| match m {
                 Matrix::Dense(t) => Some(t),
-                Matrix::Quantized(_) => None,
+                Matrix::Quantized(_) | Matrix::Tiles(_) => None,
             })
             .collect();
         if dense.len() == mats.len() {
@@ -137,6 +77,7 @@ impl Linear {
         let tiles_fit = mats.iter().all(|m| match m {
             Matrix::Dense(t) => t.dim(0).is_ok_and(|r| r % crate::interleaved::ROWS == 0),
             Matrix::Quantized(q) => q.shape().dims()[0] % crate::interleaved::ROWS == 0,
+            Matrix::Tiles(t) => t.rows % crate::interleaved::ROWS == 0,
         });
         let parts = mats
             .into_iter()
@@ -146,12 +87,12 @@ impl Linear {
                     dense_on_huge_pages(&t)?;
                     Ok(Part::Dense(t))
                 }
+                Matrix::Tiles(t) if tiles_fit => Ok(Part::Tiles(t)),
+                Matrix::Tiles(t) => {
+                    let q = Arc::new(tiles_to_qtensor(&t)?);
+                    Ok(Part::Quantized(QMatMul::from_arc(q.clone())?, q))
+                }
                 Matrix::Quantized(q) => {
-                    if tiles_fit {
-                        if let Some(tiles) = Tiles::try_from(&q)? {
-                            return Ok(Part::Tiles(Arc::new(tiles)));
-                        }
-                    }
                     if q.device().is_cpu() {
                         crate::huge_pages::back_with_huge_pages(&q.data()?);
                     }
@@ -161,6 +102,17 @@ impl Linear {
             .collect::<Result<Vec<_>>>()?;
         Ok(Self { parts, bias })
     }
+}
+
+/// Tiles back in GGUF order, as candle's quantized tensor (for the paths only candle has).
+fn tiles_to_qtensor(t: &TileMatrix) -> Result<QTensor> {
+    let dtype = match t.kind {
+        BlockType::Q4_0 => GgmlDType::Q4_0,
+        BlockType::Q5_0 => GgmlDType::Q5_0,
+        BlockType::Q8_0 => GgmlDType::Q8_0,
+        other => candle_core::bail!("{other:?} is never in tiles"),
+    };
+    qtensor_from_ggml(dtype, &t.to_blocks(), vec![t.rows, t.cols], &Device::Cpu)
 }
 
 /// A dense CPU weight's bytes onto huge pages (see [`crate::huge_pages`]).
@@ -195,10 +147,14 @@ impl Part {
                 x.broadcast_matmul(&w.t()?)
             }
             Part::Quantized(q, _) => q.forward(x),
-            Part::Tiles(t) => match quantized_rows(std::slice::from_ref(self), x)? {
-                Some(y) => Ok(y),
-                None => QMatMul::from_qtensor(t.to_qtensor()?)?.forward(x),
-            },
+            // Tiles exist only on the CPU; other activation dtypes go through f32.
+            Part::Tiles(t) => {
+                let x32 = x.to_dtype(DType::F32)?;
+                match quantized_rows(std::slice::from_ref(self), &x32)? {
+                    Some(y) => y.to_dtype(x.dtype()),
+                    None => QMatMul::from_qtensor(tiles_to_qtensor(t)?)?.forward(x),
+                }
+            }
             Part::Dense(w) => match cpu_rows(w, x)? {
                 Some(y) => Ok(y),
                 None if w.dtype() == x.dtype() => x.broadcast_matmul(&w.t()?),

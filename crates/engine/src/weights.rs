@@ -3,6 +3,7 @@
 //! source (memory-mapped, looked up by name across shards), `crate::gguf` the GGUF one.
 
 use crate::error::{EngineError, Result};
+use crate::interleaved::TileMatrix;
 use candle_core::quantized::QTensor;
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Tensor};
@@ -10,11 +11,13 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// A weight matrix `[out, in]`: dense, or still in its quantized blocks.
+/// A weight matrix `[out, in]`: dense, still in its quantized blocks, or in the 16-row tiles
+/// of the CPU kernels ([`crate::interleaved`]).
 #[derive(Debug, Clone)]
 pub enum Matrix {
     Dense(Tensor),
     Quantized(Arc<QTensor>),
+    Tiles(Arc<TileMatrix>),
 }
 
 pub trait WeightSource {
@@ -26,6 +29,11 @@ pub trait WeightSource {
     fn tensor(&self, name: &str, shape: &[usize], dtype: DType) -> Result<Tensor>;
     /// A weight matrix, quantized when the file is.
     fn matrix(&self, name: &str, shape: &[usize]) -> Result<Matrix>;
+    /// A matrix only ever multiplied (a linear layer's weight, never looked up by row), which
+    /// a source may hand out in the layout of the CPU kernels.
+    fn projection(&self, name: &str, shape: &[usize]) -> Result<Matrix> {
+        self.matrix(name, shape)
+    }
 }
 
 pub struct Weights {

@@ -27,7 +27,7 @@ impl Attention {
         let (h, d) = (cfg.hidden_size, cfg.head_dim);
         let (q_out, kv_out) = (cfg.num_attention_heads * d, cfg.num_key_value_heads * d);
         let weight = |name: &str, rows: usize, cols: usize| {
-            w.matrix(&format!("{prefix}.{name}.weight"), &[rows, cols])
+            w.projection(&format!("{prefix}.{name}.weight"), &[rows, cols])
         };
         let bias =
             |name: &str, rows: usize| w.tensor(&format!("{prefix}.{name}.bias"), &[rows], act);

@@ -23,8 +23,9 @@ impl Mlp {
         hidden: usize,
         intermediate: usize,
     ) -> Result<Self> {
-        let m =
-            |name: &str, shape: [usize; 2]| w.matrix(&format!("{prefix}.{name}.weight"), &shape);
+        let m = |name: &str, shape: [usize; 2]| {
+            w.projection(&format!("{prefix}.{name}.weight"), &shape)
+        };
         let gate = m("gate_proj", [intermediate, hidden])?;
         let up = m("up_proj", [intermediate, hidden])?;
         let down = m("down_proj", [hidden, intermediate])?;

@@ -67,7 +67,7 @@ impl Qwen {
             Linear::fused(vec![embed.0.clone()], None)?
         } else {
             Linear::fused(
-                vec![w.matrix("lm_head.weight", &[cfg.vocab_size, h])?],
+                vec![w.projection("lm_head.weight", &[cfg.vocab_size, h])?],
                 None,
             )?
         };
@@ -219,6 +219,7 @@ impl Embedding {
         match &self.0 {
             Matrix::Dense(t) => t.index_select(ids, 0),
             Matrix::Quantized(q) => q.embedding(ids),
+            Matrix::Tiles(_) => candle_core::bail!("an embedding table is never in tiles"),
         }
     }
 }
