@@ -32,14 +32,17 @@ pub struct Cached<'a> {
 pub fn exp(x: f32) -> f32 {
     const MAGIC: f32 = 12_582_912.0; // 1.5·2²³: adding it rounds to an integer
     let t = x.clamp(-87.0, 88.0) * std::f32::consts::LOG2_E;
-    let n = (t + MAGIC) - MAGIC;
+    let r = t + MAGIC; // its low mantissa bits hold n = round(t)
+    let n = r - MAGIC;
     let f = t - n;
     let p = 1.0
         + f * (0.693_147_2
             + f * (0.240_226_5
                 + f * (0.055_504_11
                     + f * (0.009_618_129 + f * (0.001_333_355 + f * 0.000_154_035_3)))));
-    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
+    // 2^n from the bits of `r` (`0x4B40_0000 + n`), in integer operations: a float-to-int
+    // cast would not vectorise (it saturates).
+    p * f32::from_bits(r.to_bits().wrapping_sub(0x4B40_0000 - 127) << 23)
 }
 
 /// Compiles `$body` (an `#[inline(always)]` function) for AVX-512 and AVX2 and calls the best

@@ -302,14 +302,23 @@ mod avx512 {
                     for c in 0..C {
                         let y = cols.add(c * stride + b * BLOCK_WORDS);
                         let word = |i: usize| _mm512_set1_epi32(*y.add(i) as i32);
-                        // Two chains, so that one row's eight dependent products overlap.
-                        let mut s0 = word($off);
-                        let mut s1 = _mm512_setzero_si512();
-                        for g in (0..8).step_by(2) {
-                            s0 = _mm512_dpbusd_epi32(s0, q[g], word(g));
-                            s1 = _mm512_dpbusd_epi32(s1, q[g + 1], word(g + 1));
-                        }
-                        let s = _mm512_add_epi32(s0, s1);
+                        let s = if C < 4 {
+                            // Two chains, so that one row's eight dependent products overlap
+                            // (with more rows, the rows' chains overlap one another).
+                            let mut s0 = word($off);
+                            let mut s1 = _mm512_setzero_si512();
+                            for g in (0..8).step_by(2) {
+                                s0 = _mm512_dpbusd_epi32(s0, q[g], word(g));
+                                s1 = _mm512_dpbusd_epi32(s1, q[g + 1], word(g + 1));
+                            }
+                            _mm512_add_epi32(s0, s1)
+                        } else {
+                            let mut s = word($off);
+                            for (g, q) in q.iter().enumerate() {
+                                s = _mm512_dpbusd_epi32(s, *q, word(g));
+                            }
+                            s
+                        };
                         let d = _mm512_mul_ps(dw, _mm512_set1_ps(f32::from_bits(*y.add(8))));
                         acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc[c]);
                     }
