@@ -165,22 +165,14 @@ fn kernel() -> BlockFn {
 pub fn matmul_t(x: &[f32], m: usize, k: usize, w: WeightRows<'_>, n: usize) -> Vec<f32> {
     debug_assert_eq!(x.len(), m * k);
     let kernel = kernel();
-    par_rows(n, m, 1, |first, out| kernel(x, m, k, w, first, out))
+    par_rows(n, m, |first, out| kernel(x, m, k, w, first, out))
 }
 
 /// Runs `block(first_row, out)` over blocks of the `n` output rows in parallel, each block
-/// writing `[rows, m]` (transposed), and returns `[m, n]`. Blocks start at multiples of
-/// `granule` rows.
-pub(crate) fn par_rows(
-    n: usize,
-    m: usize,
-    granule: usize,
-    block: impl Fn(usize, &mut [f32]) + Sync,
-) -> Vec<f32> {
+/// writing `[rows, m]` (transposed), and returns `[m, n]`.
+fn par_rows(n: usize, m: usize, block: impl Fn(usize, &mut [f32]) + Sync) -> Vec<f32> {
     // Enough rows per task to amortise scheduling, few enough to balance the threads.
-    let rows_per_task = (n / (rayon::current_num_threads() * 8))
-        .clamp(8, 256)
-        .next_multiple_of(granule);
+    let rows_per_task = (n / (rayon::current_num_threads() * 8)).clamp(8, 256);
     if m == 1 {
         let mut out = vec![0f32; n];
         // One task per block, taken in turn by whichever thread is free: a thread slowed by

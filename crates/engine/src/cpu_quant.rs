@@ -15,6 +15,7 @@
 
 use candle_core::quantized::GgmlDType;
 use half::f16;
+use rayon::prelude::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 const QK: usize = 32;
@@ -995,9 +996,19 @@ enum Kernel<'a> {
     Tiles(crate::interleaved::GroupFn, &'a [u32], usize),
 }
 
+/// The output buffer, written by several tasks at disjoint indices.
+struct SharedOut(*mut f32);
+// SAFETY: used only for writes at indices that the tasks partition between them.
+unsafe impl Sync for SharedOut {}
+impl SharedOut {
+    /// A method (not the field) so that closures capture the whole `Sync` wrapper.
+    fn at(&self, i: usize) -> *mut f32 {
+        self.0.wrapping_add(i)
+    }
+}
+
 /// Quantizes every row of `x` (in parallel for prompts).
 fn quantize_rows(x: &[f32], k: usize, f: fn(&[f32]) -> Q8Row) -> Vec<Q8Row> {
-    use rayon::prelude::*;
     if x.len() / k >= 8 {
         x.par_chunks_exact(k).map(f).collect()
     } else {
@@ -1089,51 +1100,72 @@ fn run(
         parts.push((start, row_bytes, kernel, xs.as_slice(), w.data));
         start += w.rows;
     }
-    crate::cpu_matmul::par_rows(start, m, granule, |first, out_t| {
-        let rows = out_t.len() / m;
-        let mut tile_out = Vec::new();
-        // Activation rows in blocks that stay in L1/L2 while this task's weight rows pass
-        // over them (a long prompt's activations would not).
-        for c0 in (0..m).step_by(COLUMN_BLOCK) {
-            let c1 = (c0 + COLUMN_BLOCK).min(m);
-            let mut r = 0;
-            while r < rows {
-                let row_index = first + r;
-                let p = parts.partition_point(|part| part.0 <= row_index) - 1;
-                let (row0, row_bytes, kernel, xs, data) = parts[p];
-                let at = (row_index - row0) * row_bytes;
-                match kernel {
-                    Kernel::Rows(dot, many) => {
-                        let row = &data[at..at + row_bytes];
-                        let out = &mut out_t[r * m + c0..r * m + c1];
-                        match many {
-                            Some((many, cols, stride)) => {
-                                many(row, &cols[c0 * stride..], stride, out)
-                            }
-                            None => {
-                                for (x, o) in xs[c0..c1].iter().zip(out.iter_mut()) {
-                                    *o = dot(row, x);
+    // Tasks of whole tiles, taken in turn by whichever thread is free; each writes its rows'
+    // outputs straight into `[m, n]` (a tile's 16 outputs per activation row are contiguous).
+    let n = start;
+    let rows_per_task = (n / (rayon::current_num_threads() * 8))
+        .clamp(8, 256)
+        .next_multiple_of(granule);
+    let mut out: Vec<f32> = Vec::with_capacity(m * n);
+    let dst = SharedOut(out.as_mut_ptr());
+    let tasks = n.div_ceil(rows_per_task);
+    (0..tasks).into_par_iter().with_max_len(1).for_each_init(
+        Vec::new,
+        |scratch: &mut Vec<f32>, task| {
+            let first = task * rows_per_task;
+            let rows = rows_per_task.min(n - first);
+            // Activation rows in blocks that stay in L1/L2 while this task's weight rows pass
+            // over them (a long prompt's activations would not).
+            for c0 in (0..m).step_by(COLUMN_BLOCK) {
+                let c1 = (c0 + COLUMN_BLOCK).min(m);
+                let mut r = 0;
+                while r < rows {
+                    let row_index = first + r;
+                    let p = parts.partition_point(|part| part.0 <= row_index) - 1;
+                    let (row0, row_bytes, kernel, xs, data) = parts[p];
+                    let at = (row_index - row0) * row_bytes;
+                    let (width, written) = match kernel {
+                        Kernel::Rows(dot, many) => {
+                            let row = &data[at..at + row_bytes];
+                            scratch.resize(c1 - c0, 0f32);
+                            match many {
+                                Some((many, cols, stride)) => {
+                                    many(row, &cols[c0 * stride..], stride, scratch)
+                                }
+                                None => {
+                                    for (x, o) in xs[c0..c1].iter().zip(scratch.iter_mut()) {
+                                        *o = dot(row, x);
+                                    }
                                 }
                             }
+                            (1, &scratch[..])
                         }
-                        r += 1;
-                    }
-                    Kernel::Tiles(group, cols, stride) => {
-                        let n = interleaved::ROWS;
-                        let tiles = &data[at..at + n * row_bytes];
-                        tile_out.resize(n * (c1 - c0), 0f32);
-                        group(tiles, &cols[c0 * stride..], stride, &mut tile_out);
-                        for (c, outs) in tile_out.chunks_exact(n).enumerate() {
-                            for (i, v) in outs.iter().enumerate() {
-                                out_t[(r + i) * m + c0 + c] = *v;
-                            }
+                        Kernel::Tiles(group, cols, stride) => {
+                            let g = interleaved::ROWS;
+                            scratch.resize(g * (c1 - c0), 0f32);
+                            group(
+                                &data[at..at + g * row_bytes],
+                                &cols[c0 * stride..],
+                                stride,
+                                scratch,
+                            );
+                            (g, &scratch[..])
                         }
-                        r += n;
+                    };
+                    for (c, outs) in written.chunks_exact(width).enumerate() {
+                        let to = (c0 + c) * n + row_index;
+                        // SAFETY: `to + width <= m * n`, and tasks own disjoint row ranges
+                        // `first..first + rows` of every output row, so no two writes alias.
+                        unsafe { std::ptr::copy_nonoverlapping(outs.as_ptr(), dst.at(to), width) };
                     }
+                    r += width;
                 }
             }
-        }
-    })
+        },
+    );
+    // SAFETY: the tasks cover rows `0..n`, each writing all `m` of its outputs.
+    unsafe { out.set_len(m * n) };
+    out
 }
 
 /// `x`: `[m, k]` f32; `mats`: matrices reading the same `x`. Returns `[m, Σ rows]`, each
