@@ -21,8 +21,11 @@ use candle_core::{DType, Device, Module, Result, Storage, Tensor, D};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-/// Up to this many rows the memory-bound row kernel beats converting the weight for gemm.
+/// Up to this many rows the row kernel beats gemm: f32 weights (gemm reads them as they are)
+/// and half-precision ones (gemm widens or packs the whole weight on every call; measured on
+/// an F16 GGUF, a 32-token prefill ran 45 → 60 tok/s with the row kernel).
 const ROW_KERNEL_MAX_ROWS: usize = 16;
+const HALF_ROW_KERNEL_MAX_ROWS: usize = 64;
 
 #[derive(Debug, Clone)]
 pub struct Linear {
@@ -220,7 +223,11 @@ fn quantized_rows(parts: &[Part], x: &Tensor) -> Result<Option<Tensor>> {
 fn cpu_rows(weight: &Tensor, x: &Tensor) -> Result<Option<Tensor>> {
     let (n, k) = weight.dims2()?;
     let m = x.elem_count() / k;
-    if !x.device().is_cpu() || x.dtype() != DType::F32 || m > ROW_KERNEL_MAX_ROWS {
+    let max_rows = match weight.dtype() {
+        DType::F16 | DType::BF16 => HALF_ROW_KERNEL_MAX_ROWS,
+        _ => ROW_KERNEL_MAX_ROWS,
+    };
+    if !x.device().is_cpu() || x.dtype() != DType::F32 || m > max_rows {
         return Ok(None);
     }
     let (ws, wl) = weight.storage_and_layout();
