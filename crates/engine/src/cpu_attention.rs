@@ -8,6 +8,7 @@
 //! only the keys a query sees, and writes its output rows in place; `exp` is a polynomial the
 //! compiler vectorises. Every loop is compiled for AVX-512 and AVX2 with run-time detection.
 
+use crate::cpu_matmul::SharedOut;
 use rayon::prelude::*;
 
 /// The shape of one layer's attention.
@@ -102,16 +103,6 @@ pub fn rotate(
     }
 }
 
-/// The output rows of one task, written by several tasks at disjoint places.
-struct Out(*mut f32);
-// SAFETY: tasks write disjoint (query, head) slots of the buffer, which outlives them.
-unsafe impl Sync for Out {}
-impl Out {
-    fn at(&self, i: usize) -> *mut f32 {
-        self.0.wrapping_add(i)
-    }
-}
-
 /// Queries per task: a block's scores are one small matrix product.
 const QUERY_BLOCK: usize = 32;
 
@@ -130,7 +121,7 @@ pub fn attend(
 ) -> Vec<f32> {
     let width = heads.q * heads.dim;
     let mut out = vec![0f32; len * width];
-    let dst = Out(out.as_mut_ptr());
+    let dst = SharedOut(out.as_mut_ptr());
     let blocks = len.div_ceil(QUERY_BLOCK);
     (0..heads.kv * blocks).into_par_iter().for_each_init(
         || Vec::with_capacity(QUERY_BLOCK.min(len) * (offset + len)),
@@ -165,10 +156,10 @@ struct Task<'a> {
     queries: (usize, usize),
 }
 
-simd_dispatch!(fn attend_block(task: &Task<'_>, scores: &mut Vec<f32>, dst: &Out) => attend_block_portable);
+simd_dispatch!(fn attend_block(task: &Task<'_>, scores: &mut Vec<f32>, dst: &SharedOut) => attend_block_portable);
 
 #[inline(always)]
-fn attend_block_portable(task: &Task<'_>, scores: &mut Vec<f32>, dst: &Out) {
+fn attend_block_portable(task: &Task<'_>, scores: &mut Vec<f32>, dst: &SharedOut) {
     let Heads { q: qh, kv, dim } = task.heads;
     let group = qh / kv;
     let scale = 1.0 / (dim as f32).sqrt();

@@ -209,13 +209,13 @@ fn par_rows(n: usize, m: usize, block: impl Fn(usize, &mut [f32]) + Sync) -> Vec
     out
 }
 
-/// The output buffer, written by several tasks at disjoint indices.
-struct SharedOut(*mut f32);
+/// An output buffer written by several tasks at disjoint indices.
+pub(crate) struct SharedOut(pub(crate) *mut f32);
 // SAFETY: used only for writes at indices that the tasks partition between them.
 unsafe impl Sync for SharedOut {}
 impl SharedOut {
     /// A method (not the field) so that closures capture the whole `Sync` wrapper.
-    fn at(&self, i: usize) -> *mut f32 {
+    pub(crate) fn at(&self, i: usize) -> *mut f32 {
         self.0.wrapping_add(i)
     }
 }

@@ -1,5 +1,7 @@
-//! `y = x · Wᵀ` for GGUF-quantized weights on the CPU, for few rows of `x` (decoding): the
-//! block types of llama.cpp's common files (Q4_0, Q5_0, Q8_0, Q4_K, Q6_K).
+//! `y = x · Wᵀ` for GGUF-quantized weights on the CPU, for decoding and prompts: the block
+//! types of llama.cpp's common files (Q4_0, Q5_0, Q8_0, Q4_K, Q6_K). Weights stay in GGUF
+//! order here, or come in the 16-row tiles of [`crate::interleaved`] (Q4_0, Q5_0, Q8_0 on
+//! CPUs with AVX-512 VNNI), whose kernels this module's parallel pass calls.
 //!
 //! Why not candle's `QMatMul`: its Q5_0 dot product is scalar code (llama.cpp's Q4_K_M files
 //! store most of Qwen2.5-0.5B's matrices as Q5_0, because 896 is not a multiple of 256), and
@@ -996,17 +998,6 @@ enum Kernel<'a> {
     Tiles(crate::interleaved::GroupFn, &'a [u32], usize),
 }
 
-/// The output buffer, written by several tasks at disjoint indices.
-struct SharedOut(*mut f32);
-// SAFETY: used only for writes at indices that the tasks partition between them.
-unsafe impl Sync for SharedOut {}
-impl SharedOut {
-    /// A method (not the field) so that closures capture the whole `Sync` wrapper.
-    fn at(&self, i: usize) -> *mut f32 {
-        self.0.wrapping_add(i)
-    }
-}
-
 /// Quantizes every row of `x` (in parallel for prompts).
 fn quantize_rows(x: &[f32], k: usize, f: fn(&[f32]) -> Q8Row) -> Vec<Q8Row> {
     if x.len() / k >= 8 {
@@ -1107,7 +1098,7 @@ fn run(
         .clamp(8, 256)
         .next_multiple_of(granule);
     let mut out: Vec<f32> = Vec::with_capacity(m * n);
-    let dst = SharedOut(out.as_mut_ptr());
+    let dst = crate::cpu_matmul::SharedOut(out.as_mut_ptr());
     let tasks = n.div_ceil(rows_per_task);
     (0..tasks).into_par_iter().with_max_len(1).for_each_init(
         Vec::new,
