@@ -148,9 +148,9 @@ impl Qwen {
                 let done = &done;
                 s.spawn(move |_| stay_awake(done, owner));
             }
-            let out = step();
-            done.store(true, Ordering::Release);
-            out
+            // Set on the way out, a panic included: the scope waits for the spinning jobs.
+            let _release = Release(&done);
+            step()
         })
     }
 
@@ -194,6 +194,15 @@ impl Qwen {
         }
         cache.advance(len);
         Ok(candle_nn::ops::rms_norm(&x, &self.norm, eps)?)
+    }
+}
+
+/// Sets its flag when dropped.
+struct Release<'a>(&'a AtomicBool);
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
     }
 }
 
