@@ -38,6 +38,8 @@ pub enum BlockType {
     Q8_0,
     Q4K,
     Q6K,
+    Q4_1,
+    Q5_1,
 }
 
 impl BlockType {
@@ -48,6 +50,8 @@ impl BlockType {
             GgmlDType::Q8_0 => Self::Q8_0,
             GgmlDType::Q4K => Self::Q4K,
             GgmlDType::Q6K => Self::Q6K,
+            GgmlDType::Q4_1 => Self::Q4_1,
+            GgmlDType::Q5_1 => Self::Q5_1,
             _ => return None,
         })
     }
@@ -55,7 +59,7 @@ impl BlockType {
     /// Values per block.
     pub fn block_values(self) -> usize {
         match self {
-            Self::Q4_0 | Self::Q5_0 | Self::Q8_0 => QK,
+            Self::Q4_0 | Self::Q5_0 | Self::Q8_0 | Self::Q4_1 | Self::Q5_1 => QK,
             Self::Q4K | Self::Q6K => QK_K,
         }
     }
@@ -67,6 +71,8 @@ impl BlockType {
             Self::Q8_0 => 34, // f16 scale, 32 bytes
             Self::Q4K => 144, // f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 of nibbles
             Self::Q6K => 210, // 128 bytes low nibbles, 64 of high bits, 16 i8 scales, f16 d
+            Self::Q4_1 => 20, // f16 scale, f16 minimum, 16 bytes of nibbles
+            Self::Q5_1 => 24, // f16 scale, f16 minimum, 4 bytes of fifth bits, 16 of nibbles
         }
     }
 }
@@ -237,6 +243,32 @@ mod portable {
             sumf += s as f32 * f16_at(blk, 0) * x.d[b];
         }
         sumf
+    }
+
+    /// Q4_1/Q5_1: `value = d·q + m` with unsigned q, so a block gives `d·dy·Σq·y + m·dy·Σy`,
+    /// `dy·Σy` rounded to f16 as llama.cpp's Q8_1 activations store it.
+    fn with_minimum(w: &[u8], x: &Q8Row, bytes: usize, q: impl Fn(&[u8], usize) -> i32) -> f32 {
+        let mut sumf = 0f32;
+        for (b, blk) in w.chunks_exact(bytes).enumerate() {
+            let xq = &x.qs[b * QK..(b + 1) * QK];
+            let s: i32 = (0..QK).map(|i| q(blk, i) * xq[i] as i32).sum();
+            let dy_sum = f16::from_f32(x.d[b] * x.sums[b] as f32).to_f32();
+            sumf += x.d[b] * s as f32 * f16_at(blk, 0) + f16_at(blk, 2) * dy_sum;
+        }
+        sumf
+    }
+
+    pub fn q4_1(w: &[u8], x: &Q8Row) -> f32 {
+        with_minimum(w, x, 20, |blk, i| {
+            (blk[4 + i % 16] >> (4 * (i / 16)) & 0x0F) as i32
+        })
+    }
+
+    pub fn q5_1(w: &[u8], x: &Q8Row) -> f32 {
+        with_minimum(w, x, 24, |blk, i| {
+            let qh = u32::from_le_bytes([blk[4], blk[5], blk[6], blk[7]]);
+            (blk[8 + i % 16] >> (4 * (i / 16)) & 0x0F) as i32 | ((qh >> i & 1) as i32) << 4
+        })
     }
 
     pub fn q8_0(w: &[u8], x: &Q8Row) -> f32 {
@@ -895,6 +927,8 @@ fn portable_dot(t: BlockType) -> DotFn {
         BlockType::Q8_0 => portable::q8_0,
         BlockType::Q4K => portable::q4k,
         BlockType::Q6K => portable::q6k,
+        BlockType::Q4_1 => portable::q4_1,
+        BlockType::Q5_1 => portable::q5_1,
     }
 }
 
@@ -940,16 +974,16 @@ fn kernels(t: BlockType) -> Vec<(&'static str, DotFn)> {
         // SAFETY: AVX2, FMA and F16C were detected at run time; `run` checks that rows hold
         // whole blocks and the activations were quantized for this type, so every pointer
         // read stays inside a block (prefetches may point past it; they never fault).
-        found.push((
-            "avx2",
-            match t {
-                BlockType::Q4_0 => |w, x| unsafe { avx2::q4_0(w, x) },
-                BlockType::Q5_0 => |w, x| unsafe { avx2::q5_0(w, x) },
-                BlockType::Q8_0 => |w, x| unsafe { avx2::q8_0(w, x) },
-                BlockType::Q4K => |w, x| unsafe { avx2::q4k(w, x) },
-                BlockType::Q6K => |w, x| unsafe { avx2::q6k(w, x) },
-            },
-        ));
+        // Q4_1 and Q5_1 have none: on AVX-512 VNNI CPUs they run in tiles.
+        let avx2: Option<DotFn> = match t {
+            BlockType::Q4_0 => Some(|w, x| unsafe { avx2::q4_0(w, x) }),
+            BlockType::Q5_0 => Some(|w, x| unsafe { avx2::q5_0(w, x) }),
+            BlockType::Q8_0 => Some(|w, x| unsafe { avx2::q8_0(w, x) }),
+            BlockType::Q4K => Some(|w, x| unsafe { avx2::q4k(w, x) }),
+            BlockType::Q6K => Some(|w, x| unsafe { avx2::q6k(w, x) }),
+            BlockType::Q4_1 | BlockType::Q5_1 => None,
+        };
+        found.extend(avx2.map(|f| ("avx2", f)));
     }
     #[cfg(target_arch = "x86_64")]
     if has_avx512_vnni() {
@@ -965,7 +999,7 @@ fn kernels(t: BlockType) -> Vec<(&'static str, DotFn)> {
 }
 
 fn best_dot(t: BlockType) -> DotFn {
-    static BEST: std::sync::OnceLock<[DotFn; 5]> = std::sync::OnceLock::new();
+    static BEST: std::sync::OnceLock<[DotFn; 7]> = std::sync::OnceLock::new();
     let best = BEST.get_or_init(|| {
         let pick = |t| kernels(t).last().map(|k| k.1).unwrap_or(portable_dot(t));
         [
@@ -974,6 +1008,8 @@ fn best_dot(t: BlockType) -> DotFn {
             pick(BlockType::Q8_0),
             pick(BlockType::Q4K),
             pick(BlockType::Q6K),
+            pick(BlockType::Q4_1),
+            pick(BlockType::Q5_1),
         ]
     });
     best[t as usize]
@@ -1174,12 +1210,14 @@ mod tests {
     use candle_core::quantized::{QMatMul, QTensor};
     use candle_core::{Device, Module, Tensor};
 
-    const TYPES: [(GgmlDType, BlockType); 5] = [
+    const TYPES: [(GgmlDType, BlockType); 7] = [
         (GgmlDType::Q4_0, BlockType::Q4_0),
         (GgmlDType::Q5_0, BlockType::Q5_0),
         (GgmlDType::Q8_0, BlockType::Q8_0),
         (GgmlDType::Q4K, BlockType::Q4K),
         (GgmlDType::Q6K, BlockType::Q6K),
+        (GgmlDType::Q4_1, BlockType::Q4_1),
+        (GgmlDType::Q5_1, BlockType::Q5_1),
     ];
 
     /// Against candle's block dot products (the GGML reference arithmetic): the same integers,
@@ -1219,11 +1257,17 @@ mod tests {
                         run(portable_dot, |_| None, &x[..mm * k], mm, k, &[mat])
                     };
                     let scale = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+                    // Candle rounds Q4_1's and Q5_1's activation sums in f16 in another order
+                    // than llama.cpp (whose order Hearth follows).
+                    let bound = match t {
+                        BlockType::Q4_1 | BlockType::Q5_1 if k == 512 => 2e-3,
+                        _ => 1e-5,
+                    };
                     for (path, kernel) in kernels(t) {
                         let got = run(|_| kernel, |_| None, &x[..mm * k], mm, k, &[mat]);
                         for (i, (g, e)) in got.iter().zip(&want).enumerate() {
                             assert!(
-                                (g - e).abs() <= 1e-5 * scale,
+                                (g - e).abs() <= bound * scale,
                                 "{t:?} {path} k={k} m={mm} [{i}]: {g} vs {e} (scale {scale})"
                             );
                         }

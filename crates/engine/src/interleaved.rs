@@ -16,6 +16,8 @@
 //!   nibbles: the low nibbles are values `4j..4j+4`, the high ones `16+4j..16+4j+4`.
 //! - Q5_0, 352 bytes: as Q4_0, then 8 masks of 64 bits, bit `4r+t` of mask `g` the fifth bit
 //!   of row `r`'s value `4g+t`.
+//! - Q4_1, 320 bytes, and Q5_1, 384 bytes: as Q4_0 and Q5_0 with the 16 f16 minimums after the
+//!   scales (`value = d·q + m`, q unsigned, so no offset; the minimums meet `Σy`).
 
 use crate::cpu_quant::{BlockType, Q8Row};
 
@@ -23,19 +25,41 @@ use crate::cpu_quant::{BlockType, Q8Row};
 pub const ROWS: usize = 16;
 const QK: usize = 32;
 /// Words per block of a packed activation row: 8 of values, the scale, `-8Σ`, `-16Σ`, `-128Σ`
-/// (the integer correction for Q4_0's, Q5_0's and Q8_0's unsigned weights).
-pub const BLOCK_WORDS: usize = 12;
+/// (the integer correction for Q4_0's, Q5_0's and Q8_0's unsigned weights), `d·Σ` (f32, for
+/// Q4_1's and Q5_1's minimums), 3 of padding (a block per cache line).
+pub const BLOCK_WORDS: usize = 16;
 
 /// Whether weights of type `t` can be interleaved here: the type has a kernel, this CPU has
 /// AVX-512 VNNI, and the rows come in whole tiles.
 pub fn supported(t: BlockType, rows: usize) -> bool {
-    matches!(t, BlockType::Q4_0 | BlockType::Q5_0 | BlockType::Q8_0)
-        && rows % ROWS == 0
+    matches!(
+        t,
+        BlockType::Q4_0 | BlockType::Q5_0 | BlockType::Q8_0 | BlockType::Q4_1 | BlockType::Q5_1
+    ) && rows % ROWS == 0
         && crate::cpu_quant::has_avx512_vnni()
 }
 
 fn tile_bytes(t: BlockType) -> usize {
     ROWS * t.block_bytes()
+}
+
+/// Where a tile's values start: after the scales, and the minimums of Q4_1/Q5_1.
+const fn values_at(t: BlockType) -> usize {
+    match t {
+        BlockType::Q4_1 | BlockType::Q5_1 => 64,
+        _ => 32,
+    }
+}
+
+/// A GGUF block's layout: where its nibbles (or Q8_0's bytes) and fifth bits are.
+const fn block_parts(t: BlockType) -> (usize, Option<usize>) {
+    match t {
+        BlockType::Q4_0 => (2, None),
+        BlockType::Q5_0 => (6, Some(2)),
+        BlockType::Q4_1 => (4, None),
+        BlockType::Q5_1 => (8, Some(4)),
+        _ => (2, None),
+    }
 }
 
 /// A Q4_0/Q5_0/Q8_0 weight matrix `[rows, cols]` in tiles, as the model keeps it.
@@ -93,43 +117,43 @@ pub fn interleave_group(t: BlockType, data: &[u8], k: usize, out: &mut [u8]) {
     let (bb, nb, tb) = (t.block_bytes(), k / QK, tile_bytes(t));
     assert!(data.len() == ROWS * nb * bb && out.len() == data.len());
     out.fill(0);
+    let (va, (qs, qh)) = (values_at(t), block_parts(t));
     for (b, tile) in out.chunks_exact_mut(tb).enumerate() {
         for r in 0..ROWS {
             let at = (r * nb + b) * bb;
             let block = &data[at..at + bb];
+            // Scales, then (Q4_1, Q5_1) minimums.
             tile[2 * r..2 * r + 2].copy_from_slice(&block[..2]);
-            match t {
-                BlockType::Q8_0 => {
-                    for (i, v) in block[2..].iter().enumerate() {
-                        tile[32 + 64 * (i / 4) + 4 * r + i % 4] = v ^ 0x80;
+            if va == 64 {
+                tile[32 + 2 * r..32 + 2 * r + 2].copy_from_slice(&block[2..4]);
+            }
+            if t == BlockType::Q8_0 {
+                for (i, v) in block[2..].iter().enumerate() {
+                    tile[va + 64 * (i / 4) + 4 * r + i % 4] = v ^ 0x80;
+                }
+                continue;
+            }
+            for (i, v) in block[qs..qs + 16].iter().enumerate() {
+                tile[va + 64 * (i / 4) + 4 * r + i % 4] = *v;
+            }
+            if let Some(qh) = qh {
+                let qh =
+                    u32::from_le_bytes([block[qh], block[qh + 1], block[qh + 2], block[qh + 3]]);
+                for i in 0..QK {
+                    if qh >> i & 1 == 1 {
+                        let (g, bit) = (i / 4, 4 * r + i % 4);
+                        tile[va + 256 + 8 * g + bit / 8] |= 1 << (bit % 8);
                     }
                 }
-                BlockType::Q4_0 => put_nibbles(tile, r, &block[2..18]),
-                BlockType::Q5_0 => {
-                    put_nibbles(tile, r, &block[6..22]);
-                    let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
-                    for i in 0..QK {
-                        if qh >> i & 1 == 1 {
-                            let (g, bit) = (i / 4, 4 * r + i % 4);
-                            tile[288 + 8 * g + bit / 8] |= 1 << (bit % 8);
-                        }
-                    }
-                }
-                _ => unreachable!("{t:?} is not interleaved"),
             }
         }
-    }
-}
-
-fn put_nibbles(tile: &mut [u8], r: usize, qs: &[u8]) {
-    for (i, v) in qs.iter().enumerate() {
-        tile[32 + 64 * (i / 4) + 4 * r + i % 4] = *v;
     }
 }
 
 /// The inverse of [`interleave`]: GGUF blocks again (for the paths that need candle's layout).
 pub fn deinterleave(t: BlockType, tiles: &[u8], k: usize) -> Vec<u8> {
     let (bb, nb, tb) = (t.block_bytes(), k / QK, tile_bytes(t));
+    let (va, (qs, qh)) = (values_at(t), block_parts(t));
     let mut out = vec![0u8; tiles.len()];
     for (tile_index, tile) in tiles.chunks_exact(tb).enumerate() {
         let (group, b) = (tile_index / nb, tile_index % nb);
@@ -137,20 +161,22 @@ pub fn deinterleave(t: BlockType, tiles: &[u8], k: usize) -> Vec<u8> {
             let at = ((group * ROWS + r) * nb + b) * bb;
             let block = &mut out[at..at + bb];
             block[..2].copy_from_slice(&tile[2 * r..2 * r + 2]);
-            let byte = |i: usize| tile[32 + 64 * (i / 4) + 4 * r + i % 4];
-            match t {
-                BlockType::Q8_0 => (0..QK).for_each(|i| block[2 + i] = byte(i) ^ 0x80),
-                BlockType::Q4_0 => (0..16).for_each(|i| block[2 + i] = byte(i)),
-                BlockType::Q5_0 => {
-                    (0..16).for_each(|i| block[6 + i] = byte(i));
-                    let mut qh = 0u32;
-                    for i in 0..QK {
-                        let (g, bit) = (i / 4, 4 * r + i % 4);
-                        qh |= ((tile[288 + 8 * g + bit / 8] >> (bit % 8)) as u32 & 1) << i;
-                    }
-                    block[2..6].copy_from_slice(&qh.to_le_bytes());
+            if va == 64 {
+                block[2..4].copy_from_slice(&tile[32 + 2 * r..32 + 2 * r + 2]);
+            }
+            let byte = |i: usize| tile[va + 64 * (i / 4) + 4 * r + i % 4];
+            if t == BlockType::Q8_0 {
+                (0..QK).for_each(|i| block[2 + i] = byte(i) ^ 0x80);
+                continue;
+            }
+            (0..16).for_each(|i| block[qs + i] = byte(i));
+            if let Some(qh) = qh {
+                let mut bits = 0u32;
+                for i in 0..QK {
+                    let (g, bit) = (i / 4, 4 * r + i % 4);
+                    bits |= ((tile[va + 256 + 8 * g + bit / 8] >> (bit % 8)) as u32 & 1) << i;
                 }
-                _ => unreachable!("{t:?} is not interleaved"),
+                block[qh..qh + 4].copy_from_slice(&bits.to_le_bytes());
             }
         }
     }
@@ -202,6 +228,10 @@ pub fn pack(rows: &[Q8Row]) -> (Vec<u32>, usize) {
                 (-8 * sum) as u32,
                 (-16 * sum) as u32,
                 (-128 * sum) as u32,
+                half::f16::from_f32(d * *sum as f32).to_f32().to_bits(),
+                0,
+                0,
+                0,
             ]);
         }
     }
@@ -256,6 +286,8 @@ pub fn kernel(t: BlockType) -> Option<GroupFn> {
             BlockType::Q4_0 => |w, c, s, o| unsafe { in_groups!(avx512::q4_0, w, c, s, o) },
             BlockType::Q5_0 => |w, c, s, o| unsafe { in_groups!(avx512::q5_0, w, c, s, o) },
             BlockType::Q8_0 => |w, c, s, o| unsafe { in_groups!(avx512::q8_0, w, c, s, o) },
+            BlockType::Q4_1 => |w, c, s, o| unsafe { in_groups!(avx512::q4_1, w, c, s, o) },
+            BlockType::Q5_1 => |w, c, s, o| unsafe { in_groups!(avx512::q5_1, w, c, s, o) },
             _ => return None,
         };
         Some(f)
@@ -278,7 +310,7 @@ mod avx512 {
     /// The kernel body: `$widen(tile)` gives the tile's 8 vectors of unsigned values, `$off`
     /// the activation word with the matching `-offset·Σy`.
     macro_rules! group_kernel {
-        ($name:ident, $t:expr, $off:expr, |$tile:ident| $widen:expr) => {
+        ($name:ident, $t:expr, $off:expr, $mins:expr, |$tile:ident| $widen:expr) => {
             #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
             pub unsafe fn $name<const C: usize>(
                 w: &[u8],
@@ -298,6 +330,12 @@ mod avx512 {
                         );
                     }
                     let dw = _mm512_cvtph_ps(_mm256_loadu_si256($tile as *const __m256i));
+                    let mw = match $mins {
+                        true => {
+                            _mm512_cvtph_ps(_mm256_loadu_si256($tile.add(32) as *const __m256i))
+                        }
+                        false => _mm512_setzero_ps(),
+                    };
                     let q: [__m512i; 8] = $widen;
                     for c in 0..C {
                         let y = cols.add(c * stride + b * BLOCK_WORDS);
@@ -321,6 +359,10 @@ mod avx512 {
                         };
                         let d = _mm512_mul_ps(dw, _mm512_set1_ps(f32::from_bits(*y.add(8))));
                         acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc[c]);
+                        if $mins {
+                            let dy_sum = _mm512_set1_ps(f32::from_bits(*y.add(12)));
+                            acc[c] = _mm512_fmadd_ps(mw, dy_sum, acc[c]);
+                        }
                     }
                 }
                 for c in 0..C {
@@ -334,11 +376,11 @@ mod avx512 {
     /// high nibbles (groups 4-7).
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    unsafe fn nibbles(tile: *const u8) -> [__m512i; 8] {
+    unsafe fn nibbles(tile: *const u8, at: usize) -> [__m512i; 8] {
         let m4 = _mm512_set1_epi8(0x0F);
         let mut q = [_mm512_setzero_si512(); 8];
         for j in 0..4 {
-            let v = _mm512_loadu_si512(tile.add(32 + 64 * j) as *const _);
+            let v = _mm512_loadu_si512(tile.add(at + 64 * j) as *const _);
             q[j] = _mm512_and_si512(v, m4);
             q[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
         }
@@ -361,30 +403,40 @@ mod avx512 {
             let values = o.as_mut_ptr() as *mut __m128i;
             _mm_storeu_si128(values, _mm512_cvtepi32_epi8(qa));
             _mm_storeu_si128(values.add(1), _mm512_cvtepi32_epi8(qb));
-            o[8] = half::f16::from_f32(scale).to_f32().to_bits();
             o[9] = (-8 * sum) as u32;
             o[10] = (-16 * sum) as u32;
             o[11] = (-128 * sum) as u32;
+            let d = half::f16::from_f32(scale).to_f32();
+            o[8] = d.to_bits();
+            o[12] = half::f16::from_f32(d * sum as f32).to_f32().to_bits();
         }
     }
 
-    group_kernel!(q8_0, BlockType::Q8_0, 11, |tile| {
+    /// Nibbles at `at`, fifth bits after them.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn five_bits(tile: *const u8, at: usize) -> [__m512i; 8] {
+        let mut q = nibbles(tile, at);
+        let high = _mm512_set1_epi8(0x10);
+        for (g, q) in q.iter_mut().enumerate() {
+            let bits = std::ptr::read_unaligned(tile.add(at + 256 + 8 * g) as *const u64);
+            *q = _mm512_or_si512(*q, _mm512_maskz_mov_epi8(bits, high));
+        }
+        q
+    }
+
+    // Word 13 of a packed activation block is zero: Q4_1 and Q5_1 need no offset.
+    group_kernel!(q8_0, BlockType::Q8_0, 11, false, |tile| {
         let mut q = [_mm512_setzero_si512(); 8];
         for (g, q) in q.iter_mut().enumerate() {
             *q = _mm512_loadu_si512(tile.add(32 + 64 * g) as *const _);
         }
         q
     });
-    group_kernel!(q4_0, BlockType::Q4_0, 9, |tile| nibbles(tile));
-    group_kernel!(q5_0, BlockType::Q5_0, 10, |tile| {
-        let mut q = nibbles(tile);
-        let high = _mm512_set1_epi8(0x10);
-        for (g, q) in q.iter_mut().enumerate() {
-            let bits = std::ptr::read_unaligned(tile.add(288 + 8 * g) as *const u64);
-            *q = _mm512_or_si512(*q, _mm512_maskz_mov_epi8(bits, high));
-        }
-        q
-    });
+    group_kernel!(q4_0, BlockType::Q4_0, 9, false, |tile| nibbles(tile, 32));
+    group_kernel!(q5_0, BlockType::Q5_0, 10, false, |tile| five_bits(tile, 32));
+    group_kernel!(q4_1, BlockType::Q4_1, 13, true, |tile| nibbles(tile, 64));
+    group_kernel!(q5_1, BlockType::Q5_1, 13, true, |tile| five_bits(tile, 64));
 }
 
 #[cfg(test)]
@@ -396,10 +448,12 @@ mod tests {
     use candle_core::quantized::{GgmlDType, QTensor};
     use candle_core::{Device, Tensor};
 
-    const TYPES: [(GgmlDType, BlockType); 3] = [
+    const TYPES: [(GgmlDType, BlockType); 5] = [
         (GgmlDType::Q4_0, BlockType::Q4_0),
         (GgmlDType::Q5_0, BlockType::Q5_0),
         (GgmlDType::Q8_0, BlockType::Q8_0),
+        (GgmlDType::Q4_1, BlockType::Q4_1),
+        (GgmlDType::Q5_1, BlockType::Q5_1),
     ];
 
     fn quantized(dtype: GgmlDType, n: usize, k: usize) -> Result<Vec<u8>, candle_core::Error> {

@@ -113,6 +113,8 @@ fn tiles_to_qtensor(t: &TileMatrix) -> Result<QTensor> {
         BlockType::Q4_0 => GgmlDType::Q4_0,
         BlockType::Q5_0 => GgmlDType::Q5_0,
         BlockType::Q8_0 => GgmlDType::Q8_0,
+        BlockType::Q4_1 => GgmlDType::Q4_1,
+        BlockType::Q5_1 => GgmlDType::Q5_1,
         other => candle_core::bail!("{other:?} is never in tiles"),
     };
     qtensor_from_ggml(dtype, &t.to_blocks(), vec![t.rows, t.cols], &Device::Cpu)
