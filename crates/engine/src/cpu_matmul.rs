@@ -118,7 +118,11 @@ mod x86 {
         out: &mut [f32],
     ) {
         if m > 1 {
-            return block_portable(x, m, k, w, first, out);
+            return match w {
+                WeightRows::F32(w) => block_f32(x, m, k, w, first, out),
+                WeightRows::Bf16(w) => block_bf16(x, m, k, w, first, out),
+                WeightRows::F16(w) => block_f16(x, m, k, w, first, out),
+            };
         }
         // Decoding: one weight row after another, streamed from memory.
         for (r, o) in out.iter_mut().enumerate() {
@@ -164,6 +168,65 @@ mod x86 {
             }
         };
     }
+
+    /// Several activation rows (short prompts): products in register blocks of 2 weight rows
+    /// × 4 activation rows, so that each load serves several multiply-adds; a missing row of a
+    /// block repeats the last one and its sums are dropped.
+    macro_rules! block_avx512 {
+        ($name:ident, $t:ty, |$p:ident| $widen:expr) => {
+            #[inline]
+            #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+            unsafe fn $name(
+                x: &[f32],
+                m: usize,
+                k: usize,
+                w: &[$t],
+                first: usize,
+                out_t: &mut [f32],
+            ) {
+                let rows = out_t.len() / m;
+                assert!(x.len() >= m * k && w.len() >= (first + rows) * k);
+                let body = k - k % 16;
+                for r in (0..rows).step_by(2) {
+                    let wr = [first + r, first + (r + 1).min(rows - 1)];
+                    for c in (0..m).step_by(4) {
+                        let xr: [usize; 4] = std::array::from_fn(|j| (c + j).min(m - 1));
+                        let mut acc = [[_mm512_setzero_ps(); 4]; 2];
+                        for i in (0..body).step_by(16) {
+                            let wv: [__m512; 2] = std::array::from_fn(|h| {
+                                let $p = w.as_ptr().add(wr[h] * k + i);
+                                $widen
+                            });
+                            for j in 0..4 {
+                                let xv = _mm512_loadu_ps(x.as_ptr().add(xr[j] * k + i));
+                                for h in 0..2 {
+                                    acc[h][j] = _mm512_fmadd_ps(xv, wv[h], acc[h][j]);
+                                }
+                            }
+                        }
+                        for h in 0..(rows - r).min(2) {
+                            for j in 0..(m - c).min(4) {
+                                let (wrow, xrow) = (&w[wr[h] * k..][..k], &x[xr[j] * k..][..k]);
+                                let tail: f32 = (body..k).map(|i| xrow[i] * wrow[i].widen()).sum();
+                                out_t[(r + h) * m + c + j] = _mm512_reduce_add_ps(acc[h][j]) + tail;
+                            }
+                        }
+                    }
+                }
+            }
+        };
+    }
+
+    block_avx512!(block_f32, f32, |p| _mm512_loadu_ps(p));
+    block_avx512!(block_bf16, half::bf16, |p| _mm512_castsi512_ps(
+        _mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256(p as *const __m256i)),
+            16
+        )
+    ));
+    block_avx512!(block_f16, half::f16, |p| _mm512_cvtph_ps(
+        _mm256_loadu_si256(p as *const __m256i)
+    ));
 
     dot_avx512!(dot_f32, f32, |p| _mm512_loadu_ps(p));
     // bf16 is the top half of an f32: widen to 32 bits and shift.
