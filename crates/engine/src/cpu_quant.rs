@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 const QK: usize = 32;
 /// How far ahead of the block being read the kernels ask for the weight's cache lines: the
 /// hardware prefetcher alone leaves these loops waiting on memory.
+#[cfg(target_arch = "x86_64")]
 const PREFETCH: usize = 4096;
 const QK_K: usize = 256;
 /// Words per block in [`pack_q8_k`]'s rows: 64 of values, 64 of offsets, the scale, sums, padding.
@@ -854,6 +855,7 @@ type ManyFn = fn(w: &[u8], cols: &[u32], stride: usize, out: &mut [f32]);
 
 /// Runs a `C`-row kernel over packed activation rows in groups of 16 (the weight block is widened once per
 /// group), then 8, then one smaller group.
+#[cfg(target_arch = "x86_64")]
 macro_rules! in_groups {
     ($module:ident :: $kernel:ident, $w:expr, $cols:expr, $stride:expr, $out:expr) => {{
         let (w, cols, stride, out): (&[u8], &[u32], usize, &mut [f32]) = ($w, $cols, $stride, $out);
@@ -950,6 +952,7 @@ pub(crate) fn has_avx512_vnni() -> bool {
     }
 }
 
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn has_avx2() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -968,6 +971,7 @@ fn has_avx2() -> bool {
 
 /// Every kernel for `t` that this CPU can run, slowest first.
 fn kernels(t: BlockType) -> Vec<(&'static str, DotFn)> {
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut found: Vec<(&'static str, DotFn)> = vec![("portable", portable_dot(t))];
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
