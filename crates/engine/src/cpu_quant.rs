@@ -849,27 +849,34 @@ mod avx512 {
 type DotFn = fn(&[u8], &Q8Row) -> f32;
 
 /// One weight row against every activation row (`out[c]` for `xs[c]`).
-/// `cols`: the packed activation rows (one every `stride` words, see [`pack_q8_0`] and
-/// [`pack_q8_k`]), at least `out.len()` of them.
+/// `cols`: the packed activation rows (one every `stride` words, see [`pack_q8_k`]), at least
+/// `out.len()` of them.
 type ManyFn = fn(w: &[u8], cols: &[u32], stride: usize, out: &mut [f32]);
 
-/// Runs a `C`-row kernel over packed activation rows in groups of 16 (the weight block is widened once per
-/// group), then 8, then one smaller group.
+/// Runs a `C`-row kernel over packed activation rows (`stride` words apart), `width` outputs
+/// per row: in groups of 16 where `sixteen` (the weight block is widened once per group), then
+/// of 8, then one smaller group (the kernels keep registers per row, so `C` is a constant).
 #[cfg(target_arch = "x86_64")]
 macro_rules! in_groups {
-    ($module:ident :: $kernel:ident, $w:expr, $cols:expr, $stride:expr, $out:expr) => {{
+    ($module:ident :: $kernel:ident, $w:expr, $cols:expr, $stride:expr, $out:expr,
+     width: $width:expr, sixteen: $sixteen:expr) => {{
         let (w, cols, stride, out): (&[u8], &[u32], usize, &mut [f32]) = ($w, $cols, $stride, $out);
-        let n = out.len();
+        let width: usize = $width;
+        let n = out.len() / width;
         assert!(cols.len() >= n * stride);
         let base = cols.as_ptr();
         let mut c0 = 0;
-        while c0 + 16 <= n {
-            $module::$kernel::<16>(w, base.add(c0 * stride), stride, &mut out[c0..c0 + 16]);
+        while $sixteen && c0 + 16 <= n {
+            let o = &mut out[c0 * width..(c0 + 16) * width];
+            $module::$kernel::<16>(w, base.add(c0 * stride), stride, o);
             c0 += 16;
         }
         while c0 < n {
             let len = (n - c0).min(8);
-            let (at, o) = (base.add(c0 * stride), &mut out[c0..c0 + len]);
+            let (at, o) = (
+                base.add(c0 * stride),
+                &mut out[c0 * width..(c0 + len) * width],
+            );
             match len {
                 8 => $module::$kernel::<8>(w, at, stride, o),
                 7 => $module::$kernel::<7>(w, at, stride, o),
@@ -884,6 +891,8 @@ macro_rules! in_groups {
         }
     }};
 }
+#[cfg(target_arch = "x86_64")]
+pub(crate) use in_groups;
 
 /// The many-row kernel for `t` with rows of `k` values in GGUF order, where this CPU has one
 /// (AVX-512 VNNI; Q4_K, Q6_K).
@@ -896,10 +905,14 @@ fn many_rows_kernel(t: BlockType, k: usize) -> Option<ManyFn> {
         // SAFETY: AVX-512 F/BW/VL/VNNI were detected; rows hold whole blocks, and `cols`
         // holds `out.len()` rows of `pack_q8_k` (checked in `in_groups!`).
         BlockType::Q6K => {
-            return Some(|w, c, s, o| unsafe { in_groups!(avx512::q6k_rows, w, c, s, o) })
+            return Some(|w, c, s, o| unsafe {
+                in_groups!(avx512::q6k_rows, w, c, s, o, width: 1, sixteen: true)
+            })
         }
         BlockType::Q4K => {
-            return Some(|w, c, s, o| unsafe { in_groups!(avx512::q4k_rows, w, c, s, o) })
+            return Some(|w, c, s, o| unsafe {
+                in_groups!(avx512::q4k_rows, w, c, s, o, width: 1, sixteen: true)
+            })
         }
         _ => {}
     }

@@ -19,6 +19,8 @@
 //! - Q4_1, 320 bytes, and Q5_1, 384 bytes: as Q4_0 and Q5_0 with the 16 f16 minimums after the
 //!   scales (`value = d·q + m`, q unsigned, so no offset; the minimums meet `Σy`).
 
+#[cfg(target_arch = "x86_64")]
+use crate::cpu_quant::in_groups;
 use crate::cpu_quant::{BlockType, Q8Row};
 
 /// Rows per tile.
@@ -243,36 +245,6 @@ pub fn pack(rows: &[Q8Row]) -> (Vec<u32>, usize) {
 /// rows, `stride` words apart.
 pub type GroupFn = fn(w: &[u8], cols: &[u32], stride: usize, out: &mut [f32]);
 
-/// Runs a `C`-row kernel over the activation rows in groups of 8, then one smaller group.
-#[cfg(target_arch = "x86_64")]
-macro_rules! in_groups {
-    ($module:ident :: $kernel:ident, $w:expr, $cols:expr, $stride:expr, $out:expr) => {{
-        let (w, cols, stride, out): (&[u8], &[u32], usize, &mut [f32]) = ($w, $cols, $stride, $out);
-        let n = out.len() / ROWS;
-        assert!(cols.len() >= n * stride && stride % BLOCK_WORDS == 0);
-        let base = cols.as_ptr();
-        let mut c0 = 0;
-        while c0 < n {
-            let len = (n - c0).min(8);
-            let (at, o) = (
-                base.add(c0 * stride),
-                &mut out[c0 * ROWS..(c0 + len) * ROWS],
-            );
-            match len {
-                8 => $module::$kernel::<8>(w, at, stride, o),
-                7 => $module::$kernel::<7>(w, at, stride, o),
-                6 => $module::$kernel::<6>(w, at, stride, o),
-                5 => $module::$kernel::<5>(w, at, stride, o),
-                4 => $module::$kernel::<4>(w, at, stride, o),
-                3 => $module::$kernel::<3>(w, at, stride, o),
-                2 => $module::$kernel::<2>(w, at, stride, o),
-                _ => $module::$kernel::<1>(w, at, stride, o),
-            }
-            c0 += len;
-        }
-    }};
-}
-
 /// The kernel for `t` (on CPUs where [`supported`]).
 pub fn kernel(t: BlockType) -> Option<GroupFn> {
     if !crate::cpu_quant::has_avx512_vnni() {
@@ -280,14 +252,24 @@ pub fn kernel(t: BlockType) -> Option<GroupFn> {
     }
     #[cfg(target_arch = "x86_64")]
     {
-        // SAFETY: AVX-512 F/BW/VL/VNNI were detected; `in_groups` checks that `w` holds whole
-        // tiles for `stride` and `cols` holds `out.len() / 16` rows.
+        // SAFETY: AVX-512 F/BW/VL/VNNI were detected; `in_groups` checks that `cols` holds
+        // `out.len() / 16` rows, the kernels that `w` holds a tile per block of `stride`.
         let f: GroupFn = match t {
-            BlockType::Q4_0 => |w, c, s, o| unsafe { in_groups!(avx512::q4_0, w, c, s, o) },
-            BlockType::Q5_0 => |w, c, s, o| unsafe { in_groups!(avx512::q5_0, w, c, s, o) },
-            BlockType::Q8_0 => |w, c, s, o| unsafe { in_groups!(avx512::q8_0, w, c, s, o) },
-            BlockType::Q4_1 => |w, c, s, o| unsafe { in_groups!(avx512::q4_1, w, c, s, o) },
-            BlockType::Q5_1 => |w, c, s, o| unsafe { in_groups!(avx512::q5_1, w, c, s, o) },
+            BlockType::Q4_0 => |w, c, s, o| unsafe {
+                in_groups!(avx512::q4_0, w, c, s, o, width: ROWS, sixteen: false)
+            },
+            BlockType::Q5_0 => |w, c, s, o| unsafe {
+                in_groups!(avx512::q5_0, w, c, s, o, width: ROWS, sixteen: false)
+            },
+            BlockType::Q8_0 => |w, c, s, o| unsafe {
+                in_groups!(avx512::q8_0, w, c, s, o, width: ROWS, sixteen: false)
+            },
+            BlockType::Q4_1 => |w, c, s, o| unsafe {
+                in_groups!(avx512::q4_1, w, c, s, o, width: ROWS, sixteen: false)
+            },
+            BlockType::Q5_1 => |w, c, s, o| unsafe {
+                in_groups!(avx512::q5_1, w, c, s, o, width: ROWS, sixteen: false)
+            },
             _ => return None,
         };
         Some(f)
