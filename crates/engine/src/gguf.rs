@@ -507,15 +507,7 @@ fn read_cpu(
         );
     }
     let blocks = elems / dtype.block_size();
-    let file_len = reader.seek(SeekFrom::End(0))?;
-    let needed = (blocks * dtype.type_size()) as u64;
-    if start.saturating_add(needed) > file_len {
-        candle_core::bail!(
-            "needs bytes {start}..{} but the file has {file_len} (truncated?)",
-            start + needed
-        );
-    }
-    reader.seek(SeekFrom::Start(start))?;
+    seek_to_tensor(reader, start, blocks * dtype.type_size())?;
     let storage = match dtype {
         GgmlDType::F32 => read_blocks::<f32>(reader, blocks)?,
         GgmlDType::F16 => read_blocks::<half::f16>(reader, blocks)?,
@@ -536,6 +528,21 @@ fn read_cpu(
     QTensor::new(storage, dims)
 }
 
+/// Positions `reader` at a tensor's `bytes` from `start`, or says the file is too short.
+fn seek_to_tensor(
+    reader: &mut (impl Read + Seek),
+    start: u64,
+    bytes: usize,
+) -> candle_core::Result<()> {
+    let file_len = reader.seek(SeekFrom::End(0))?;
+    let end = start.saturating_add(bytes as u64);
+    if end > file_len {
+        candle_core::bail!("needs bytes {start}..{end} but the file has {file_len} (truncated?)");
+    }
+    reader.seek(SeekFrom::Start(start))?;
+    Ok(())
+}
+
 /// `rows` rows of `cols` values of a tile type, from `start`, into tiles on huge pages.
 fn read_tiles(
     reader: &mut (impl Read + Seek),
@@ -545,14 +552,7 @@ fn read_tiles(
     cols: usize,
 ) -> candle_core::Result<TileMatrix> {
     let bytes = rows * cols / kind.block_values() * kind.block_bytes();
-    let file_len = reader.seek(SeekFrom::End(0))?;
-    if start.saturating_add(bytes as u64) > file_len {
-        candle_core::bail!(
-            "needs bytes {start}..{} but the file has {file_len} (truncated?)",
-            start + bytes as u64
-        );
-    }
-    reader.seek(SeekFrom::Start(start))?;
+    seek_to_tensor(reader, start, bytes)?;
     let mut data: Vec<u8> = Vec::with_capacity(bytes);
     crate::huge_pages::prefer_huge_pages(data.as_ptr(), bytes);
     data.resize(bytes, 0);
