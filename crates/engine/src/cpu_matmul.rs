@@ -141,7 +141,7 @@ mod x86 {
     /// `x · w` with `w` widened 16 values per instruction (`$widen` of a pointer to them),
     /// four vectors of products in flight, and the weight prefetched.
     macro_rules! dot_avx512 {
-        ($name:ident, $t:ty, |$p:ident| $widen:expr) => {
+        ($name:ident, $t:ty, $widen:ident) => {
             #[inline]
             #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
             unsafe fn $name(x: &[f32], w: &[$t]) -> f32 {
@@ -157,8 +157,11 @@ mod x86 {
                         _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line));
                     }
                     for (j, acc) in acc.iter_mut().enumerate() {
-                        let $p = wp.add(i + 16 * j);
-                        *acc = _mm512_fmadd_ps(_mm512_loadu_ps(xp.add(i + 16 * j)), $widen, *acc);
+                        let (x, w) = (
+                            _mm512_loadu_ps(xp.add(i + 16 * j)),
+                            $widen(wp.add(i + 16 * j)),
+                        );
+                        *acc = _mm512_fmadd_ps(x, w, *acc);
                     }
                 }
                 let sum =
@@ -173,7 +176,7 @@ mod x86 {
     /// × 4 activation rows, so that each load serves several multiply-adds; a missing row of a
     /// block repeats the last one and its sums are dropped.
     macro_rules! block_avx512 {
-        ($name:ident, $t:ty, |$p:ident| $widen:expr) => {
+        ($name:ident, $t:ty, $widen:ident) => {
             #[inline]
             #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
             unsafe fn $name(
@@ -193,10 +196,8 @@ mod x86 {
                         let xr: [usize; 4] = std::array::from_fn(|j| (c + j).min(m - 1));
                         let mut acc = [[_mm512_setzero_ps(); 4]; 2];
                         for i in (0..body).step_by(16) {
-                            let wv: [__m512; 2] = std::array::from_fn(|h| {
-                                let $p = w.as_ptr().add(wr[h] * k + i);
-                                $widen
-                            });
+                            let wv: [__m512; 2] =
+                                std::array::from_fn(|h| $widen(w.as_ptr().add(wr[h] * k + i)));
                             for j in 0..4 {
                                 let xv = _mm512_loadu_ps(x.as_ptr().add(xr[j] * k + i));
                                 for h in 0..2 {
@@ -217,28 +218,33 @@ mod x86 {
         };
     }
 
-    block_avx512!(block_f32, f32, |p| _mm512_loadu_ps(p));
-    block_avx512!(block_bf16, half::bf16, |p| _mm512_castsi512_ps(
-        _mm512_slli_epi32(
-            _mm512_cvtepu16_epi32(_mm256_loadu_si256(p as *const __m256i)),
-            16
-        )
-    ));
-    block_avx512!(block_f16, half::f16, |p| _mm512_cvtph_ps(
-        _mm256_loadu_si256(p as *const __m256i)
-    ));
+    /// 16 weights from `p`, as f32.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+    unsafe fn wide_f32(p: *const f32) -> __m512 {
+        _mm512_loadu_ps(p)
+    }
 
-    dot_avx512!(dot_f32, f32, |p| _mm512_loadu_ps(p));
-    // bf16 is the top half of an f32: widen to 32 bits and shift.
-    dot_avx512!(dot_bf16, half::bf16, |p| _mm512_castsi512_ps(
-        _mm512_slli_epi32(
-            _mm512_cvtepu16_epi32(_mm256_loadu_si256(p as *const __m256i)),
-            16
-        )
-    ));
-    dot_avx512!(dot_f16, half::f16, |p| _mm512_cvtph_ps(_mm256_loadu_si256(
-        p as *const __m256i
-    )));
+    /// bf16 is the top half of an f32: widen to 32 bits and shift.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+    unsafe fn wide_bf16(p: *const half::bf16) -> __m512 {
+        let bits = _mm512_cvtepu16_epi32(_mm256_loadu_si256(p as *const __m256i));
+        _mm512_castsi512_ps(_mm512_slli_epi32(bits, 16))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+    unsafe fn wide_f16(p: *const half::f16) -> __m512 {
+        _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
+    }
+
+    block_avx512!(block_f32, f32, wide_f32);
+    block_avx512!(block_bf16, half::bf16, wide_bf16);
+    block_avx512!(block_f16, half::f16, wide_f16);
+    dot_avx512!(dot_f32, f32, wide_f32);
+    dot_avx512!(dot_bf16, half::bf16, wide_bf16);
+    dot_avx512!(dot_f16, half::f16, wide_f16);
 
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn avx2(
