@@ -1219,6 +1219,20 @@ pub fn matmul_t(x: &[f32], m: usize, k: usize, mats: &[QuantMatrix<'_>]) -> Vec<
     run(best_dot, |t| many_rows_kernel(t, k), x, m, k, mats)
 }
 
+/// Asserts that `got` equals `want` to `bound` of `want`'s largest magnitude (the kernels sum
+/// the same exact integer block products in different orders).
+#[cfg(test)]
+pub(crate) fn assert_close(got: &[f32], want: &[f32], bound: f32, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    let scale = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+    for (i, (g, e)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - e).abs() <= bound * scale,
+            "{what} [{i}]: {g} vs {e} (scale {scale})"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     type TestResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
@@ -1273,7 +1287,6 @@ mod tests {
                     } else {
                         run(portable_dot, |_| None, &x[..mm * k], mm, k, &[mat])
                     };
-                    let scale = want.iter().fold(0f32, |a, v| a.max(v.abs()));
                     // Candle rounds Q4_1's and Q5_1's activation sums in f16 in another order
                     // than llama.cpp (whose order Hearth follows).
                     let bound = match t {
@@ -1282,12 +1295,7 @@ mod tests {
                     };
                     for (path, kernel) in kernels(t) {
                         let got = run(|_| kernel, |_| None, &x[..mm * k], mm, k, &[mat]);
-                        for (i, (g, e)) in got.iter().zip(&want).enumerate() {
-                            assert!(
-                                (g - e).abs() <= bound * scale,
-                                "{t:?} {path} k={k} m={mm} [{i}]: {g} vs {e} (scale {scale})"
-                            );
-                        }
+                        assert_close(&got, &want, bound, &format!("{t:?} {path} k={k} m={mm}"));
                     }
                 }
             }
@@ -1322,13 +1330,7 @@ mod tests {
                     .collect();
                 let one = run(best_dot, |_| None, &x, m, k, &[mat]);
                 let got = run(best_dot, |_| Some(many), &x, m, k, &[mat]);
-                let scale = one.iter().fold(0f32, |a, v| a.max(v.abs()));
-                for (i, (g, e)) in got.iter().zip(&one).enumerate() {
-                    assert!(
-                        (g - e).abs() <= 1e-5 * scale,
-                        "{t:?} m={m} [{i}]: {g} vs {e}"
-                    );
-                }
+                assert_close(&got, &one, 1e-5, &format!("{t:?} m={m}"));
             }
         }
         Ok(())

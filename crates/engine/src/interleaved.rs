@@ -426,7 +426,7 @@ mod tests {
     type TestResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
     use super::*;
-    use crate::cpu_quant::{matmul_t, QuantMatrix};
+    use crate::cpu_quant::{assert_close, matmul_t, QuantMatrix};
     use candle_core::quantized::{GgmlDType, QTensor};
     use candle_core::{Device, Tensor};
 
@@ -483,14 +483,7 @@ mod tests {
                     .collect();
                 let want = matmul_t(&x, m, k, &[rows(&a, 32, false), rows(&b, 16, false)]);
                 let got = matmul_t(&x, m, k, &[rows(&ta, 32, true), rows(&tb, 16, true)]);
-                let scale = want.iter().fold(0f32, |s, v| s.max(v.abs()));
-                assert_eq!(got.len(), want.len());
-                for (i, (g, e)) in got.iter().zip(&want).enumerate() {
-                    assert!(
-                        (g - e).abs() <= 1e-5 * scale,
-                        "{t:?} m={m} [{i}]: {g} vs {e}"
-                    );
-                }
+                assert_close(&got, &want, 1e-5, &format!("{t:?} m={m}"));
             }
         }
         Ok(())
