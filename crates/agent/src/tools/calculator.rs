@@ -37,7 +37,12 @@ impl std::fmt::Display for Number {
 struct Parser<'a> {
     src: &'a [u8],
     pos: usize,
+    depth: usize,
 }
+
+/// Nesting (parentheses, signs, exponents) the parser follows; deeper input is refused
+/// rather than overflowing the stack.
+const MAX_DEPTH: usize = 256;
 
 type R = Result<Number, String>;
 
@@ -96,7 +101,21 @@ impl Parser<'_> {
     }
 
     // unary := '-' unary | power
+    // Every level of recursion passes through here, so the depth is counted here.
     fn unary(&mut self) -> R {
+        if self.depth >= MAX_DEPTH {
+            return Err(format!(
+                "expression nested more than {MAX_DEPTH} levels deep (parentheses, signs or powers) at position {}",
+                self.pos
+            ));
+        }
+        self.depth += 1;
+        let v = self.unary_inner();
+        self.depth -= 1;
+        v
+    }
+
+    fn unary_inner(&mut self) -> R {
         if self.eat("-") {
             return match self.unary()? {
                 Number::Int(i) => Ok(Number::Int(-i)),
@@ -240,6 +259,7 @@ pub fn evaluate(expression: &str) -> Result<Number, String> {
     let mut p = Parser {
         src: expression.as_bytes(),
         pos: 0,
+        depth: 0,
     };
     let v = p.expr()?;
     p.skip();
@@ -323,6 +343,28 @@ mod tests {
         assert!(ev("rm -rf /").starts_with("error"));
         assert!(ev("10 ^ 100").contains("too large"));
         assert!(ev("").starts_with("error"));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn deep_nesting_is_an_error_not_a_stack_overflow() -> TestResult {
+        for deep in [
+            "(".repeat(100_000),
+            format!("{}1{}", "(".repeat(100_000), ")".repeat(100_000)),
+            format!("{}1", "-".repeat(100_000)),
+            format!("{}1", "+".repeat(100_000)),
+            format!("2{}", "^2".repeat(100_000)),
+            format!("{}1{}", "sqrt(".repeat(100_000), ")".repeat(100_000)),
+        ] {
+            let err = Calculator
+                .call(serde_json::json!({ "expression": deep }))
+                .await
+                .unwrap_err();
+            assert!(err.contains("nested more than 256 levels"), "{err}");
+        }
+        // Nesting within the limit still works.
+        assert_eq!(ev(&format!("{}7{}", "(".repeat(200), ")".repeat(200))), "7");
+        assert_eq!(ev(&format!("{}7", "-".repeat(200))), "7");
         Ok(())
     }
 
