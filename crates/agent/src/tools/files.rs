@@ -4,6 +4,7 @@ use crate::tool::Tool;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 use std::path::{Component, Path, PathBuf};
+use tokio::io::AsyncReadExt;
 
 /// A directory the file tools may not leave.
 #[derive(Debug, Clone)]
@@ -27,6 +28,21 @@ impl Workspace {
     /// `path` (relative to the root) resolved, or a refusal if it escapes the workspace —
     /// through `..`, an absolute path, or a symbolic link.
     pub fn resolve(&self, path: &str) -> Result<PathBuf, String> {
+        let full = self.joined(path)?;
+        let real = full.canonicalize().map_err(|e| format!("`{path}`: {e}"))?;
+        self.inside(path, real)
+    }
+
+    /// [`Workspace::resolve`] without blocking the async runtime.
+    pub async fn resolve_async(&self, path: &str) -> Result<PathBuf, String> {
+        let full = self.joined(path)?;
+        let real = tokio::fs::canonicalize(&full)
+            .await
+            .map_err(|e| format!("`{path}`: {e}"))?;
+        self.inside(path, real)
+    }
+
+    fn joined(&self, path: &str) -> Result<PathBuf, String> {
         let rel = Path::new(path);
         if rel.is_absolute()
             || rel
@@ -35,8 +51,10 @@ impl Workspace {
         {
             return Err(format!("`{path}` is outside the workspace"));
         }
-        let full = self.root.join(rel);
-        let real = full.canonicalize().map_err(|e| format!("`{path}`: {e}"))?;
+        Ok(self.root.join(rel))
+    }
+
+    fn inside(&self, path: &str, real: PathBuf) -> Result<PathBuf, String> {
         if !real.starts_with(&self.root) {
             return Err(format!("`{path}` is outside the workspace"));
         }
@@ -63,19 +81,19 @@ impl Tool for ListFiles {
         json!({"type": "object", "properties": {"path": {"type": "string", "description": "Directory relative to the workspace; default ."}}})
     }
     async fn call(&self, args: Value) -> Result<String, String> {
-        let dir = self.0.resolve(path_arg(&args))?;
-        let mut names: Vec<String> = std::fs::read_dir(&dir)
-            .map_err(|e| format!("{}: {e}", path_arg(&args)))?
-            .filter_map(|e| e.ok())
-            .map(|e| {
-                let n = e.file_name().to_string_lossy().into_owned();
-                if e.path().is_dir() {
-                    format!("{n}/")
-                } else {
-                    n
-                }
-            })
-            .collect();
+        let dir = self.0.resolve_async(path_arg(&args)).await?;
+        let mut entries = tokio::fs::read_dir(&dir)
+            .await
+            .map_err(|e| format!("{}: {e}", path_arg(&args)))?;
+        let mut names = Vec::new();
+        while let Ok(Some(e)) = entries.next_entry().await {
+            let n = e.file_name().to_string_lossy().into_owned();
+            // Followed like `is_dir`: a link to a directory lists as one.
+            let is_dir = tokio::fs::metadata(e.path())
+                .await
+                .is_ok_and(|m| m.is_dir());
+            names.push(if is_dir { format!("{n}/") } else { n });
+        }
         names.sort();
         Ok(names.join("\n"))
     }
@@ -93,15 +111,34 @@ impl Tool for ReadFile {
         json!({"type": "object", "properties": {"path": {"type": "string", "description": "File relative to the workspace"}}, "required": ["path"]})
     }
     async fn call(&self, args: Value) -> Result<String, String> {
-        let path = self.0.resolve(path_arg(&args))?;
-        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path_arg(&args)))?;
+        let arg = path_arg(&args);
+        let path = self.0.resolve_async(arg).await?;
+        let mut file = tokio::fs::File::open(&path)
+            .await
+            .map_err(|e| format!("{arg}: {e}"))?;
+        // The size of a regular file; a pipe or device has none worth saying.
+        let size = file
+            .metadata()
+            .await
+            .ok()
+            .filter(|m| m.is_file())
+            .map(|m| m.len());
+        // Never more than the limit and one byte (to tell that there is more) in memory,
+        // whatever the file's size.
+        let mut bytes = Vec::new();
+        (&mut file)
+            .take(MAX_READ as u64 + 1)
+            .read_to_end(&mut bytes)
+            .await
+            .map_err(|e| format!("{arg}: {e}"))?;
         let mut text = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_READ)]).into_owned();
         if bytes.len() > MAX_READ {
-            text.push_str(&format!(
-                "\n[truncated: {} of {} bytes shown]",
-                MAX_READ,
-                bytes.len()
-            ));
+            match size {
+                Some(size) => {
+                    text.push_str(&format!("\n[truncated: {MAX_READ} of {size} bytes shown]"))
+                }
+                None => text.push_str(&format!("\n[truncated: the first {MAX_READ} bytes shown]")),
+            }
         }
         Ok(text)
     }
@@ -133,6 +170,56 @@ mod tests {
             assert!(err.contains("outside the workspace"), "{err}");
         }
         assert!(read.call(json!({"path": "missing.txt"})).await.is_err());
+        Ok(())
+    }
+
+    /// A file that never ends (a FIFO whose writer keeps writing) is read to the limit only;
+    /// reading it whole would never return.
+    #[cfg(unix)]
+    #[test]
+    fn reads_no_more_than_the_limit() -> TestResult {
+        use std::io::Write;
+        let tmp = tempfile::tempdir()?;
+        let fifo = tmp.path().join("endless");
+        let c = std::ffi::CString::new(fifo.to_string_lossy().as_bytes())?;
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        std::thread::spawn(move || {
+            if let Ok(mut w) = std::fs::OpenOptions::new().write(true).open(&fifo) {
+                // Until the reader closes its end.
+                while w.write_all(&[b'a'; 4096]).is_ok() {}
+            }
+        });
+        let ws = Workspace::new(tmp.path())?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = ws.clone();
+        // Its own thread and runtime: a read that never ends must not hang the test.
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            let r = rt.map(|rt| rt.block_on(ReadFile(reader).call(json!({"path": "endless"}))));
+            let _ = tx.send(r.map_err(|e| e.to_string()).and_then(|r| r));
+        });
+        let text = rx.recv_timeout(std::time::Duration::from_secs(10))??;
+        assert!(text.starts_with(&"a".repeat(MAX_READ)), "{}", text.len());
+        assert!(
+            text.ends_with("[truncated: the first 65536 bytes shown]"),
+            "{}",
+            &text[MAX_READ..]
+        );
+
+        std::fs::write(tmp.path().join("big.txt"), vec![b'a'; 3 * MAX_READ])?;
+        let rt = tokio::runtime::Builder::new_current_thread().build()?;
+        let text = rt.block_on(ReadFile(ws).call(json!({"path": "big.txt"})))?;
+        assert!(
+            text.ends_with(&format!(
+                "[truncated: {MAX_READ} of {} bytes shown]",
+                3 * MAX_READ
+            )),
+            "{}",
+            &text[MAX_READ..]
+        );
         Ok(())
     }
 }
