@@ -30,7 +30,12 @@ pub fn registry(names: &[String], workspace: Option<PathBuf>) -> Result<ToolRegi
                 reg.add(Arc::new(ListFiles(ws.clone())) as Arc<dyn Tool>);
                 reg.add(Arc::new(ReadFile(ws)));
             }
-            "python" => reg.add(Arc::new(Python::default())),
+            "python" => {
+                let root = workspace.clone().unwrap_or_else(|| PathBuf::from("."));
+                // Checked now rather than on the first call.
+                Workspace::new(&root)?;
+                reg.add(Arc::new(Python::new(root)))
+            }
             other => {
                 return Err(format!(
                     "unknown tool `{other}` in --tools; built-in: {}",
