@@ -1,4 +1,5 @@
-//! Static checks of a registry: ERROR for unknown slices; WARNING for unknown services,
+//! Static checks of a registry: ERROR for unknown slices and for subgraphs that nest in
+//! themselves (directly, through the entry, or in a cycle); WARNING for unknown services,
 //! unreachable nodes and writes to `request`; INFO for slices written by several nodes.
 //! Strict mode turns warnings into errors.
 
@@ -153,6 +154,7 @@ impl<'a> Validator<'a> {
                 }
             }
         }
+        findings.extend(self.nesting());
         for (slice, nodes) in writers {
             if nodes.len() > 1 {
                 findings.push(Finding {
@@ -165,6 +167,92 @@ impl<'a> Validator<'a> {
         findings.sort_by_key(|f| f.severity);
         ValidationResult { findings }
     }
+
+    /// Subgraphs must nest as a tree under the entry: one entered through the entry, or
+    /// holding the entry's supervisor, contains the whole graph and so itself; subgraphs that
+    /// hold each other's entrypoint supervisors nest in a cycle.
+    fn nesting(&self) -> Vec<Finding> {
+        let subgraphs = self.registry.subgraphs();
+        let mut findings = vec![];
+        let mut error = |message: String| {
+            findings.push(Finding {
+                severity: Severity::Error,
+                node: None,
+                message,
+            })
+        };
+        for sg in subgraphs {
+            if sg.entrypoint == self.entry {
+                error(format!(
+                    "subgraph `{}` is entered through `{}`, the graph's entry supervisor, so it would nest in itself",
+                    sg.subgraph_id, self.entry
+                ));
+            } else if sg.supervisors.contains(&self.entry) {
+                error(format!(
+                    "subgraph `{}` holds `{}`, the graph's entry supervisor, so it would nest in itself",
+                    sg.subgraph_id, self.entry
+                ));
+            }
+        }
+        // i holds j when j's entrypoint is one of i's supervisors.
+        let holds: Vec<Vec<usize>> = subgraphs
+            .iter()
+            .enumerate()
+            .map(|(i, sg)| {
+                (0..subgraphs.len())
+                    .filter(|&j| j != i && sg.supervisors.contains(&subgraphs[j].entrypoint))
+                    .collect()
+            })
+            .collect();
+        // Depth-first search; a back edge to a subgraph on the path closes a cycle, reported
+        // once (from the first subgraph of it that the search meets).
+        #[derive(Clone, Copy, PartialEq)]
+        enum Mark {
+            New,
+            OnPath,
+            Done,
+        }
+        let mut mark = vec![Mark::New; subgraphs.len()];
+        for start in 0..subgraphs.len() {
+            if mark[start] != Mark::New {
+                continue;
+            }
+            // (subgraph, next child to visit)
+            let mut path: Vec<(usize, usize)> = vec![(start, 0)];
+            mark[start] = Mark::OnPath;
+            while let Some(&mut (at, ref mut next)) = path.last_mut() {
+                match holds[at].get(*next).copied() {
+                    Some(child) => {
+                        *next += 1;
+                        match mark[child] {
+                            Mark::New => {
+                                mark[child] = Mark::OnPath;
+                                path.push((child, 0));
+                            }
+                            Mark::OnPath => {
+                                let from = path.iter().position(|&(s, _)| s == child).unwrap_or(0);
+                                let names: Vec<&str> = path[from..]
+                                    .iter()
+                                    .map(|&(s, _)| subgraphs[s].subgraph_id.as_str())
+                                    .chain(std::iter::once(subgraphs[child].subgraph_id.as_str()))
+                                    .collect();
+                                error(format!(
+                                    "subgraphs nest in a cycle: {} (each holds the next one's entrypoint supervisor)",
+                                    names.join(" → ")
+                                ));
+                            }
+                            Mark::Done => {}
+                        }
+                    }
+                    None => {
+                        mark[at] = Mark::Done;
+                        path.pop();
+                    }
+                }
+            }
+        }
+        findings
+    }
 }
 
 #[cfg(test)]
@@ -172,7 +260,7 @@ mod tests {
     type TestResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
     use super::*;
-    use crate::contract::{NodeContract, TriggerCondition};
+    use crate::contract::{NodeContract, SubgraphContract, TriggerCondition};
     use serde_json::json;
 
     fn node(name: &str, reads: &[&str], writes: &[&str]) -> NodeContract {
@@ -229,6 +317,70 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("two nodes are named `search`"));
+        Ok(())
+    }
+
+    fn subgraph(id: &str, entrypoint: &str, supervisors: &[&str]) -> SubgraphContract {
+        SubgraphContract {
+            subgraph_id: id.into(),
+            description: String::new(),
+            reads: vec![],
+            writes: vec![],
+            entrypoint: entrypoint.into(),
+            supervisors: supervisors.iter().map(|s| s.to_string()).collect(),
+            nodes: vec![],
+        }
+    }
+
+    fn errors(r: &Registry) -> Vec<String> {
+        Validator::new(r)
+            .validate()
+            .findings
+            .into_iter()
+            .filter(|f| f.severity == Severity::Error)
+            .map(|f| f.message)
+            .collect()
+    }
+
+    #[test]
+    fn subgraphs_that_nest_in_themselves_are_errors() -> TestResult {
+        // A tree: main calls `outer`, which holds `inner`'s supervisor. Fine.
+        let mut r = Registry::new();
+        r.add_subgraph(subgraph("outer", "outer_sup", &["outer_sup", "inner_sup"]))?;
+        r.add_subgraph(subgraph("inner", "inner_sup", &["inner_sup"]))?;
+        assert_eq!(errors(&r), Vec::<String>::new());
+
+        // A and B hold each other's supervisors.
+        let mut r = Registry::new();
+        r.add_subgraph(subgraph("a", "a_sup", &["a_sup", "b_sup"]))?;
+        r.add_subgraph(subgraph("b", "b_sup", &["b_sup", "a_sup"]))?;
+        r.add_subgraph(subgraph("c", "c_sup", &["c_sup", "a_sup"]))?;
+        let errs = errors(&r);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].contains("cycle: a → b → a"), "{errs:?}");
+
+        // A longer cycle, found from wherever the search starts.
+        let mut r = Registry::new();
+        r.add_subgraph(subgraph("x", "x_sup", &["y_sup"]))?;
+        r.add_subgraph(subgraph("y", "y_sup", &["z_sup"]))?;
+        r.add_subgraph(subgraph("z", "z_sup", &["x_sup"]))?;
+        let errs = errors(&r);
+        assert!(
+            errs.len() == 1 && errs[0].contains("x → y → z → x"),
+            "{errs:?}"
+        );
+
+        // Entered through the entry supervisor, or holding it.
+        let mut r = Registry::new();
+        r.add_subgraph(subgraph("self", "main", &["main"]))?;
+        r.add_subgraph(subgraph("up", "up_sup", &["up_sup", "main"]))?;
+        let errs = errors(&r);
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        assert!(
+            errs[0].contains("`self` is entered through `main`"),
+            "{errs:?}"
+        );
+        assert!(errs[1].contains("`up` holds `main`"), "{errs:?}");
         Ok(())
     }
 }
