@@ -26,6 +26,8 @@ pub struct ChatInput<'a> {
 pub struct JinjaTemplate {
     env: Environment<'static>,
     source: String,
+    /// Where the template came from, for errors.
+    origin: String,
     /// `bos_token`, `eos_token`, … from tokenizer_config.json.
     special_tokens: Map<String, Value>,
 }
@@ -38,12 +40,18 @@ impl std::fmt::Debug for JinjaTemplate {
 
 const NAME: &str = "chat_template";
 
+/// Template instructions one render may run. A Qwen-style template over 2 000 messages and
+/// 200 tools takes about 130 000; a template from a model file that loops without end is
+/// stopped here (in about half a second) instead of hanging the caller.
+pub const FUEL: u64 = 10_000_000;
+
 impl JinjaTemplate {
     /// Compiles `source`; `origin` names where it came from in errors.
     pub fn new(source: &str, special_tokens: Map<String, Value>, origin: &str) -> Result<Self> {
         let mut env = Environment::new();
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
+        env.set_fuel(Some(FUEL));
         minijinja_contrib::add_to_environment(&mut env);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_filter("tojson", tojson);
@@ -54,6 +62,7 @@ impl JinjaTemplate {
         Ok(Self {
             env,
             source: source.to_owned(),
+            origin: origin.to_owned(),
             special_tokens,
         })
     }
@@ -86,12 +95,13 @@ impl JinjaTemplate {
         for (k, v) in &input.extra {
             ctx.insert(k.clone(), v.clone());
         }
+        let origin = format!("chat template from {}", self.origin);
         let tmpl = self
             .env
             .get_template(NAME)
-            .map_err(|e| template_error("chat template", e))?;
+            .map_err(|e| template_error(&origin, e))?;
         tmpl.render(JValue::from_serialize(&ctx))
-            .map_err(|e| template_error("chat template", e))
+            .map_err(|e| template_error(&origin, e))
     }
 }
 
@@ -127,6 +137,9 @@ fn json_err(e: serde_json::Error) -> EngineError {
 /// Keeps the template's own words (a `raise_exception` message, the undefined name).
 fn template_error(origin: &str, e: JError) -> EngineError {
     let mut msg = match e.detail() {
+        _ if e.kind() == ErrorKind::OutOfFuel => format!(
+            "stopped after {FUEL} steps without finishing (the template loops too long or forever)"
+        ),
         Some(d) => d.to_string(),
         None => e.to_string(),
     };
@@ -240,5 +253,60 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("tools[0]"), "{err}");
+    }
+
+    #[test]
+    fn a_template_that_never_ends_is_stopped_and_named() {
+        let start = std::time::Instant::now();
+        for src in [
+            "{% for i in range(100000) %}{% for j in range(100000) %}{{ i }}{% endfor %}{% endfor %}",
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% set x = i * j %}{% endfor %}{% endfor %}",
+            "{% macro f(n) %}{% for i in range(100000) %}{{ f(n - 1) if n > 0 }}{% endfor %}{% endmacro %}{{ f(3) }}",
+        ] {
+            let t = JinjaTemplate::new(src, Map::new(), "tokenizer_config.json").unwrap();
+            let err = t
+                .render(&ChatInput::default())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("tokenizer_config.json") && err.contains("without finishing"),
+                "{err}"
+            );
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    /// Fuel enough for a long agent conversation with many tools under a Qwen-style template.
+    #[test]
+    fn fuel_suffices_for_long_conversations_with_many_tools() {
+        let src = r#"{%- if tools %}{{- '<|im_start|>system\n' }}{%- for tool in tools %}{{- "\n" }}{{- tool | tojson }}{%- endfor %}{{- '<|im_end|>\n' }}{%- endif %}{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}{%- for message in messages[::-1] %}{%- set index = (messages|length - 1) - loop.index0 %}{%- if ns.multi_step_tool and message.role == "user" and not(message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}{%- set ns.multi_step_tool = false %}{%- set ns.last_query_index = index %}{%- endif %}{%- endfor %}{%- for message in messages %}{%- if message.content is string %}{%- set content = message.content %}{%- else %}{%- set content = '' %}{%- endif %}{%- if message.role == "user" or message.role == "system" %}{{- '<|im_start|>' + message.role + '\n' + content + '<|im_end|>' + '\n' }}{%- elif message.role == "assistant" %}{%- set reasoning_content = '' %}{%- if '</think>' in content %}{%- set reasoning_content = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}{%- set content = content.split('</think>')[-1].lstrip('\n') %}{%- endif %}{{- '<|im_start|>' + message.role + '\n' + content }}{{- '<|im_end|>\n' }}{%- elif message.role == "tool" %}{{- '<|im_start|>user' }}{{- '\n<tool_response>\n' }}{{- content }}{{- '\n</tool_response>' }}{{- '<|im_end|>\n' }}{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"#;
+        let msgs: Vec<ChatMessage> = (0..2000)
+            .map(|i| match i % 3 {
+                0 => ChatMessage::user(format!("question {i}")),
+                1 => ChatMessage::new("assistant", format!("<think>hm</think>answer {i}")),
+                _ => ChatMessage::new("tool", format!("result {i}")),
+            })
+            .collect();
+        let tools: Vec<Value> = (0..200)
+            .map(|i| serde_json::json!({"type": "function", "function": {"name": format!("t{i}"), "parameters": {"type": "object"}}}))
+            .collect();
+        let t = JinjaTemplate::new(src, Map::new(), "test").unwrap();
+        let out = t
+            .render(&ChatInput {
+                messages: &msgs,
+                tools: Some(&tools),
+                add_generation_prompt: true,
+                ..Default::default()
+            })
+            .unwrap();
+        assert!(
+            out.contains("answer 1999")
+                || out.contains("result 1999")
+                || out.contains("question 1998")
+        );
     }
 }
