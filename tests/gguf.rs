@@ -237,12 +237,141 @@ fn broken_files_are_named_clearly() {
     assert!(err.contains("`qwen2.embedding_length` is missing"), "{err}");
 }
 
+/// Offsets and sizes that overflow 64 bits are refused by name, not summed into a wrap (or a
+/// panic in a debug build).
+#[test]
+fn overflowing_offsets_and_sizes_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = tmp.path().join("good.gguf");
+    write_tiny(&good, GgmlDType::Q8_0, |_| {});
+    let bytes = std::fs::read(&good).unwrap();
+    let variant = |name: &str, edit: &dyn Fn(&mut Vec<u8>)| -> PathBuf {
+        let p = tmp.path().join(name);
+        let mut b = bytes.clone();
+        edit(&mut b);
+        std::fs::write(&p, b).unwrap();
+        p
+    };
+
+    // The u64 offset follows the u32 type id.
+    for offset in [u64::MAX, u64::MAX - 4096, 1 << 63] {
+        let p = variant("offset.gguf", &|b| {
+            let at = dtype_offset(b, "blk.1.ffn_down.weight") + 4;
+            b[at..at + 8].copy_from_slice(&offset.to_le_bytes());
+        });
+        let err = open_err(&p);
+        assert!(
+            err.contains("offset.gguf") && err.contains("`blk.1.ffn_down.weight`"),
+            "{offset}: {err}"
+        );
+        assert!(
+            err.contains("overflow") || err.contains("truncated"),
+            "{offset}: {err}"
+        );
+    }
+
+    // A dimension so large that the element count overflows.
+    let p = variant("dims.gguf", &|b| {
+        let at = dtype_offset(b, "blk.0.attn_q.weight");
+        let first_dim = at - 16;
+        b[first_dim..first_dim + 8].copy_from_slice(&(1u64 << 62).to_le_bytes());
+    });
+    let err = open_err(&p);
+    assert!(
+        err.contains("dims.gguf")
+            && err.contains("`blk.0.attn_q.weight`")
+            && err.contains("64 bits"),
+        "{err}"
+    );
+}
+
+fn meta_err(edit: impl FnOnce(&mut Vec<(String, Value)>)) -> String {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("meta.gguf");
+    write_tiny(&path, GgmlDType::Q8_0, edit);
+    open_err(&path)
+}
+
+/// The GGUF path refuses what config.json refuses: RoPE scaling, sliding windows, heads that
+/// do not divide.
+#[test]
+fn gguf_metadata_gets_the_config_json_checks() {
+    let set = |m: &mut Vec<(String, Value)>, key: &str, v: Value| {
+        m.retain(|(k, _)| k != key);
+        m.push((key.into(), v));
+    };
+    let err = meta_err(|m| {
+        set(m, "qwen2.rope.scaling.type", Value::String("yarn".into()));
+        set(m, "qwen2.rope.scaling.factor", Value::F32(4.0));
+    });
+    assert!(
+        err.contains("`qwen2.rope.scaling.type`")
+            && err.contains("yarn")
+            && err.contains("factor 4"),
+        "{err}"
+    );
+    let err = meta_err(|m| set(m, "qwen2.rope.scaling.type", Value::String("linear".into())));
+    assert!(err.contains("RoPE scaling `linear`"), "{err}");
+    let err = meta_err(|m| set(m, "qwen2.rope.scale_linear", Value::F32(2.0)));
+    assert!(
+        err.contains("`qwen2.rope.scale_linear`") && err.contains("linear"),
+        "{err}"
+    );
+    let err = meta_err(|m| set(m, "qwen2.rope.dimension_count", Value::U32(8)));
+    assert!(
+        err.contains("`qwen2.rope.dimension_count`") && err.contains("8 of the 16"),
+        "{err}"
+    );
+    let err = meta_err(|m| set(m, "qwen2.attention.sliding_window", Value::U32(128)));
+    assert!(
+        err.contains("`qwen2.attention.sliding_window`") && err.contains("sliding-window"),
+        "{err}"
+    );
+    let err = meta_err(|m| set(m, "qwen2.attention.head_count_kv", Value::U32(3)));
+    assert!(
+        err.contains("`qwen2.attention.head_count_kv`") && err.contains("does not divide"),
+        "{err}"
+    );
+    let err = meta_err(|m| set(m, "qwen2.attention.head_count", Value::U32(0)));
+    assert!(err.contains("`qwen2.attention.head_count` is 0"), "{err}");
+
+    // Plain RoPE, a factor of 1 and a window as long as the context all still load.
+    for edit in [
+        |m: &mut Vec<(String, Value)>| {
+            m.push((
+                "qwen2.rope.scaling.type".into(),
+                Value::String("none".into()),
+            ))
+        },
+        |m: &mut Vec<(String, Value)>| {
+            m.push((
+                "qwen2.rope.scaling.type".into(),
+                Value::String("yarn".into()),
+            ));
+            m.push(("qwen2.rope.scaling.factor".into(), Value::F32(1.0)));
+        },
+        |m: &mut Vec<(String, Value)>| {
+            m.push(("qwen2.attention.sliding_window".into(), Value::U32(512)));
+            m.push(("qwen2.rope.dimension_count".into(), Value::U32(16)));
+        },
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("ok.gguf");
+        write_tiny(&path, GgmlDType::Q8_0, edit);
+        let cfg = GgufFile::open(&path).unwrap().config().unwrap();
+        assert_eq!(cfg.head_dim, 16);
+    }
+}
+
 #[test]
 fn real_gguf_tokenizer_matches_qwen2_5() {
     let Some(model) = common::real_gguf() else {
         return;
     };
-    let tok = GgufFile::open(&model).unwrap().tokenizer().unwrap();
+    let file = GgufFile::open(&model).unwrap();
+    // Its metadata passes the same checks as a config.json.
+    assert_eq!(file.config().unwrap().head_dim, 64);
+    let tok = file.tokenizer().unwrap();
     let rows: Vec<serde_json::Value> = serde_json::from_str(
         &std::fs::read_to_string(fixtures().join("golden/tokenizer-qwen2.5.json")).unwrap(),
     )

@@ -133,6 +133,114 @@ impl Fields<'_> {
     }
 }
 
+/// What a checkpoint declares about its attention and positions, from config.json or from
+/// GGUF metadata, checked by one function so that both sources refuse the same models.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Declared {
+    pub hidden_size: usize,
+    pub num_attention_heads: usize,
+    pub num_key_value_heads: usize,
+    /// Given explicitly (Qwen3), else derived from the hidden size.
+    pub head_dim: Option<usize>,
+    /// A RoPE variant the source names (`yarn`, `linear`, `default`, `none`, …) and its factor.
+    pub rope_scaling: Option<(String, Option<f64>)>,
+    /// Dimensions of each head that RoPE rotates, where the source says.
+    pub rope_dims: Option<usize>,
+    /// Sliding-window attention switched on.
+    pub sliding_window: bool,
+    pub hidden_act: Option<String>,
+}
+
+/// The declared value a check refused; each source names it by its own key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Item {
+    HiddenSize,
+    Heads,
+    KvHeads,
+    HeadDim,
+    RopeScaling,
+    RopeDims,
+    SlidingWindow,
+    HiddenAct,
+}
+
+impl Declared {
+    /// The head size (given or derived) when the engine implements what is declared, else
+    /// the item refused and why. What the engine does not implement would run and give
+    /// silently wrong logits, so it is refused.
+    pub(crate) fn check(&self) -> std::result::Result<usize, (Item, String)> {
+        for (item, n) in [
+            (Item::HiddenSize, self.hidden_size),
+            (Item::Heads, self.num_attention_heads),
+            (Item::KvHeads, self.num_key_value_heads),
+        ] {
+            if n == 0 {
+                return Err((item, "expected a positive integer, found 0".into()));
+            }
+        }
+        let (heads, kv) = (self.num_attention_heads, self.num_key_value_heads);
+        if heads % kv != 0 {
+            return Err((
+                Item::KvHeads,
+                format!("{kv} does not divide the number of attention heads {heads}"),
+            ));
+        }
+        let head_dim = match self.head_dim {
+            Some(0) => return Err((Item::HeadDim, "expected a positive integer, found 0".into())),
+            Some(d) => d,
+            None if self.hidden_size % heads == 0 => self.hidden_size / heads,
+            None => {
+                return Err((
+                    Item::HeadDim,
+                    format!(
+                        "missing, and the hidden size {} is not a multiple of the {heads} attention heads",
+                        self.hidden_size
+                    ),
+                ))
+            }
+        };
+        if head_dim % 2 != 0 {
+            return Err((
+                Item::HeadDim,
+                format!("{head_dim} is odd; RoPE needs an even size"),
+            ));
+        }
+        if let Some(dims) = self.rope_dims {
+            if dims != head_dim {
+                return Err((
+                    Item::RopeDims,
+                    format!("RoPE over {dims} of the {head_dim} dimensions of a head is not supported (only all of them)"),
+                ));
+            }
+        }
+        if let Some((kind, factor)) = &self.rope_scaling {
+            // A factor of exactly 1 scales nothing, whatever the variant.
+            if !matches!(kind.as_str(), "default" | "none") && *factor != Some(1.0) {
+                let factor = factor.map(|x| format!(" (factor {x})")).unwrap_or_default();
+                return Err((
+                    Item::RopeScaling,
+                    format!("RoPE scaling `{kind}`{factor} is not supported (only plain RoPE)"),
+                ));
+            }
+        }
+        if self.sliding_window {
+            return Err((
+                Item::SlidingWindow,
+                "sliding-window attention is not supported".into(),
+            ));
+        }
+        if let Some(act) = &self.hidden_act {
+            if act != "silu" {
+                return Err((
+                    Item::HiddenAct,
+                    format!("`{act}` is not supported (only `silu`)"),
+                ));
+            }
+        }
+        Ok(head_dim)
+    }
+}
+
 impl QwenConfig {
     pub fn from_file(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
@@ -179,28 +287,6 @@ impl QwenConfig {
         let num_key_value_heads = f
             .opt_usize("num_key_value_heads")?
             .unwrap_or(num_attention_heads);
-        if num_attention_heads % num_key_value_heads != 0 {
-            return Err(f.err(
-                "num_key_value_heads",
-                format!("{num_key_value_heads} does not divide num_attention_heads {num_attention_heads}"),
-            ));
-        }
-        let head_dim = match f.opt_usize("head_dim")? {
-            Some(d) => d,
-            None if hidden_size % num_attention_heads == 0 => hidden_size / num_attention_heads,
-            None => {
-                return Err(f.err(
-                    "head_dim",
-                    "missing, and hidden_size is not a multiple of num_attention_heads",
-                ))
-            }
-        };
-        if head_dim % 2 != 0 {
-            return Err(f.err(
-                "head_dim",
-                format!("{head_dim} is odd; RoPE needs an even size"),
-            ));
-        }
 
         let rope_params = f.get("rope_parameters");
         let rope_theta = match f.opt_f64("rope_theta")? {
@@ -212,35 +298,53 @@ impl QwenConfig {
                 None => 10_000.0,
             },
         };
-        // Only plain RoPE is implemented; a scaled variant would silently give wrong logits.
+        // A RoPE variant is declared in either of two places; a scaled one in either counts.
+        let mut rope_field = "rope_scaling";
+        let mut rope_scaling: Option<(String, Option<f64>)> = None;
         for (field, scaling) in [
             ("rope_scaling", f.get("rope_scaling")),
             ("rope_parameters", rope_params),
         ] {
-            if let Some(kind) = scaling.and_then(|s| s.get("rope_type").or_else(|| s.get("type"))) {
-                let kind = kind.as_str().unwrap_or("?");
-                if kind != "default" {
-                    return Err(f.err(
-                        field,
-                        format!("RoPE scaling `{kind}` is not supported (only `default`)"),
-                    ));
-                }
+            let Some(s) = scaling else { continue };
+            let Some(kind) = s.get("rope_type").or_else(|| s.get("type")) else {
+                continue;
+            };
+            let plain = |k: &str| matches!(k, "default" | "none");
+            if rope_scaling.as_ref().map_or(true, |(k, _)| plain(k)) {
+                rope_field = field;
+                let kind = kind.as_str().unwrap_or("?").to_string();
+                rope_scaling = Some((kind, s.get("factor").and_then(Value::as_f64)));
             }
         }
-        if f.opt_bool("use_sliding_window")?.unwrap_or(false) {
-            return Err(f.err(
-                "use_sliding_window",
-                "sliding-window attention is not supported; set it to false",
-            ));
-        }
-        if let Some(act) = f.get("hidden_act") {
-            if act.as_str() != Some("silu") {
-                return Err(f.err(
-                    "hidden_act",
-                    format!("{act} is not supported (only \"silu\")"),
-                ));
+        let declared = Declared {
+            hidden_size,
+            num_attention_heads,
+            num_key_value_heads,
+            head_dim: f.opt_usize("head_dim")?,
+            rope_scaling,
+            rope_dims: None,
+            sliding_window: f.opt_bool("use_sliding_window")?.unwrap_or(false),
+            hidden_act: match f.get("hidden_act") {
+                None => None,
+                Some(Value::String(a)) => Some(a.clone()),
+                Some(other) => Some(other.to_string()),
+            },
+        };
+        let head_dim = declared.check().map_err(|(item, message)| {
+            let field = match item {
+                Item::HiddenSize => "hidden_size",
+                Item::Heads => "num_attention_heads",
+                Item::KvHeads => "num_key_value_heads",
+                Item::HeadDim | Item::RopeDims => "head_dim",
+                Item::RopeScaling => rope_field,
+                Item::SlidingWindow => "use_sliding_window",
+                Item::HiddenAct => "hidden_act",
+            };
+            match item {
+                Item::SlidingWindow => f.err(field, format!("{message}; set it to false")),
+                _ => f.err(field, message),
             }
-        }
+        })?;
 
         let attention_bias = f.opt_bool("attention_bias")?;
         let (qkv_bias, o_bias) = match family {
@@ -395,6 +499,116 @@ mod tests {
         let mut v = qwen2();
         v["rope_scaling"] = json!({"type": "yarn", "factor": 4.0});
         assert!(parse(v).unwrap_err().to_string().contains("yarn"));
+    }
+
+    #[test]
+    fn scaled_rope_in_either_place_and_sliding_windows_are_refused() {
+        let mut v = qwen2();
+        v["rope_scaling"] = json!({"rope_type": "default"});
+        v["rope_parameters"] = json!({"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6});
+        let err = parse(v).unwrap_err().to_string();
+        assert!(
+            err.contains("`rope_parameters`") && err.contains("linear") && err.contains("factor 2"),
+            "{err}"
+        );
+        // A factor of 1 scales nothing.
+        let mut v = qwen2();
+        v["rope_scaling"] = json!({"type": "yarn", "factor": 1.0});
+        assert!(parse(v).is_ok());
+        let mut v = qwen2();
+        v["use_sliding_window"] = json!(true);
+        let err = parse(v).unwrap_err().to_string();
+        assert!(err.contains("`use_sliding_window`"), "{err}");
+        let mut v = qwen2();
+        v["hidden_act"] = json!("gelu");
+        let err = parse(v).unwrap_err().to_string();
+        assert!(
+            err.contains("`hidden_act`") && err.contains("gelu"),
+            "{err}"
+        );
+    }
+
+    /// The checks both config.json and GGUF metadata go through.
+    #[test]
+    fn declared_checks() {
+        let ok = Declared {
+            hidden_size: 64,
+            num_attention_heads: 4,
+            num_key_value_heads: 2,
+            ..Default::default()
+        };
+        assert_eq!(ok.check(), Ok(16));
+        let refused = |d: Declared| d.check().unwrap_err().0;
+        assert_eq!(
+            refused(Declared {
+                num_attention_heads: 0,
+                ..ok.clone()
+            }),
+            Item::Heads
+        );
+        assert_eq!(
+            refused(Declared {
+                num_key_value_heads: 0,
+                ..ok.clone()
+            }),
+            Item::KvHeads
+        );
+        assert_eq!(
+            refused(Declared {
+                num_key_value_heads: 3,
+                ..ok.clone()
+            }),
+            Item::KvHeads
+        );
+        assert_eq!(
+            refused(Declared {
+                hidden_size: 66,
+                ..ok.clone()
+            }),
+            Item::HeadDim
+        );
+        assert_eq!(
+            refused(Declared {
+                head_dim: Some(15),
+                ..ok.clone()
+            }),
+            Item::HeadDim
+        );
+        assert_eq!(
+            refused(Declared {
+                rope_dims: Some(8),
+                ..ok.clone()
+            }),
+            Item::RopeDims
+        );
+        assert_eq!(
+            refused(Declared {
+                rope_scaling: Some(("yarn".into(), Some(4.0))),
+                ..ok.clone()
+            }),
+            Item::RopeScaling
+        );
+        assert_eq!(
+            refused(Declared {
+                rope_scaling: Some(("dynamic".into(), None)),
+                ..ok.clone()
+            }),
+            Item::RopeScaling
+        );
+        assert_eq!(
+            refused(Declared {
+                sliding_window: true,
+                ..ok.clone()
+            }),
+            Item::SlidingWindow
+        );
+        for plain in ["default", "none"] {
+            let d = Declared {
+                rope_scaling: Some((plain.into(), Some(8.0))),
+                ..ok.clone()
+            };
+            assert_eq!(d.check(), Ok(16));
+        }
     }
 
     #[test]

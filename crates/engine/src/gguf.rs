@@ -1,7 +1,7 @@
 //! GGUF files (llama.cpp's format) as whole models: the Qwen configuration, the tokenizer and
 //! the chat template come from the metadata, the weights stay in their quantized blocks.
 
-use crate::config::{Family, QwenConfig};
+use crate::config::{Declared, Family, Item, QwenConfig};
 use crate::cpu_quant::BlockType;
 use crate::error::{EngineError, Result};
 use crate::interleaved::TileMatrix;
@@ -89,7 +89,8 @@ impl GgufFile {
         }
     }
 
-    /// Every tensor: a supported type, and data inside the file.
+    /// Every tensor: a supported type, whole blocks, and data inside the file (sizes and
+    /// offsets summed with checks: a file that declares more than fits in 64 bits is refused).
     fn check_tensors(&self) -> Result<()> {
         let len = std::fs::metadata(&self.path)
             .map_err(|e| EngineError::io(&self.path, e))?
@@ -101,9 +102,19 @@ impl GgufFile {
                     info.ggml_dtype
                 )));
             }
-            let elems = info.shape.elem_count();
-            let bytes = elems / info.ggml_dtype.block_size() * info.ggml_dtype.type_size();
-            let end = self.content.tensor_data_offset + info.offset + bytes as u64;
+            let bytes =
+                tensor_bytes(info).map_err(|e| self.err(format!("tensor `{name}`: {e}")))?;
+            let end = self
+                .content
+                .tensor_data_offset
+                .checked_add(info.offset)
+                .and_then(|start| start.checked_add(bytes))
+                .ok_or_else(|| {
+                    self.err(format!(
+                        "tensor `{name}`: its offset {} and size {bytes} bytes overflow 64 bits",
+                        info.offset
+                    ))
+                })?;
             if end > len {
                 return Err(self.err(format!(
                     "truncated: tensor `{name}` ends at byte {end}, the file has {len}"
@@ -160,6 +171,18 @@ impl GgufFile {
         self.meta_str("general.architecture")
     }
 
+    /// A count that must be positive (a layer, head or vocabulary count).
+    fn meta_count(&self, key: &str) -> Result<usize> {
+        match self.meta_u32(key)? {
+            0 => Err(self.err(format!("metadata key `{key}` is 0"))),
+            n => Ok(n as usize),
+        }
+    }
+
+    fn has(&self, key: &str) -> bool {
+        self.content.metadata.contains_key(key)
+    }
+
     pub fn config(&self) -> Result<QwenConfig> {
         let arch = self.architecture()?;
         let family = match arch {
@@ -174,30 +197,83 @@ impl GgufFile {
             }
         };
         let k = |s: &str| format!("{arch}.{s}");
-        let hidden = self.meta_u32(&k("embedding_length"))? as usize;
-        let heads = self.meta_u32(&k("attention.head_count"))? as usize;
-        let kv_heads = self
-            .meta_u32(&k("attention.head_count_kv"))
-            .unwrap_or(heads as u32) as usize;
-        let head_dim = match self.meta_u32(&k("attention.key_length")) {
-            Ok(d) => d as usize,
-            Err(_) => hidden / heads.max(1),
+        let hidden = self.meta_count(&k("embedding_length"))?;
+        let heads = self.meta_count(&k("attention.head_count"))?;
+        let kv_heads = match self.has(&k("attention.head_count_kv")) {
+            true => self.meta_count(&k("attention.head_count_kv"))?,
+            false => heads,
         };
+        let opt_u32 = |key: &str| match self.has(key) {
+            true => self.meta_u32(key).map(|n| Some(n as usize)),
+            false => Ok(None),
+        };
+        let opt_f32 = |key: &str| match self.has(key) {
+            true => self.meta_f32(key).map(Some),
+            false => Ok(None),
+        };
+        let context = self.meta_count(&k("context_length"))?;
+        // llama.cpp's RoPE scaling keys: a type and factor, or the older linear factor alone.
+        let rope_scaling = match self.has(&k("rope.scaling.type")) {
+            true => Some((
+                k("rope.scaling.type"),
+                self.meta_str(&k("rope.scaling.type"))?.to_string(),
+                opt_f32(&k("rope.scaling.factor"))?,
+            )),
+            false => [k("rope.scaling.factor"), k("rope.scale_linear")]
+                .into_iter()
+                .find(|key| self.has(key))
+                .map(|key| opt_f32(&key).map(|f| (key, "linear".to_string(), f)))
+                .transpose()?,
+        };
+        // A window that covers the whole context is no window.
+        let window_key = k("attention.sliding_window");
+        let window = opt_u32(&window_key)?;
+        let declared = Declared {
+            hidden_size: hidden,
+            num_attention_heads: heads,
+            num_key_value_heads: kv_heads,
+            head_dim: opt_u32(&k("attention.key_length"))?,
+            rope_scaling: rope_scaling
+                .as_ref()
+                .map(|(_, kind, factor)| (kind.clone(), factor.map(f64::from))),
+            rope_dims: opt_u32(&k("rope.dimension_count"))?,
+            sliding_window: window.is_some_and(|w| w < context),
+            hidden_act: None,
+        };
+        let head_dim = declared.check().map_err(|(item, message)| {
+            let key = match item {
+                Item::HiddenSize => k("embedding_length"),
+                Item::Heads => k("attention.head_count"),
+                Item::KvHeads => k("attention.head_count_kv"),
+                Item::HeadDim => k("attention.key_length"),
+                Item::RopeDims => k("rope.dimension_count"),
+                Item::RopeScaling => rope_scaling
+                    .as_ref()
+                    .map(|(key, _, _)| key.clone())
+                    .unwrap_or_else(|| k("rope.scaling.type")),
+                Item::SlidingWindow => window_key.clone(),
+                Item::HiddenAct => "(activation)".into(),
+            };
+            self.err(format!("metadata key `{key}`: {message}"))
+        })?;
         let vocab = match self.content.tensor_infos.get("token_embd.weight") {
             Some(t) => t.shape.dims().first().copied().unwrap_or(0),
             None => return Err(self.err("tensor `token_embd.weight` is missing")),
         };
+        if vocab == 0 {
+            return Err(self.err("tensor `token_embd.weight` has no rows (an empty vocabulary)"));
+        }
         let eos = self.meta_u32("tokenizer.ggml.eos_token_id").ok();
         Ok(QwenConfig {
             family,
             vocab_size: vocab,
             hidden_size: hidden,
-            intermediate_size: self.meta_u32(&k("feed_forward_length"))? as usize,
-            num_hidden_layers: self.meta_u32(&k("block_count"))? as usize,
+            intermediate_size: self.meta_count(&k("feed_forward_length"))?,
+            num_hidden_layers: self.meta_count(&k("block_count"))?,
             num_attention_heads: heads,
             num_key_value_heads: kv_heads,
             head_dim,
-            max_position_embeddings: self.meta_u32(&k("context_length"))? as usize,
+            max_position_embeddings: context,
             rope_theta: self.meta_f32(&k("rope.freq_base")).unwrap_or(10_000.0) as f64,
             rms_norm_eps: self.meta_f32(&k("attention.layer_norm_rms_epsilon"))? as f64,
             tie_word_embeddings: !self.content.tensor_infos.contains_key("output.weight"),
@@ -360,8 +436,10 @@ impl GgufFile {
         self.content
             .tensor_infos
             .values()
-            .map(|i| i.shape.elem_count() / i.ggml_dtype.block_size() * i.ggml_dtype.type_size())
-            .sum()
+            .map(|i| tensor_bytes(i).unwrap_or(u64::MAX))
+            .fold(0u64, u64::saturating_add)
+            .try_into()
+            .unwrap_or(usize::MAX)
     }
 
     pub fn weights(self: &Arc<Self>, device: &Device) -> GgufWeights {
@@ -370,6 +448,27 @@ impl GgufFile {
             device: device.clone(),
         }
     }
+}
+
+/// Bytes of a tensor's data, or why its shape cannot be stored: more elements than 64 bits
+/// count, or not a whole number of blocks.
+fn tensor_bytes(info: &TensorInfo) -> std::result::Result<u64, String> {
+    let dims = info.shape.dims();
+    let elems = dims
+        .iter()
+        .try_fold(1u64, |n, &d| n.checked_mul(d as u64))
+        .ok_or_else(|| format!("shape {dims:?} has more elements than 64 bits count"))?;
+    let block = info.ggml_dtype.block_size() as u64;
+    if elems % block != 0 {
+        return Err(format!(
+            "{elems} elements do not fill whole {:?} blocks of {block}",
+            info.ggml_dtype
+        ));
+    }
+    (elems / block)
+        .checked_mul(info.ggml_dtype.type_size() as u64)
+        .filter(|&b| usize::try_from(b).is_ok())
+        .ok_or_else(|| format!("shape {dims:?} needs more bytes than 64 bits count"))
 }
 
 /// Qwen2's pre-tokenisation regex (as in its tokenizer.json).
@@ -437,7 +536,13 @@ impl GgufWeights {
                 found: info.shape.dims().to_vec(),
             });
         }
-        let start = self.file.content.tensor_data_offset + info.offset;
+        // Checked when the file was opened; an overflow here is still an error, not a wrap.
+        let start = self
+            .file
+            .content
+            .tensor_data_offset
+            .checked_add(info.offset)
+            .ok_or_else(|| self.file.err(format!("tensor `{name}`: offset overflows")))?;
         Ok((name, info, start))
     }
 
