@@ -56,7 +56,6 @@ pub fn run(args: ParityArgs) -> anyhow::Result<()> {
         Ok(model.forward(ids, &mut cache)?.to_vec1()?)
     };
     let scale = |v: &[f32]| v.iter().fold(0f32, |a, x| a.max(x.abs()));
-    let diff = |a: &[f32], b: &[f32]| a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
     let short = logits(&g.prompt_ids)?;
     let long = logits(&g.long_prompt_ids)?;
     let mut checks = vec![];
@@ -75,12 +74,20 @@ pub fn run(args: ParityArgs) -> anyhow::Result<()> {
         "bf16" | "f16" => (&g.logits_bf16_native, None, 0.05),
         other => bail!("parity compares f32, bf16 or f16 weights; this model is {other}"),
     };
-    check("logits", diff(&short, reference), rel * scale(reference));
+    check(
+        "logits",
+        max_abs_diff("logits", &short, reference)?,
+        rel * scale(reference),
+    );
     match long_reference {
-        Some(r) => check("logits_300_tokens", diff(&long, r), rel * scale(r)),
+        Some(r) => check(
+            "logits_300_tokens",
+            max_abs_diff("logits_300_tokens", &long, r)?,
+            rel * scale(r),
+        ),
         None => check(
             "logits_300_tokens_vs_f32",
-            diff(&long, &g.long_logits_f32),
+            max_abs_diff("logits_300_tokens_vs_f32", &long, &g.long_logits_f32)?,
             0.1 * scale(&g.long_logits_f32),
         ),
     }
@@ -113,4 +120,51 @@ pub fn run(args: ParityArgs) -> anyhow::Result<()> {
         bail!("parity failed against {}", args.golden.display());
     }
     Ok(())
+}
+
+/// The largest absolute difference between the model's logits and the golden ones; vectors of
+/// different lengths (another vocabulary, a short golden file) are an error, not a zip over
+/// the shorter one. NaN anywhere counts as an infinite difference.
+fn max_abs_diff(name: &str, got: &[f32], golden: &[f32]) -> anyhow::Result<f32> {
+    if got.len() != golden.len() {
+        bail!(
+            "{name}: the model gives {} logits, the golden file has {} (another vocabulary?)",
+            got.len(),
+            golden.len()
+        );
+    }
+    Ok(got.iter().zip(golden).fold(0f32, |m, (x, y)| {
+        let d = (x - y).abs();
+        if d.is_nan() {
+            f32::INFINITY
+        } else {
+            m.max(d)
+        }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_length_mismatch_fails_instead_of_zipping() {
+        assert_eq!(
+            max_abs_diff("logits", &[1.0, 2.0], &[1.0, 2.5]).unwrap(),
+            0.5
+        );
+        // A short vector that agrees with the golden one's start must not pass.
+        let err = max_abs_diff("logits", &[1.0], &[1.0, 2.0])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("logits") && err.contains("1 logits") && err.contains("has 2"),
+            "{err}"
+        );
+        assert!(max_abs_diff("logits", &[1.0, 2.0, 3.0], &[1.0, 2.0]).is_err());
+        assert_eq!(
+            max_abs_diff("logits", &[f32::NAN], &[1.0]).unwrap(),
+            f32::INFINITY
+        );
+    }
 }
