@@ -2,8 +2,7 @@
 
 use crate::model_args::ModelArgs;
 use anyhow::{bail, Context};
-use hearth_engine::engine::{resolve_model, Checkpoint};
-use hearth_engine::{LanguageModel, Qwen, QwenConfig, Weights};
+use hearth_engine::{load_model, LanguageModel, Qwen, QwenConfig};
 use std::time::Instant;
 
 #[derive(clap::Args, Debug)]
@@ -35,6 +34,14 @@ pub struct BenchArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Concurrent requests, comma-separated (e.g. 1,2,4,8): runs them through the engine's
+    /// scheduler, as llama-batched-bench does, for every -p/-n pair.
+    #[arg(long, value_delimiter = ',')]
+    pub concurrency: Vec<usize>,
+    /// With --concurrency: also the time to first token of a second request whose first this
+    /// many tokens another cached request holds, against one that shares nothing.
+    #[arg(long)]
+    pub shared_prefix: Option<usize>,
 }
 
 #[derive(serde::Serialize)]
@@ -71,6 +78,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         .num_threads(threads)
         .build_global()
         .ok();
+    if !args.concurrency.is_empty() {
+        return crate::batched_bench::run(&args, threads);
+    }
 
     let Loaded {
         model,
@@ -150,33 +160,15 @@ pub struct Loaded {
 }
 
 pub fn load(args: &ModelArgs) -> anyhow::Result<Loaded> {
-    let opts = args.load_options()?;
-    let (_, checkpoint) = resolve_model(&args.model, &opts)?;
-    let device = opts.device.open()?;
-    let origin = checkpoint.origin();
-    let (model, cfg, dtype, size_bytes) = match &checkpoint {
-        Checkpoint::Dense(files) => {
-            let cfg = QwenConfig::from_file(&files.config)?;
-            let dtype = opts.dtype.resolve(cfg.torch_dtype.as_deref(), &device);
-            let model = Qwen::load(&cfg, &Weights::open(&files.weights, dtype, &device)?)
-                .with_context(|| format!("loading {origin}"))?;
-            let size = cfg.num_parameters() * dtype.size_in_bytes();
-            (model, cfg, format!("{dtype:?}").to_lowercase(), size)
-        }
-        Checkpoint::Gguf(file) => {
-            let cfg = file.config()?;
-            let model = Qwen::load(&cfg, &file.weights(&device))
-                .with_context(|| format!("loading {origin}"))?;
-            (model, cfg, file.file_type(), file.weight_bytes())
-        }
-    };
+    let l = load_model(&args.model, &args.load_options()?)
+        .with_context(|| format!("loading {}", args.model))?;
     Ok(Loaded {
-        model,
-        cfg,
-        dtype,
-        size_bytes,
-        origin,
-        backend: hearth_engine::device::device_name(&device),
+        model: l.model,
+        cfg: l.config,
+        dtype: l.file_type,
+        size_bytes: l.size_bytes,
+        origin: l.info.origin,
+        backend: l.info.device,
     })
 }
 

@@ -1,6 +1,7 @@
 //! `hearth`: run LLM agents offline on a workstation GPU.
 
 mod agent;
+mod batched_bench;
 mod bench;
 mod chat;
 mod graph;
@@ -68,8 +69,30 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", flag_names(&format!("{e:#}")));
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The libraries name the fields they refuse (`invalid max_tokens: …`); a user of the CLI
+/// sets them with flags, so errors name the flag.
+fn flag_names(message: &str) -> String {
+    const FIELDS: [&str; 7] = [
+        "max_tokens",
+        "dtype",
+        "template",
+        "model",
+        "max_seqs",
+        "kv_cache_mb",
+        "prefill_chunk",
+    ];
+    let mut out = message.to_string();
+    for field in FIELDS {
+        out = out.replace(
+            &format!("invalid {field}:"),
+            &format!("invalid --{}:", field.replace('_', "-")),
+        );
+    }
+    out
 }

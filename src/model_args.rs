@@ -1,7 +1,9 @@
 //! Arguments every model-loading command shares.
 
 use anyhow::bail;
-use hearth_engine::{DTypeSpec, DeviceSpec, HubOptions, LoadOptions, SamplingParams};
+use hearth_engine::{
+    DTypeSpec, DeviceSpec, HubOptions, LoadOptions, SamplingParams, SchedulerOptions,
+};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ModelArgs {
@@ -24,6 +26,18 @@ pub struct ModelArgs {
     /// Chat format: model (its own template), chatml, internlm2, or a .jinja/.toml file.
     #[arg(long)]
     pub template: Option<String>,
+    /// Sequences decoded together at most; more requests wait (default 8 on the CPU, 32 on
+    /// a GPU).
+    #[arg(long)]
+    pub max_seqs: Option<usize>,
+    /// MiB of KV cache all sequences and kept sessions may hold together; idle sessions are
+    /// evicted least recently used (default a quarter of RAM on the CPU, 8192 on a GPU).
+    #[arg(long)]
+    pub kv_cache_mb: Option<usize>,
+    /// Prompt tokens prefilled per scheduler step, so that running sequences keep decoding
+    /// while a long prompt comes in (default 512).
+    #[arg(long)]
+    pub prefill_chunk: Option<usize>,
 }
 
 impl ModelArgs {
@@ -38,6 +52,12 @@ impl ModelArgs {
                 progress: true,
             },
             template: self.template.clone(),
+            scheduler: SchedulerOptions {
+                max_seqs: self.max_seqs,
+                prefill_chunk: self.prefill_chunk,
+                kv_cache_mb: self.kv_cache_mb,
+                max_waiting: None,
+            },
         })
     }
 }

@@ -170,6 +170,7 @@ fn hub_layout_in_the_cache_loads_offline() {
             progress: false,
         },
         template: None,
+        scheduler: Default::default(),
     };
     let e = Engine::load("hearth/tiny-qwen2", &opts).unwrap();
     assert_eq!(e.info().origin, "hearth/tiny-qwen2@v1");

@@ -60,42 +60,62 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
+/// Where the fetch scripts put data: `HEARTH_CACHE`, else `~/.cache/hearth`.
+fn cache_dir() -> PathBuf {
+    std::env::var_os("HEARTH_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/hearth")
+        })
+}
+
+/// A test that cannot find its data skips, unless `HEARTH_REQUIRE_DATA` is set (as CI sets
+/// it): then it fails, so that a green run proves the real-data tests ran.
+fn missing(what: String) {
+    if std::env::var_os("HEARTH_REQUIRE_DATA").is_some_and(|v| !v.is_empty() && v != "0") {
+        panic!("{what} (HEARTH_REQUIRE_DATA is set: real-data tests must run)");
+    }
+    eprintln!("SKIPPED: {what}");
+}
+
 /// The real Qwen tokenizers: `HEARTH_TOKENIZERS`, else `../shared/tokenizers` beside the repo,
-/// else where `scripts/fetch-tokenizers.sh` puts them (`~/.cache/hearth/tokenizers`).
+/// else where `scripts/fetch-tokenizers.sh` puts them (`$HEARTH_CACHE/tokenizers`).
 pub fn real_tokenizers() -> Option<PathBuf> {
     let mut candidates = vec![];
     if let Some(dir) = std::env::var_os("HEARTH_TOKENIZERS") {
         candidates.push(PathBuf::from(dir));
     }
     candidates.push(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/tokenizers"));
-    if let Some(home) = std::env::var_os("HOME") {
-        candidates.push(PathBuf::from(home).join(".cache/hearth/tokenizers"));
-    }
+    candidates.push(cache_dir().join("tokenizers"));
     let found = candidates.iter().find(|d| {
         d.join("qwen2.5/tokenizer.json").is_file() && d.join("qwen3/tokenizer.json").is_file()
     });
     if found.is_none() {
-        eprintln!("SKIPPED: the real Qwen tokenizers are in none of {candidates:?}; run scripts/fetch-tokenizers.sh");
+        missing(format!(
+            "the real Qwen tokenizers are in none of {candidates:?}; run scripts/fetch-tokenizers.sh"
+        ));
     }
     found.cloned()
 }
 
 /// The real Qwen2.5-Coder-0.5B-Instruct Q4_K_M: `HEARTH_TEST_GGUF`, else where
-/// `scripts/fetch-test-models.sh` puts it.
+/// `scripts/fetch-test-models.sh` puts it (`$HEARTH_MODELS`, else `$HEARTH_CACHE/models`).
 pub fn real_gguf() -> Option<PathBuf> {
     let path = std::env::var_os("HEARTH_TEST_GGUF")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                .join(".cache/hearth/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+            std::env::var_os("HEARTH_MODELS")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| cache_dir().join("models"))
+                .join("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
         });
     if path.is_file() {
         Some(path)
     } else {
-        eprintln!(
-            "SKIPPED: {} is missing; run scripts/fetch-test-models.sh",
+        missing(format!(
+            "{} is missing; run scripts/fetch-test-models.sh",
             path.display()
-        );
+        ));
         None
     }
 }

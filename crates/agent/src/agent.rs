@@ -105,11 +105,15 @@ pub trait Agent: Send + Sync {
         Ok(())
     }
 
+    /// Releases what the agent holds for a session outside its memory: the model's KV cache.
+    fn release(&self, _session: &str) {}
+
     /// Forgets a session (and, if `recursive`, in every sub-agent). A session never seen is fine.
     fn reset(&self, session: &str, recursive: bool) {
         if let Some(m) = self.memory() {
             m.reset(session);
         }
+        self.release(session);
         if recursive {
             for (_, child) in self.children() {
                 child.reset(session, true);
@@ -157,6 +161,12 @@ impl Agent for LlmAgent {
 
     fn hooks(&self) -> &[Arc<dyn Hook>] {
         &self.hooks
+    }
+
+    fn release(&self, _session: &str) {
+        if let Some(kv) = &self.request.session {
+            self.llm.end_session(kv);
+        }
     }
 
     async fn forward(&self, history: &[AgentMessage], _session: &str) -> Result<AgentMessage> {

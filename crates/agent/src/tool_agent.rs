@@ -186,6 +186,11 @@ impl ToolAgent {
         Ok(msgs)
     }
 
+    /// The engine session of this agent's conversation `session`.
+    fn kv_session(&self, session: &str) -> String {
+        format!("{}:{session}", self.name)
+    }
+
     /// Runs the loop for `task` in `session`, sending events if asked.
     pub async fn run(
         &self,
@@ -244,6 +249,9 @@ impl ToolAgent {
                     AgentMessage::new(self.name.clone(), run.answer.clone()),
                 );
             }
+            // The run is over: the engine may evict its cache (the next turn, whose prompt
+            // starts with this one's, still finds it while it stays).
+            self.llm.end_session(&self.kv_session(session));
             emit(ToolAgentEvent::Done { run: run.clone() });
             Ok(run)
         };
@@ -255,7 +263,7 @@ impl ToolAgent {
                 } else {
                     offered.specs()
                 },
-                session: Some(format!("{}:{session}", self.name)),
+                session: Some(self.kv_session(session)),
                 ..self.request.clone()
             };
             let text = match self.stream_answer(request, &emit).await {
@@ -456,6 +464,10 @@ fn normalized(v: &Value) -> Value {
 impl Agent for ToolAgent {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn release(&self, session: &str) {
+        self.llm.end_session(&self.kv_session(session));
     }
 
     /// The tool loop on the last message; its own memory is written by `run`.

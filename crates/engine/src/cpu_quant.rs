@@ -1216,7 +1216,20 @@ fn run(
 /// matrix's outputs after the previous one's (a fused projection), in one parallel pass.
 /// `k` must be a multiple of every matrix's block value count.
 pub fn matmul_t(x: &[f32], m: usize, k: usize, mats: &[QuantMatrix<'_>]) -> Vec<f32> {
-    run(best_dot, |t| many_rows_kernel(t, k), x, m, k, mats)
+    matmul_t_with(x, m, k, mats, true)
+}
+
+/// [`matmul_t`], with the many-row kernels allowed or not: without them every row of `x` takes
+/// the one-row kernel's exact sums (rows that are separate sequences of a batch).
+pub(crate) fn matmul_t_with(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    mats: &[QuantMatrix<'_>],
+    many_rows: bool,
+) -> Vec<f32> {
+    let many = |t| many_rows.then(|| many_rows_kernel(t, k)).flatten();
+    run(best_dot, many, x, m, k, mats)
 }
 
 /// Asserts that `got` equals `want` to `bound` of `want`'s largest magnitude (the kernels sum

@@ -85,6 +85,12 @@ pub enum EngineError {
     #[error("the engine worker has stopped")]
     WorkerGone,
 
+    #[error("the engine's queue is full ({waiting} requests waiting or running; max_waiting)")]
+    QueueFull { waiting: usize },
+
+    #[error("KV cache budget: {message}")]
+    KvBudget { message: String },
+
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
 }

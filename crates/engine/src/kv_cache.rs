@@ -3,7 +3,8 @@
 //! Each layer's keys and values live in a preallocated `[1, kv_heads, capacity, head_dim]`
 //! buffer written in place; the cache grows by doubling, so decoding allocates nothing per
 //! token. Because the cache is its own object, a caller can keep it between requests,
-//! truncate it to a shared prefix and prefill only what follows.
+//! truncate it to a shared prefix and prefill only what follows, and a scheduler can count the
+//! bytes every cache holds against a budget before it lets one grow.
 
 use candle_core::{Result, Tensor};
 
@@ -16,6 +17,8 @@ pub struct KvCache {
     len: usize,
     capacity: usize,
     max_len: usize,
+    /// Bytes one position takes over all layers (keys and values); 0 where unknown.
+    position_bytes: usize,
 }
 
 impl KvCache {
@@ -26,7 +29,71 @@ impl KvCache {
             len: 0,
             capacity: 0,
             max_len,
+            position_bytes: 0,
         }
+    }
+
+    /// Declares the bytes one position takes over all layers, so that [`KvCache::bytes`] and
+    /// [`KvCache::bytes_for`] can count them before the buffers exist.
+    pub fn with_position_bytes(mut self, bytes: usize) -> Self {
+        self.position_bytes = bytes;
+        self
+    }
+
+    pub fn position_bytes(&self) -> usize {
+        self.position_bytes
+    }
+
+    /// Bytes allocated now (capacity, not length: growth by doubling counts in full).
+    pub fn bytes(&self) -> usize {
+        self.capacity * self.position_bytes
+    }
+
+    /// Bytes allocated once the cache holds `len` positions.
+    pub fn bytes_for(&self, len: usize) -> usize {
+        self.capacity_for(len) * self.position_bytes
+    }
+
+    /// Copies the first `len` positions of `src` (a cache of the same model) into this empty
+    /// cache, so that a sequence sharing a prompt prefix with `src` skips running it.
+    pub fn copy_prefix(&mut self, src: &KvCache, len: usize) -> Result<()> {
+        if !self.is_empty() || len > src.len || self.layers.len() != src.layers.len() {
+            candle_core::bail!(
+                "cannot copy {len} positions of a {}-position cache of {} layers into a {}-position cache of {}",
+                src.len,
+                src.layers.len(),
+                self.len,
+                self.layers.len()
+            );
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let cap = self.capacity_for(len);
+        for (dst, src) in self.layers.iter_mut().zip(&src.layers) {
+            let Some((k, v)) = src else {
+                candle_core::bail!("the source cache has a layer without keys")
+            };
+            let (nk, nv) = alloc_pair(k, cap)?;
+            nk.slice_set(&k.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
+            nv.slice_set(&v.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
+            *dst = Some((nk, nv));
+        }
+        self.capacity = cap;
+        self.len = len;
+        Ok(())
+    }
+
+    /// The capacity the buffers have once they hold `needed` positions.
+    fn capacity_for(&self, needed: usize) -> usize {
+        if needed <= self.capacity {
+            return self.capacity;
+        }
+        let mut cap = self.capacity.max(INITIAL_CAPACITY);
+        while cap < needed {
+            cap *= 2;
+        }
+        cap.min(self.max_len).max(needed)
     }
 
     /// Positions held.
@@ -87,11 +154,7 @@ impl KvCache {
     }
 
     fn grow(&mut self, needed: usize, like: &Tensor) -> Result<()> {
-        let mut cap = self.capacity.max(INITIAL_CAPACITY);
-        while cap < needed {
-            cap *= 2;
-        }
-        let cap = cap.min(self.max_len).max(needed);
+        let cap = self.capacity_for(needed);
         for slot in self.layers.iter_mut() {
             let Some((k, v)) = slot.take() else { continue };
             let (nk, nv) = alloc_pair(like, cap)?;

@@ -1,6 +1,7 @@
 //! hearth-engine: Qwen-family models on candle, served in process.
 //!
-//! The model lives on a worker thread ([`Engine`]); callers send [`GenerateRequest`]s and read
+//! The model lives on a worker thread ([`Engine`]) whose scheduler batches every running
+//! request into one decoding step ([`scheduler`]); callers send [`GenerateRequest`]s and read
 //! an [`EventStream`]. The KV cache ([`KvCache`]) is an explicit per-sequence object, so a
 //! session can keep it between requests and reuse the shared prefix.
 
@@ -19,10 +20,13 @@ pub mod huge_pages;
 pub mod interleaved;
 pub mod kv_cache;
 pub mod linear;
+pub mod load;
 pub mod qwen;
 pub mod sampling;
+pub mod scheduler;
 pub mod source;
 pub mod stop;
+pub mod stream;
 pub mod tokenizer;
 pub mod weights;
 
@@ -30,7 +34,10 @@ pub use card::ModelCard;
 pub use chat::{ChatFormat, ChatInput, ChatMessage, ToolCall};
 pub use config::{Family, QwenConfig};
 pub use device::DeviceSpec;
-pub use engine::{ChatRequest, ChatStream, DTypeSpec, Engine, EventStream, LoadOptions, ModelInfo};
+pub use engine::Engine;
+pub use load::{load_model, DTypeSpec, LoadOptions, LoadedModel, ModelInfo};
+pub use scheduler::{SchedulerConfig, SchedulerOptions, SchedulerStats};
+pub use stream::{ChatRequest, ChatStream, EventStream};
 pub use error::{EngineError, Result};
 pub use generation::{
     Event, FinishReason, GenerateRequest, LanguageModel, Summary, Timings, Usage,

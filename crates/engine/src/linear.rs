@@ -18,6 +18,7 @@ use crate::weights::Matrix;
 use candle_core::quantized::ggml_file::qtensor_from_ggml;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Result, Storage, Tensor, D};
+use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -53,6 +54,30 @@ static DEQUANTIZE_FROM_ROWS: AtomicUsize = AtomicUsize::new(16);
 /// Sets the row count from which quantized matrices are widened to f32 (`usize::MAX`: never).
 pub fn set_dequantize_from_rows(rows: usize) {
     DEQUANTIZE_FROM_ROWS.store(rows, Ordering::Relaxed);
+}
+
+thread_local! {
+    static ROWS_ARE_SEQUENCES: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `step` with every activation row taken as a sequence of its own (a batched decode
+/// step): each row goes through the kernel it would take alone — no widening to f32 for gemm,
+/// no many-row kernels, which sum in other orders — so that a request's tokens do not depend
+/// on how many others share its step. The flag is per thread: set it on the thread that runs
+/// the model's layers.
+pub fn rows_as_sequences<T>(step: impl FnOnce() -> T) -> T {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            ROWS_ARE_SEQUENCES.with(|f| f.set(self.0));
+        }
+    }
+    let _restore = Restore(ROWS_ARE_SEQUENCES.with(|f| f.replace(true)));
+    step()
+}
+
+fn rows_are_sequences() -> bool {
+    ROWS_ARE_SEQUENCES.with(Cell::get)
 }
 
 impl Linear {
@@ -146,6 +171,7 @@ impl Part {
         match self {
             Part::Quantized(_, q)
                 if x.device().is_cpu()
+                    && !rows_are_sequences()
                     && x.elem_count() / x.dim(D::Minus1)?
                         >= DEQUANTIZE_FROM_ROWS.load(Ordering::Relaxed) =>
             {
@@ -185,7 +211,8 @@ fn quantized_rows(parts: &[Part], x: &Tensor) -> Result<Option<Tensor>> {
     }
     let k = x.dim(D::Minus1)?;
     let m = x.elem_count() / k;
-    let long = m >= DEQUANTIZE_FROM_ROWS.load(Ordering::Relaxed);
+    let apart = rows_are_sequences();
+    let long = m >= DEQUANTIZE_FROM_ROWS.load(Ordering::Relaxed) && !apart;
     // Per part: its tiles, or its GGUF blocks (borrowed from candle's CPU storage).
     let mut found = Vec::with_capacity(parts.len());
     for part in parts {
@@ -220,7 +247,9 @@ fn quantized_rows(parts: &[Part], x: &Tensor) -> Result<Option<Tensor>> {
         })
         .collect();
     let n = mats.iter().map(|w| w.rows).sum();
-    with_cpu_rows(x, n, |xv| crate::cpu_quant::matmul_t(xv, m, k, &mats))
+    with_cpu_rows(x, n, |xv| {
+        crate::cpu_quant::matmul_t_with(xv, m, k, &mats, !apart)
+    })
 }
 
 fn cpu_rows(weight: &Tensor, x: &Tensor) -> Result<Option<Tensor>> {
@@ -230,7 +259,8 @@ fn cpu_rows(weight: &Tensor, x: &Tensor) -> Result<Option<Tensor>> {
         DType::F16 | DType::BF16 => HALF_ROW_KERNEL_MAX_ROWS,
         _ => ROW_KERNEL_MAX_ROWS,
     };
-    if !x.device().is_cpu() || x.dtype() != DType::F32 || m > max_rows {
+    if !x.device().is_cpu() || x.dtype() != DType::F32 || (m > max_rows && !rows_are_sequences())
+    {
         return Ok(None);
     }
     let (ws, wl) = weight.storage_and_layout();

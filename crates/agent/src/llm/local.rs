@@ -55,7 +55,7 @@ impl Llm for LocalLlm {
                     Event::Token { .. } => continue,
                     Event::Finished(s) => {
                         let finish = match s.reason {
-                            FinishReason::MaxTokens => "length",
+                            FinishReason::MaxTokens | FinishReason::ContextFull => "length",
                             FinishReason::Cancelled => "cancelled",
                             FinishReason::StopToken { .. } | FinishReason::StopString { .. } => {
                                 "stop"
@@ -78,7 +78,7 @@ impl Llm for LocalLlm {
     }
 
     fn end_session(&self, session: &str) {
-        let _ = self.engine.drop_session(session);
+        let _ = self.engine.release_session(session);
     }
 
     fn name(&self) -> String {

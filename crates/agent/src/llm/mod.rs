@@ -49,7 +49,7 @@ pub trait Llm: Send + Sync {
     /// Starts answering; events arrive on the stream.
     fn chat(&self, request: LlmRequest) -> Result<LlmStream>;
 
-    /// Forgets what the model keeps for a session (its KV cache).
+    /// Releases what the model keeps for a session (its KV cache): the session is over.
     fn end_session(&self, _session: &str) {}
 
     fn name(&self) -> String;

@@ -82,11 +82,48 @@ impl Attention {
         mask: Option<&Tensor>,
     ) -> CResult<Tensor> {
         if x.device().is_cpu() && x.dtype() == DType::F32 {
-            return self.forward_cpu(x, layer, cache, rotary);
+            let out = self.attend_cpu(&self.qkv.forward(x)?, layer, &mut [cache], rotary)?;
+            return self.o.forward(&out);
         }
-        let (b, len, _) = x.dims3()?;
-        let (h, kvh, d) = (self.heads, self.kv_heads, self.head_dim);
+        let out = self.attend(&self.qkv.forward(x)?, layer, cache, rotary, mask)?;
+        self.o.forward(&out)
+    }
+
+    /// One decoding step of several sequences: `x` is `[1, batch, hidden]`, row `i` the new
+    /// token of the sequence whose cache is `caches[i]`. The projections run once for the
+    /// batch; each row is rotated at its own position and attends to its own cache.
+    pub fn forward_batch(
+        &self,
+        x: &Tensor,
+        layer: usize,
+        caches: &mut [&mut KvCache],
+        rotary: &Rotary,
+    ) -> CResult<Tensor> {
         let qkv = self.qkv.forward(x)?;
+        if x.device().is_cpu() && x.dtype() == DType::F32 {
+            let out = self.attend_cpu(&qkv, layer, caches, rotary)?;
+            return self.o.forward(&out);
+        }
+        let outs = caches
+            .iter_mut()
+            .enumerate()
+            .map(|(i, cache)| self.attend(&qkv.narrow(1, i, 1)?, layer, cache, rotary, None))
+            .collect::<CResult<Vec<_>>>()?;
+        self.o.forward(&Tensor::cat(&outs, 1)?)
+    }
+
+    /// Attention of the fused projection's output `qkv` (`[1, len, (heads + 2 kv_heads) d]`)
+    /// against `cache`, before the output projection: `[1, len, heads · d]`.
+    fn attend(
+        &self,
+        qkv: &Tensor,
+        layer: usize,
+        cache: &mut KvCache,
+        rotary: &Rotary,
+        mask: Option<&Tensor>,
+    ) -> CResult<Tensor> {
+        let (b, len, _) = qkv.dims3()?;
+        let (h, kvh, d) = (self.heads, self.kv_heads, self.head_dim);
         let split = |start: usize, heads: usize| -> CResult<Tensor> {
             qkv.narrow(D::Minus1, start * d, heads * d)?
                 .reshape((b, len, heads, d))?
@@ -116,25 +153,27 @@ impl Attention {
         let in_dtype = scores.dtype();
         let probs =
             candle_nn::ops::softmax_last_dim(&scores.to_dtype(DType::F32)?)?.to_dtype(in_dtype)?;
-        let out = probs
+        probs
             .reshape((b, kvh, group * len, total))?
             .matmul(&v)?
             .reshape((b, h, len, d))?
             .transpose(1, 2)?
-            .reshape((b, len, h * d))?;
-        self.o.forward(&out)
+            .reshape((b, len, h * d))
     }
 
     /// The same on the CPU in f32 ([`crate::cpu_attention`]): q, k and v stay in the fused
-    /// projection's rows, only the new keys and values are copied (into the cache).
-    fn forward_cpu(
+    /// projection's rows, only the new keys and values are copied (into the cache). With one
+    /// cache, the rows are consecutive positions of its sequence; with several, row `i` is the
+    /// next position of `caches[i]`.
+    fn attend_cpu(
         &self,
-        x: &Tensor,
+        qkv: &Tensor,
         layer: usize,
-        cache: &mut KvCache,
+        caches: &mut [&mut KvCache],
         rotary: &Rotary,
     ) -> CResult<Tensor> {
-        let (b, len, _) = x.dims3()?;
+        let (b, rows_in, _) = qkv.dims3()?;
+        let device = qkv.device();
         let heads = Heads {
             q: self.heads,
             kv: self.kv_heads,
@@ -142,7 +181,7 @@ impl Attention {
         };
         let (h, kvh, d) = (heads.q, heads.kv, heads.dim);
         let width = (h + 2 * kvh) * d;
-        let mut rows: Vec<f32> = self.qkv.forward(x)?.flatten_all()?.to_vec1()?;
+        let mut rows: Vec<f32> = qkv.flatten_all()?.to_vec1()?;
         if let Some((qn, kn)) = &self.qk_norm {
             let (qn, kn): (Vec<f32>, Vec<f32>) = (qn.to_vec1()?, kn.to_vec1()?);
             for row in rows.chunks_exact_mut(width) {
@@ -154,49 +193,55 @@ impl Attention {
                     .for_each(|x| rms_norm(x, &kn, self.eps));
             }
         }
-        let offset = cache.len();
-        {
-            let (cos, sin) = (
-                rotary.cos.storage_and_layout(),
-                rotary.sin.storage_and_layout(),
-            );
-            let (Storage::Cpu(cos_s), Storage::Cpu(sin_s)) = (&*cos.0, &*sin.0) else {
-                candle_core::bail!("rotary tables are not on the CPU");
-            };
-            let cos = &cos_s.as_slice::<f32>()?[cos.1.start_offset()..];
-            let sin = &sin_s.as_slice::<f32>()?[sin.1.start_offset()..];
-            rotate(&mut rows, width, 0, h + kvh, d, offset, cos, sin);
-        }
-        // The cache holds `[1, kv_heads, positions, dim]`.
-        let new = |first: usize| {
-            let mut t = Vec::with_capacity(kvh * len * d);
-            for g in 0..kvh {
-                for row in rows.chunks_exact(width) {
-                    t.extend_from_slice(&row[(first + g) * d..][..d]);
-                }
-            }
-            Tensor::from_vec(t, (b, kvh, len, d), x.device())
-        };
-        let (k, v) = cache.append(layer, &new(h)?, &new(h + kvh)?)?;
-        let (ks, kl) = k.storage_and_layout();
-        let (vs, vl) = v.storage_and_layout();
-        let (Storage::Cpu(ks), Storage::Cpu(vs)) = (&*ks, &*vs) else {
-            candle_core::bail!("kv cache is not on the CPU");
-        };
-        if kl.stride()[2..] != [d, 1] || vl.stride()[2..] != [d, 1] {
-            candle_core::bail!("kv cache rows are not contiguous");
-        }
-        let out = attend(
-            &rows,
-            width,
-            len,
-            offset,
-            cached(ks.as_slice::<f32>()?, kl),
-            cached(vs.as_slice::<f32>()?, vl),
-            heads,
+        let (cos, sin) = (
+            rotary.cos.storage_and_layout(),
+            rotary.sin.storage_and_layout(),
         );
-        self.o
-            .forward(&Tensor::from_vec(out, (b, len, h * d), x.device())?)
+        let (Storage::Cpu(cos_s), Storage::Cpu(sin_s)) = (&*cos.0, &*sin.0) else {
+            candle_core::bail!("rotary tables are not on the CPU");
+        };
+        let cos = &cos_s.as_slice::<f32>()?[cos.1.start_offset()..];
+        let sin = &sin_s.as_slice::<f32>()?[sin.1.start_offset()..];
+        // One sequence: all rows. Several: one row each.
+        let len = if caches.len() == 1 { rows_in } else { 1 };
+        if caches.len() * len != b * rows_in {
+            candle_core::bail!("{} rows of attention input for {} caches", b * rows_in, caches.len());
+        }
+        let mut out = Vec::with_capacity(b * rows_in * h * d);
+        for (seq, cache) in caches.iter_mut().enumerate() {
+            let rows = &mut rows[seq * len * width..(seq + 1) * len * width];
+            let offset = cache.len();
+            rotate(rows, width, 0, h + kvh, d, offset, cos, sin);
+            // The cache holds `[1, kv_heads, positions, dim]`.
+            let new = |first: usize| {
+                let mut t = Vec::with_capacity(kvh * len * d);
+                for g in 0..kvh {
+                    for row in rows.chunks_exact(width) {
+                        t.extend_from_slice(&row[(first + g) * d..][..d]);
+                    }
+                }
+                Tensor::from_vec(t, (1, kvh, len, d), device)
+            };
+            let (k, v) = cache.append(layer, &new(h)?, &new(h + kvh)?)?;
+            let (ks, kl) = k.storage_and_layout();
+            let (vs, vl) = v.storage_and_layout();
+            let (Storage::Cpu(ks), Storage::Cpu(vs)) = (&*ks, &*vs) else {
+                candle_core::bail!("kv cache is not on the CPU");
+            };
+            if kl.stride()[2..] != [d, 1] || vl.stride()[2..] != [d, 1] {
+                candle_core::bail!("kv cache rows are not contiguous");
+            }
+            out.extend(attend(
+                rows,
+                width,
+                len,
+                offset,
+                cached(ks.as_slice::<f32>()?, kl),
+                cached(vs.as_slice::<f32>()?, vl),
+                heads,
+            ));
+        }
+        Tensor::from_vec(out, (b, rows_in, h * d), device)
     }
 }
 

@@ -104,7 +104,10 @@ impl Qwen {
 
     /// A cache sized for this model.
     pub fn new_cache(&self) -> KvCache {
-        KvCache::new(self.cfg.num_hidden_layers, self.cfg.max_position_embeddings)
+        let c = &self.cfg;
+        let position = c.num_hidden_layers * 2 * c.num_key_value_heads * c.head_dim;
+        KvCache::new(c.num_hidden_layers, c.max_position_embeddings)
+            .with_position_bytes(position * self.act_dtype.size_in_bytes())
     }
 
     /// Runs `tokens` at positions `cache.len()..`, extends the cache, and returns the logits of
@@ -118,6 +121,53 @@ impl Qwen {
                 .forward(&last)?
                 .flatten_all()?
                 .to_dtype(DType::F32)?)
+        })
+    }
+
+    /// One decoding step of several sequences: `tokens[i]` runs at position `caches[i].len()`
+    /// of its own cache. Every weight is read once for all of them; each attends only to its
+    /// own keys. Returns f32 logits `[batch, vocab]`, row `i` equal to what
+    /// [`Qwen::forward`] gives for `tokens[i]` alone.
+    pub fn forward_batch(&self, tokens: &[u32], caches: &mut [&mut KvCache]) -> Result<Tensor> {
+        if tokens.len() != caches.len() || tokens.is_empty() {
+            return Err(EngineError::invalid(
+                "tokens",
+                format!(
+                    "a batch needs one token per cache: {} tokens, {} caches",
+                    tokens.len(),
+                    caches.len()
+                ),
+            ));
+        }
+        for (&t, cache) in tokens.iter().zip(caches.iter()) {
+            self.check_step(&[t], cache)?;
+        }
+        self.on_pool(|| {
+            crate::linear::rows_as_sequences(|| {
+                let ids = Tensor::new(tokens, &self.device)?;
+                let mut x = self
+                    .embed
+                    .lookup(&ids)?
+                    .to_dtype(self.act_dtype)?
+                    .unsqueeze(0)?;
+                let eps = self.cfg.rms_norm_eps as f32;
+                for (i, layer) in self.layers.iter().enumerate() {
+                    let h = candle_nn::ops::rms_norm(&x, &layer.input_norm, eps)?;
+                    let h = layer.attn.forward_batch(&h, i, caches, &self.rotary)?;
+                    x = (x + h)?;
+                    let h = candle_nn::ops::rms_norm(&x, &layer.post_norm, eps)?;
+                    x = (x + layer.mlp.forward(&h)?)?;
+                }
+                for cache in caches.iter_mut() {
+                    cache.advance(1);
+                }
+                let x = candle_nn::ops::rms_norm(&x, &self.norm, eps)?;
+                Ok(self
+                    .lm_head
+                    .forward(&x)?
+                    .squeeze(0)?
+                    .to_dtype(DType::F32)?)
+            })
         })
     }
 
@@ -154,7 +204,9 @@ impl Qwen {
         })
     }
 
-    fn hidden(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor> {
+    /// Refuses what the model cannot run: no tokens, positions past the context, ids outside
+    /// the vocabulary.
+    fn check_step(&self, tokens: &[u32], cache: &KvCache) -> Result<()> {
         let len = tokens.len();
         if len == 0 {
             return Err(EngineError::invalid("tokens", "nothing to run: no tokens"));
@@ -175,6 +227,12 @@ impl Qwen {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    fn hidden(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor> {
+        self.check_step(tokens, cache)?;
+        let (len, offset) = (tokens.len(), cache.len());
         let ids = Tensor::new(tokens, &self.device)?;
         let mut x = self
             .embed

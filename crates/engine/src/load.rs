@@ -1,0 +1,446 @@
+//! Loading a model: what a spec names (a directory, a `.gguf` file, a hub repo, a model card),
+//! its weights, tokenizer, chat format, stop words and sampling defaults. `Engine::load`,
+//! `hearth bench` and `hearth parity` all load through [`load_model`].
+
+use crate::card::ModelCard;
+use crate::chat::{ChatFormat, JinjaTemplate, MetaTemplate};
+use crate::config::QwenConfig;
+use crate::device::{device_name, DeviceSpec};
+use crate::error::{EngineError, Result};
+use crate::gguf::GgufFile;
+use crate::qwen::Qwen;
+use crate::sampling::SamplingParams;
+use crate::scheduler::SchedulerOptions;
+use crate::source::{self, HubOptions, ModelFiles};
+use crate::tokenizer::Tokenizer;
+use crate::weights::Weights;
+use candle_core::{DType, Device};
+use serde_json::Value;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Weight dtype: `auto` is bf16 on GPUs and the checkpoint's own dtype on the CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DTypeSpec {
+    #[default]
+    Auto,
+    F32,
+    Bf16,
+    F16,
+}
+
+impl std::str::FromStr for DTypeSpec {
+    type Err = EngineError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(Self::Auto),
+            "f32" | "float32" => Ok(Self::F32),
+            "bf16" | "bfloat16" => Ok(Self::Bf16),
+            "f16" | "float16" | "half" => Ok(Self::F16),
+            _ => Err(EngineError::invalid(
+                "dtype",
+                format!("`{s}`; expected auto, f32, bf16 or f16"),
+            )),
+        }
+    }
+}
+
+impl DTypeSpec {
+    pub fn resolve(self, checkpoint: Option<&str>, device: &candle_core::Device) -> DType {
+        match self {
+            Self::F32 => DType::F32,
+            Self::Bf16 => DType::BF16,
+            Self::F16 => DType::F16,
+            Self::Auto if !device.is_cpu() => DType::BF16,
+            Self::Auto => match checkpoint {
+                Some("bfloat16") => DType::BF16,
+                Some("float16") => DType::F16,
+                _ => DType::F32,
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    pub device: DeviceSpec,
+    pub dtype: DTypeSpec,
+    pub hub: HubOptions,
+    /// Chat format: `model` (the checkpoint's own template), a built-in meta-template
+    /// (`chatml`, `internlm2`), or a `.jinja` / meta-template `.toml` file. Default: the model
+    /// card's choice, else `model`.
+    pub template: Option<String>,
+    /// Batching and KV cache settings of the engine's scheduler.
+    pub scheduler: SchedulerOptions,
+}
+
+/// What a loaded model is, for users and benchmark tables.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ModelInfo {
+    pub origin: String,
+    pub family: String,
+    pub parameters: usize,
+    pub dtype: String,
+    pub device: String,
+    pub max_positions: usize,
+    pub stop_token_ids: Vec<u32>,
+    /// Stop strings every chat request gets unless it sets its own.
+    pub stop_strings: Vec<String>,
+    /// Sampling defaults: the model card's, else generation_config.json's, else greedy.
+    pub sampling: SamplingParams,
+    /// `model`, a meta-template name, a file, or none.
+    pub chat_template: Option<String>,
+    /// Whether the model writes `<think>` reasoning.
+    pub thinks: bool,
+    pub load_s: f64,
+}
+
+
+/// A loaded model and everything the engine serves it with.
+pub struct LoadedModel {
+    pub model: Qwen,
+    pub config: QwenConfig,
+    pub tokenizer: Tokenizer,
+    pub info: ModelInfo,
+    pub chat: Option<ChatFormat>,
+    pub device: Device,
+    /// Bytes of the weights as stored (for benchmark tables).
+    pub size_bytes: usize,
+    /// The weights' type as llama-bench names it: f32, bf16, … or the GGUF file type.
+    pub file_type: String,
+    pub load_time: Duration,
+}
+
+/// Loads `spec` — a checkpoint directory, a `.gguf` file, a hub repo id, or a model card name
+/// such as `qwen2.5-0.5b-instruct`.
+pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
+    let start = Instant::now();
+    let (card, checkpoint) = resolve_model(spec, opts)?;
+    let device = opts.device.open()?;
+    let (model, cfg, tokenizer, dtype_label, generation, mut stop, size_bytes, file_type) =
+        match &checkpoint {
+            Checkpoint::Dense(files) => {
+                let cfg = QwenConfig::from_file(&files.config)?;
+                let tokenizer = Tokenizer::from_file(&files.tokenizer)?;
+                let dtype = opts.dtype.resolve(cfg.torch_dtype.as_deref(), &device);
+                let model = Qwen::load(&cfg, &Weights::open(&files.weights, dtype, &device)?)?;
+                let generation = match &files.generation_config {
+                    Some(p) => read_json(p)?,
+                    None => Value::Null,
+                };
+                let tokenizer_config = match &files.tokenizer_config {
+                    Some(p) => read_json(p)?,
+                    None => Value::Null,
+                };
+                let stop = stop_token_ids(&cfg, &generation, &tokenizer_config, &tokenizer);
+                let label = format!("{dtype:?}").to_lowercase();
+                let size = cfg.num_parameters() * dtype.size_in_bytes();
+                (model, cfg, tokenizer, label.clone(), generation, stop, size, label)
+            }
+            Checkpoint::Gguf(file) => {
+                if opts.dtype != DTypeSpec::Auto {
+                    tracing::warn!("dtype is ignored for GGUF files: weights stay quantized");
+                }
+                let cfg = file.config()?;
+                let tokenizer = file.tokenizer()?;
+                let model = Qwen::load(&cfg, &file.weights(&device))?;
+                let mut stop = file.stop_token_ids();
+                for t in CHATML_STOPS {
+                    if let Some(id) = tokenizer.token_id(t).filter(|id| !stop.contains(id)) {
+                        stop.push(id);
+                    }
+                }
+                let (size, file_type) = (file.weight_bytes(), file.file_type());
+                (model, cfg, tokenizer, "gguf".into(), Value::Null, stop, size, file_type)
+            }
+        };
+    let template_choice = template_choice(opts, card.as_ref());
+    let chat = chat_format(&template_choice, &checkpoint)?;
+    let mut stop_words: Vec<String> = card.as_ref().map(|c| c.stop.clone()).unwrap_or_default();
+    if let Some(ChatFormat::Meta(m)) = &chat {
+        stop_words.extend(m.stop.iter().cloned());
+    }
+    let stop_strings = split_stop_words(&stop_words, &tokenizer, &mut stop);
+    let mut sampling = sampling_defaults(&generation);
+    if let Some(c) = &card {
+        c.apply_sampling(&mut sampling);
+    }
+    let load_time = start.elapsed();
+    let info = ModelInfo {
+        origin: checkpoint.origin(),
+        family: cfg.family.name().into(),
+        parameters: cfg.num_parameters(),
+        dtype: dtype_label,
+        device: device_name(&device),
+        max_positions: cfg.max_position_embeddings,
+        stop_token_ids: stop,
+        stop_strings,
+        sampling,
+        chat_template: chat.as_ref().map(|_| template_choice.clone()),
+        thinks: chat.as_ref().is_some_and(|c| c.thinks()),
+        load_s: load_time.as_secs_f64(),
+    };
+    tracing::info!(
+        "loaded {} ({}, {:.0} M parameters, {}, {}) in {:.2}s",
+        info.origin,
+        info.family,
+        info.parameters as f64 / 1e6,
+        info.dtype,
+        info.device,
+        info.load_s
+    );
+    Ok(LoadedModel {
+        model,
+        config: cfg,
+        tokenizer,
+        info,
+        chat,
+        device,
+        size_bytes,
+        file_type,
+        load_time,
+    })
+}
+
+/// What a model spec resolved to.
+pub enum Checkpoint {
+    /// A safetensors checkpoint directory.
+    Dense(ModelFiles),
+    /// One GGUF file: weights, tokenizer and template.
+    Gguf(Arc<GgufFile>),
+}
+
+impl Checkpoint {
+    pub fn origin(&self) -> String {
+        match self {
+            Self::Dense(f) => f.origin.clone(),
+            Self::Gguf(g) => g.path().display().to_string(),
+        }
+    }
+
+    /// The model's own chat template, its special tokens, and where it came from.
+    fn template(&self) -> Result<Option<(String, serde_json::Map<String, Value>, String)>> {
+        match self {
+            Self::Gguf(g) => Ok(g.chat_template().map(|t| {
+                (
+                    t,
+                    g.special_tokens(),
+                    format!("{} (tokenizer.chat_template)", g.path().display()),
+                )
+            })),
+            Self::Dense(files) => {
+                let Some(path) = &files.tokenizer_config else {
+                    return Ok(None);
+                };
+                let cfg = read_json(path)?;
+                let source = match cfg.get("chat_template") {
+                    Some(Value::String(s)) => Some(s.clone()),
+                    // Several named templates: the default one.
+                    Some(Value::Array(named)) => named
+                        .iter()
+                        .find(|t| t.get("name").and_then(Value::as_str) == Some("default"))
+                        .and_then(|t| t.get("template")?.as_str().map(str::to_owned)),
+                    _ => None,
+                };
+                let Some(source) = source else {
+                    return Ok(None);
+                };
+                let mut special = serde_json::Map::new();
+                for key in ["bos_token", "eos_token", "pad_token", "unk_token"] {
+                    let token = match cfg.get(key) {
+                        Some(Value::String(s)) => Value::String(s.clone()),
+                        Some(Value::Object(o)) => o.get("content").cloned().unwrap_or(Value::Null),
+                        _ => Value::Null,
+                    };
+                    special.insert(key.into(), token);
+                }
+                Ok(Some((source, special, path.display().to_string())))
+            }
+        }
+    }
+}
+
+/// A model card (when `spec` names one) and the checkpoint it points to.
+pub fn resolve_model(spec: &str, opts: &LoadOptions) -> Result<(Option<ModelCard>, Checkpoint)> {
+    let path = Path::new(spec);
+    if path.is_file()
+        && path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+    {
+        return Ok((None, Checkpoint::Gguf(Arc::new(GgufFile::open(path)?))));
+    }
+    let card = if path.exists() {
+        None
+    } else {
+        ModelCard::find(spec)?
+    };
+    let mut hub = opts.hub.clone();
+    let checkpoint = match &card {
+        Some(c) => {
+            hub.revision = hub.revision.or_else(|| Some(c.revision.clone()));
+            if c.format == "gguf" {
+                let file = c.files.first().ok_or_else(|| {
+                    EngineError::invalid(
+                        "model",
+                        format!("model card `{}` lists no GGUF file", c.name),
+                    )
+                })?;
+                Checkpoint::Gguf(Arc::new(GgufFile::open(&source::hub_file(
+                    &c.hub_id, file, &hub,
+                )?)?))
+            } else {
+                Checkpoint::Dense(source::resolve(&c.hub_id, &hub)?)
+            }
+        }
+        None => Checkpoint::Dense(source::resolve(spec, &hub)?),
+    };
+    Ok((card, checkpoint))
+}
+
+fn template_choice(opts: &LoadOptions, card: Option<&ModelCard>) -> String {
+    opts.template
+        .clone()
+        .or_else(|| card.map(|c| c.template.clone()))
+        .unwrap_or_else(|| "model".into())
+}
+
+/// The chat format of a model without loading its weights (for `hearth template`).
+pub fn load_chat_format(spec: &str, opts: &LoadOptions) -> Result<ChatFormat> {
+    let (card, checkpoint) = resolve_model(spec, opts)?;
+    let choice = template_choice(opts, card.as_ref());
+    chat_format(&choice, &checkpoint)?.ok_or_else(|| {
+        EngineError::invalid(
+            "template",
+            format!(
+                "{} has no chat_template; pick a meta-template (--template chatml) or a template file",
+                checkpoint.origin()
+            ),
+        )
+    })
+}
+
+/// The chat format named by `choice`.
+fn chat_format(choice: &str, checkpoint: &Checkpoint) -> Result<Option<ChatFormat>> {
+    if choice == "model" {
+        return match checkpoint.template()? {
+            Some((source, special, origin)) => Ok(Some(ChatFormat::Jinja(JinjaTemplate::new(
+                &source, special, &origin,
+            )?))),
+            None => Ok(None),
+        };
+    }
+    if let Some(text) = crate::card::meta_template_source(choice) {
+        return Ok(Some(ChatFormat::Meta(MetaTemplate::from_toml(
+            text,
+            Path::new(choice),
+        )?)));
+    }
+    let path = Path::new(choice);
+    if path.is_file() {
+        let text = std::fs::read_to_string(path).map_err(|e| EngineError::io(path, e))?;
+        return Ok(Some(if choice.ends_with(".toml") {
+            ChatFormat::Meta(MetaTemplate::from_toml(&text, path)?)
+        } else {
+            ChatFormat::Jinja(JinjaTemplate::new(&text, serde_json::Map::new(), choice)?)
+        }));
+    }
+    Err(EngineError::invalid(
+        "template",
+        format!("`{choice}` is neither `model`, a built-in meta-template (chatml, internlm2) nor a file"),
+    ))
+}
+
+/// Stop words that are one special token become stop ids; the rest stay stop strings.
+fn split_stop_words(words: &[String], tok: &Tokenizer, ids: &mut Vec<u32>) -> Vec<String> {
+    let mut strings = vec![];
+    for w in words {
+        match tok.token_id(w) {
+            Some(id) => {
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+            None => {
+                if !strings.contains(w) {
+                    strings.push(w.clone());
+                }
+            }
+        }
+    }
+    strings
+}
+
+fn read_json(path: &Path) -> Result<Value> {
+    let text = std::fs::read_to_string(path).map_err(|e| EngineError::io(path, e))?;
+    serde_json::from_str(&text).map_err(|e| EngineError::Config {
+        path: path.to_path_buf(),
+        field: "(file)".into(),
+        message: format!("invalid JSON: {e}"),
+    })
+}
+
+/// ChatML's turn markers: a model that writes `<|im_start|>` has begun a new turn (as Ollama's
+/// Qwen templates also stop on it).
+const CHATML_STOPS: [&str; 3] = ["<|im_end|>", "<|endoftext|>", "<|im_start|>"];
+
+/// Stop ids: generation_config's eos list, config's eos, tokenizer_config's eos and pad
+/// tokens, and ChatML's markers when the vocabulary has them.
+fn stop_token_ids(
+    cfg: &QwenConfig,
+    generation: &Value,
+    tok_cfg: &Value,
+    tok: &Tokenizer,
+) -> Vec<u32> {
+    let mut ids: Vec<u32> = Vec::new();
+    let mut add = |id: u32| {
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    };
+    match generation.get("eos_token_id") {
+        Some(Value::Number(n)) => n.as_u64().into_iter().for_each(|n| add(n as u32)),
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(Value::as_u64)
+            .for_each(|n| add(n as u32)),
+        _ => {}
+    }
+    cfg.eos_token_ids.iter().for_each(|&i| add(i));
+    for key in ["eos_token", "pad_token"] {
+        let token = match tok_cfg.get(key) {
+            Some(Value::String(s)) => Some(s.as_str()),
+            Some(Value::Object(o)) => o.get("content").and_then(Value::as_str),
+            _ => None,
+        };
+        if let Some(id) = token.and_then(|t| tok.token_id(t)) {
+            add(id);
+        }
+    }
+    for t in CHATML_STOPS {
+        if let Some(id) = tok.token_id(t) {
+            add(id);
+        }
+    }
+    ids
+}
+
+fn sampling_defaults(generation: &Value) -> SamplingParams {
+    let mut p = SamplingParams::default();
+    let f = |k: &str| generation.get(k).and_then(Value::as_f64);
+    if generation.get("do_sample").and_then(Value::as_bool) == Some(true) {
+        p.temperature = f("temperature").unwrap_or(1.0) as f32;
+        p.top_p = f("top_p").map(|v| v as f32).filter(|&v| v < 1.0);
+        p.top_k = generation
+            .get("top_k")
+            .and_then(Value::as_u64)
+            .map(|v| v as usize)
+            .filter(|&k| k > 0);
+        p.min_p = f("min_p").map(|v| v as f32).filter(|&v| v > 0.0);
+    }
+    if let Some(r) = f("repetition_penalty") {
+        p.repetition_penalty = r as f32;
+    }
+    p
+}

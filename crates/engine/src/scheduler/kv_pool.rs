@@ -1,0 +1,183 @@
+//! The caches of sequences that are not running: sessions kept between requests, and finished
+//! anonymous requests kept for their prompt prefix. All caches together — these and the
+//! running sequences' — stay under a byte budget; idle ones are evicted least recently used.
+
+use crate::kv_cache::KvCache;
+
+/// A prompt must share at least this many tokens with a cached sequence to be seeded from it
+/// (below that, copying the rows costs about what running them does).
+pub const MIN_SHARED_PREFIX: usize = 16;
+
+pub(crate) struct Entry {
+    /// The session's name; `None` for a finished request that named none.
+    pub session: Option<String>,
+    /// The tokens whose keys and values `cache` holds, in order.
+    pub tokens: Vec<u32>,
+    pub cache: KvCache,
+    last_used: u64,
+}
+
+/// Where a new sequence's cache comes from.
+pub(crate) struct Seed {
+    pub cache: KvCache,
+    pub tokens: Vec<u32>,
+}
+
+#[derive(Default)]
+pub(crate) struct KvPool {
+    entries: Vec<Entry>,
+    clock: u64,
+}
+
+/// Tokens `a` and `b` share at their start.
+pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+impl KvPool {
+    /// Bytes the idle caches hold.
+    pub fn bytes(&self) -> usize {
+        self.entries.iter().map(|e| e.cache.bytes()).sum()
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    #[cfg(test)]
+    pub fn has_session(&self, id: &str) -> bool {
+        self.entries.iter().any(|e| e.session.as_deref() == Some(id))
+    }
+
+    /// Keeps a cache that a sequence leaves behind. A session replaces its earlier entry.
+    pub fn put(&mut self, session: Option<String>, tokens: Vec<u32>, cache: KvCache) {
+        if tokens.is_empty() {
+            return;
+        }
+        if let Some(id) = &session {
+            self.remove(id);
+        }
+        self.clock += 1;
+        self.entries.push(Entry {
+            session,
+            tokens,
+            cache,
+            last_used: self.clock,
+        });
+    }
+
+    /// Forgets a session's cache; whether it was here.
+    pub fn remove(&mut self, id: &str) -> bool {
+        let before = self.entries.len();
+        self.entries.retain(|e| e.session.as_deref() != Some(id));
+        self.entries.len() != before
+    }
+
+    /// Unnames a session's entry: it stays for prompts with its prefix until evicted.
+    pub fn release(&mut self, id: &str) {
+        for e in &mut self.entries {
+            if e.session.as_deref() == Some(id) {
+                e.session = None;
+            }
+        }
+    }
+
+    /// Takes the session's own entry out of the pool.
+    pub fn take_session(&mut self, id: &str) -> Option<Entry> {
+        let i = self
+            .entries
+            .iter()
+            .position(|e| e.session.as_deref() == Some(id))?;
+        Some(self.entries.swap_remove(i))
+    }
+
+    /// The entry sharing the longest prefix with `prompt` (at least [`MIN_SHARED_PREFIX`]),
+    /// and that length.
+    pub fn longest_prefix(&self, prompt: &[u32]) -> Option<(usize, usize)> {
+        self.entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (i, common_prefix(&e.tokens, prompt)))
+            .filter(|&(_, n)| n >= MIN_SHARED_PREFIX)
+            .max_by_key(|&(i, n)| (n, self.entries[i].last_used))
+    }
+
+    pub fn entry(&self, i: usize) -> &Entry {
+        &self.entries[i]
+    }
+
+    /// Takes entry `i` out of the pool.
+    pub fn take(&mut self, i: usize) -> Entry {
+        self.entries.swap_remove(i)
+    }
+
+    /// Marks entry `i` used now.
+    pub fn touch(&mut self, i: usize) {
+        self.clock += 1;
+        self.entries[i].last_used = self.clock;
+    }
+
+    /// Evicts the least recently used entry other than `keep`'s session; what it freed.
+    pub fn evict_one(&mut self, keep: Option<&str>) -> Option<Entry> {
+        let i = self
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| keep.is_none() || e.session.as_deref() != keep)
+            .min_by_key(|(_, e)| e.last_used)
+            .map(|(i, _)| i)?;
+        Some(self.entries.swap_remove(i))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache(len: usize) -> KvCache {
+        let mut c = KvCache::new(1, 4096).with_position_bytes(10);
+        c.advance(len);
+        c
+    }
+
+    #[test]
+    fn longest_prefix_needs_enough_shared_tokens() {
+        let mut pool = KvPool::default();
+        let a: Vec<u32> = (0..40).collect();
+        let mut b: Vec<u32> = (0..20).collect();
+        b.extend(100..120);
+        pool.put(Some("a".into()), a.clone(), cache(40));
+        pool.put(None, b, cache(40));
+        let mut prompt: Vec<u32> = (0..30).collect();
+        prompt.push(7);
+        assert_eq!(pool.longest_prefix(&prompt), Some((0, 30)));
+        assert_eq!(pool.longest_prefix(&(0..10).collect::<Vec<_>>()), None);
+        assert!(pool.has_session("a"));
+        assert!(!pool.has_session("b"));
+    }
+
+    #[test]
+    fn eviction_takes_the_least_recently_used_and_spares_the_kept_session() {
+        let mut pool = KvPool::default();
+        pool.put(Some("old".into()), vec![1], cache(1));
+        pool.put(Some("mid".into()), vec![2], cache(1));
+        pool.put(Some("new".into()), vec![3], cache(1));
+        pool.touch(0); // "old" used last
+        let e = pool.evict_one(None).unwrap();
+        assert_eq!(e.session.as_deref(), Some("mid"));
+        let e = pool.evict_one(Some("new")).unwrap();
+        assert_eq!(e.session.as_deref(), Some("old"));
+        assert!(pool.evict_one(Some("new")).is_none());
+        assert_eq!(pool.len(), 1);
+    }
+
+    #[test]
+    fn a_session_replaces_its_earlier_entry() {
+        let mut pool = KvPool::default();
+        pool.put(Some("s".into()), vec![1, 2], cache(2));
+        pool.put(Some("s".into()), vec![1, 2, 3], cache(3));
+        assert_eq!(pool.len(), 1);
+        assert_eq!(pool.take_session("s").unwrap().tokens, vec![1, 2, 3]);
+        assert!(pool.take_session("s").is_none());
+    }
+}

@@ -1,0 +1,519 @@
+//! The engine's worker: a step scheduler with continuous batching.
+//!
+//! Each step admits waiting requests (up to `max_seqs` running), runs a bounded amount of
+//! prompt prefill (`prefill_chunk` tokens: a long prompt comes in over several steps while
+//! the others keep decoding), then one decoding step for every running sequence together —
+//! their new tokens go through every weight once, each attends to its own cache. A sequence
+//! leaves the batch when it finishes or its stream is dropped; a waiting one joins at the next
+//! step. Caches live in a byte-budgeted pool ([`kv_pool`]): sessions keep theirs between
+//! requests, finished requests leave theirs for later prompts with the same prefix, and idle
+//! ones are evicted least recently used.
+//!
+//! Batching does not change results: prompt chunks start at the same offsets whatever else
+//! runs, and a decoding row takes the kernel it would take alone
+//! ([`crate::linear::rows_as_sequences`]).
+
+mod config;
+pub mod kv_pool;
+mod sequence;
+
+pub use config::{SchedulerConfig, SchedulerOptions};
+pub(crate) use sequence::Job;
+
+use crate::error::{EngineError, Result};
+use crate::generation::{Event, FinishReason, LanguageModel};
+use crate::kv_cache::KvCache;
+use crate::tokenizer::Tokenizer;
+use kv_pool::{common_prefix, KvPool, Seed, MIN_SHARED_PREFIX};
+use sequence::Sequence;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+enum Source {
+    Pool(usize),
+    Running(usize),
+}
+
+pub(crate) enum Command {
+    Generate(Job),
+    /// Forget the session's cache.
+    DropSession(String),
+    /// The session is over: its cache stays, unnamed, for any prompt with its prefix, until
+    /// evicted.
+    ReleaseSession(String),
+    /// Report the scheduler's state.
+    Stats(std::sync::mpsc::Sender<SchedulerStats>),
+}
+
+/// What the scheduler holds at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SchedulerStats {
+    pub waiting: usize,
+    pub running: usize,
+    /// Idle caches kept: sessions, and finished requests kept for their prefix.
+    pub idle_caches: usize,
+    /// Bytes all caches hold now, and the most they have held.
+    pub kv_bytes: usize,
+    pub peak_kv_bytes: usize,
+    pub kv_budget_bytes: usize,
+    /// Idle caches evicted to stay under the budget, since the start.
+    pub evictions: usize,
+}
+
+pub(crate) struct Scheduler {
+    model: Box<dyn LanguageModel>,
+    tokenizer: Tokenizer,
+    default_stop: Vec<u32>,
+    load_time: Duration,
+    config: SchedulerConfig,
+    waiting: VecDeque<Job>,
+    running: Vec<Sequence>,
+    pool: KvPool,
+    /// Requests waiting or running, shared with the engine handle (for `max_waiting`).
+    in_flight: Arc<AtomicUsize>,
+    peak_kv_bytes: usize,
+    evictions: usize,
+}
+
+impl Scheduler {
+    pub fn new(
+        model: Box<dyn LanguageModel>,
+        tokenizer: Tokenizer,
+        default_stop: Vec<u32>,
+        load_time: Duration,
+        config: SchedulerConfig,
+        in_flight: Arc<AtomicUsize>,
+    ) -> Self {
+        Self {
+            model,
+            tokenizer,
+            default_stop,
+            load_time,
+            config,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            pool: KvPool::default(),
+            in_flight,
+            peak_kv_bytes: 0,
+            evictions: 0,
+        }
+    }
+
+    /// Serves commands until the engine is dropped and every request has ended.
+    pub fn run(mut self, commands: Receiver<Command>) {
+        let mut open = true;
+        loop {
+            if self.running.is_empty() && self.waiting.is_empty() {
+                if !open {
+                    return;
+                }
+                match commands.recv() {
+                    Ok(c) => self.command(c),
+                    Err(_) => return,
+                }
+            }
+            while open {
+                match commands.try_recv() {
+                    Ok(c) => self.command(c),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => open = false,
+                }
+            }
+            self.step();
+        }
+    }
+
+    fn command(&mut self, c: Command) {
+        match c {
+            Command::Generate(job) => self.waiting.push_back(job),
+            Command::DropSession(id) => {
+                self.pool.remove(&id);
+                for s in &mut self.running {
+                    if s.session() == Some(id.as_str()) {
+                        s.keep = false;
+                    }
+                }
+            }
+            Command::Stats(reply) => {
+                let _ = reply.send(SchedulerStats {
+                    waiting: self.waiting.len(),
+                    running: self.running.len(),
+                    idle_caches: self.pool.len(),
+                    kv_bytes: self.kv_bytes(),
+                    peak_kv_bytes: self.peak_kv_bytes.max(self.kv_bytes()),
+                    kv_budget_bytes: self.config.kv_budget_bytes,
+                    evictions: self.evictions,
+                });
+            }
+            Command::ReleaseSession(id) => {
+                self.pool.release(&id);
+                for s in &mut self.running {
+                    if s.session() == Some(id.as_str()) {
+                        s.request.session = None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// One scheduling step: cancellations, admissions, prefill, one batched decode.
+    pub fn step(&mut self) {
+        let cancelled: Vec<usize> = (0..self.running.len())
+            .filter(|&i| self.running[i].cancelled())
+            .collect();
+        for i in cancelled.into_iter().rev() {
+            self.retire(i, FinishReason::Cancelled);
+        }
+        self.admit();
+        self.prefill();
+        self.decode();
+        self.peak_kv_bytes = self.peak_kv_bytes.max(self.kv_bytes());
+    }
+
+    /// Bytes every cache holds: idle and running.
+    fn kv_bytes(&self) -> usize {
+        self.pool.bytes() + self.running.iter().map(|s| s.cache.bytes()).sum::<usize>()
+    }
+
+    /// Evicts idle caches (never `keep`'s session) until `extra` more bytes fit the budget.
+    fn make_room(&mut self, extra: usize, keep: Option<&str>) -> bool {
+        while self.kv_bytes() + extra > self.config.kv_budget_bytes {
+            let Some(e) = self.pool.evict_one(keep) else {
+                return false;
+            };
+            self.evictions += 1;
+            tracing::info!(
+                "evicted the KV cache of {} ({} tokens, {:.1} MiB) to stay under the {:.0} MiB budget",
+                e.session
+                    .as_deref()
+                    .map_or("a finished request".to_string(), |s| format!("session `{s}`")),
+                e.tokens.len(),
+                e.cache.bytes() as f64 / MIB,
+                self.config.kv_budget_bytes as f64 / MIB,
+            );
+        }
+        true
+    }
+
+    fn admit(&mut self) {
+        let mut i = 0;
+        while i < self.waiting.len() && self.running.len() < self.config.max_seqs {
+            if self.waiting[i].events.is_closed() {
+                self.waiting.remove(i);
+                self.in_flight.fetch_sub(1, Ordering::Relaxed);
+                continue;
+            }
+            // One request at a time per session: a later one waits for the earlier's cache.
+            let session = self.waiting[i].request.session.clone();
+            if session
+                .as_deref()
+                .is_some_and(|id| self.running.iter().any(|s| s.session() == Some(id)))
+            {
+                i += 1;
+                continue;
+            }
+            let need = self.admission_bytes(&self.waiting[i].request.prompt, session.as_deref());
+            if !self.make_room(need, session.as_deref()) {
+                if !self.running.is_empty() {
+                    break; // waits for a running sequence to free its cache
+                }
+                let job = self.waiting.remove(i).expect("index checked");
+                self.in_flight.fetch_sub(1, Ordering::Relaxed);
+                let _ = job.events.send(Event::Error {
+                    message: EngineError::KvBudget {
+                        message: format!(
+                            "a prompt of {} tokens needs {:.1} MiB of KV cache; the budget \
+                             (kv_cache_mb) is {:.0} MiB",
+                            job.request.prompt.len(),
+                            need as f64 / MIB,
+                            self.config.kv_budget_bytes as f64 / MIB
+                        ),
+                    }
+                    .to_string(),
+                });
+                continue;
+            }
+            let job = self.waiting.remove(i).expect("index checked");
+            let stop = job
+                .request
+                .stop_token_ids
+                .clone()
+                .unwrap_or_else(|| self.default_stop.clone());
+            let seed = self.seed(&job.request.prompt, session.as_deref());
+            match Sequence::new(job, stop, seed.cache, seed.tokens) {
+                Some(s) => self.running.push(s),
+                None => {
+                    self.in_flight.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Bytes a new sequence for `prompt` adds when its prompt is in its cache.
+    fn admission_bytes(&self, prompt: &[u32], session: Option<&str>) -> usize {
+        let own = session.and_then(|id| {
+            (0..self.pool.len()).find(|&i| self.pool.entry(i).session.as_deref() == Some(id))
+        });
+        match own.map(|i| &self.pool.entry(i).cache) {
+            Some(own) => own.bytes_for(prompt.len()).saturating_sub(own.bytes()),
+            None => self.model.new_cache().bytes_for(prompt.len()),
+        }
+    }
+
+    /// The cache a new sequence starts from: its session's, else the longest prefix another
+    /// cache holds (copied, or taken whole when it is a finished request's and all of it is
+    /// a prefix of the prompt), else an empty one. At least one prompt token is always left
+    /// to run: its logits choose the first new token.
+    fn seed(&mut self, prompt: &[u32], session: Option<&str>) -> Seed {
+        let usable = prompt.len().saturating_sub(1);
+        if let Some(mut e) = session.and_then(|id| self.pool.take_session(id)) {
+            let common = common_prefix(&e.tokens, prompt).min(usable);
+            e.cache.truncate(common);
+            e.tokens.truncate(common);
+            return Seed {
+                cache: e.cache,
+                tokens: e.tokens,
+            };
+        }
+        if let Some(seed) = self.shared_prefix(prompt) {
+            return seed;
+        }
+        Seed {
+            cache: self.model.new_cache(),
+            tokens: Vec::new(),
+        }
+    }
+
+    /// A cache seeded from the idle or running cache that shares the longest prefix with
+    /// `prompt`, if one shares at least [`MIN_SHARED_PREFIX`] tokens. Only caches that
+    /// declare their size take part (test models without real caches do not).
+    fn shared_prefix(&mut self, prompt: &[u32]) -> Option<Seed> {
+        let usable = prompt.len().saturating_sub(1);
+        let idle = self.pool.longest_prefix(prompt).map(|(i, n)| (n.min(usable), i));
+        let running = self
+            .running
+            .iter()
+            .enumerate()
+            .map(|(j, s)| (common_prefix(&s.tokens, prompt).min(usable), j))
+            .max_by_key(|&(n, _)| n);
+        let (len, source) = match (idle, running) {
+            (Some((n, i)), Some((m, _))) if n >= m => (n, Source::Pool(i)),
+            (_, Some((m, j))) => (m, Source::Running(j)),
+            (Some((n, i)), None) => (n, Source::Pool(i)),
+            (None, None) => return None,
+        };
+        if len < MIN_SHARED_PREFIX {
+            return None;
+        }
+        if let Source::Pool(i) = source {
+            let e = self.pool.entry(i);
+            if e.cache.position_bytes() == 0 {
+                return None;
+            }
+            // A finished request's cache that is all prefix: taken whole, nothing copied.
+            if e.session.is_none() && len == e.tokens.len() {
+                let mut e = self.pool.take(i);
+                e.cache.truncate(len);
+                e.tokens.truncate(len);
+                return Some(Seed {
+                    cache: e.cache,
+                    tokens: e.tokens,
+                });
+            }
+            self.pool.touch(i);
+        }
+        let src: &KvCache = match source {
+            Source::Pool(i) => &self.pool.entry(i).cache,
+            Source::Running(j) => &self.running[j].cache,
+        };
+        if src.position_bytes() == 0 {
+            return None;
+        }
+        let mut cache = self.model.new_cache();
+        match cache.copy_prefix(src, len) {
+            Ok(()) => Some(Seed {
+                cache,
+                tokens: prompt[..len].to_vec(),
+            }),
+            Err(e) => {
+                tracing::warn!("cannot share a cached prefix: {e}");
+                None
+            }
+        }
+    }
+
+    /// Runs prompt chunks, `prefill_chunk` tokens per step in all, oldest sequences first.
+    fn prefill(&mut self) {
+        let mut budget = self.config.prefill_chunk;
+        let mut i = 0;
+        while i < self.running.len() && budget > 0 {
+            let s = &self.running[i];
+            if s.pending.is_some() || s.unprefilled().is_empty() {
+                i += 1;
+                continue;
+            }
+            let chunk = s.unprefilled().len().min(self.config.prefill_chunk);
+            budget = budget.saturating_sub(chunk);
+            let extra = s.cache.bytes_for(s.cache.len() + chunk) - s.cache.bytes();
+            if !self.make_room(extra, None) {
+                let message = self.over_budget(extra);
+                self.fail(i, message);
+                continue;
+            }
+            match self.prefill_chunk(i, chunk) {
+                Ok(true) => i += 1,
+                Ok(false) => {} // finished and removed
+                Err(e) => self.fail(i, e.to_string()),
+            }
+        }
+    }
+
+    /// Runs `chunk` prompt tokens of sequence `i`; after the last, samples its first token.
+    /// Returns whether the sequence is still running.
+    fn prefill_chunk(&mut self, i: usize, chunk: usize) -> Result<bool> {
+        let start = Instant::now();
+        let s = &mut self.running[i];
+        let from = s.tokens.len();
+        let tokens = s.request.prompt[from..from + chunk].to_vec();
+        let logits = self.model.forward(&tokens, &mut s.cache)?;
+        s.prefilled(chunk, start.elapsed());
+        if !s.unprefilled().is_empty() {
+            return Ok(true);
+        }
+        let argmax = if s.wants_greedy() {
+            Some(logits.argmax(0)?.to_scalar::<u32>()?)
+        } else {
+            None
+        };
+        let next = s.choose(argmax, || Ok(logits.to_vec1::<f32>()?))?;
+        self.after_sample(i, next)
+    }
+
+    /// One decoding step of every sequence with a pending token, batched.
+    fn decode(&mut self) {
+        let mut batch: Vec<usize> = (0..self.running.len())
+            .filter(|&i| self.running[i].pending.is_some())
+            .collect();
+        // Caches that must grow this step need room first; one that cannot get it fails.
+        let mut k = 0;
+        while k < batch.len() {
+            let s = &self.running[batch[k]];
+            let extra = s.cache.bytes_for(s.cache.len() + 1) - s.cache.bytes();
+            if extra > 0 && !self.make_room(extra, None) {
+                let message = self.over_budget(extra);
+                let i = batch.remove(k);
+                self.fail(i, message);
+                for b in batch.iter_mut().filter(|b| **b > i) {
+                    *b -= 1;
+                }
+                continue;
+            }
+            k += 1;
+        }
+        if batch.is_empty() {
+            return;
+        }
+        if let Err(e) = self.decode_batch(&batch) {
+            let message = e.to_string();
+            for &i in batch.iter().rev() {
+                if i < self.running.len() {
+                    self.fail(i, message.clone());
+                }
+            }
+        }
+    }
+
+    fn decode_batch(&mut self, batch: &[usize]) -> Result<()> {
+        let tokens: Vec<u32> = batch
+            .iter()
+            .filter_map(|&i| self.running[i].pending)
+            .collect();
+        let logits = {
+            let mut caches: Vec<&mut KvCache> = self
+                .running
+                .iter_mut()
+                .enumerate()
+                .filter(|(i, _)| batch.contains(i))
+                .map(|(_, s)| &mut s.cache)
+                .collect();
+            if caches.len() == 1 {
+                self.model.forward(&tokens, caches[0])?.unsqueeze(0)?
+            } else {
+                self.model.forward_batch(&tokens, &mut caches)?
+            }
+        };
+        let argmax = if batch.iter().any(|&i| self.running[i].wants_greedy()) {
+            Some(logits.argmax(1)?.to_vec1::<u32>()?)
+        } else {
+            None
+        };
+        // Back to front: a finished sequence leaves without shifting those still to do.
+        for (row, &i) in batch.iter().enumerate().rev() {
+            let next = {
+                let s = &mut self.running[i];
+                s.decoded();
+                s.choose(argmax.as_ref().map(|a| a[row]), || {
+                    Ok(logits.get(row)?.to_vec1::<f32>()?)
+                })
+            };
+            let result = next.and_then(|next| self.after_sample(i, next));
+            if let Err(e) = result {
+                self.fail(i, e.to_string());
+            }
+        }
+        Ok(())
+    }
+
+    /// Streams a sampled token or finishes the sequence; whether it is still running.
+    fn after_sample(&mut self, i: usize, next: u32) -> Result<bool> {
+        let max = self.model.max_positions();
+        match self.running[i].accept(next, &self.tokenizer, max)? {
+            None => Ok(true),
+            Some(reason) => {
+                self.retire(i, reason);
+                Ok(false)
+            }
+        }
+    }
+
+    /// Ends sequence `i` with `reason`; its cache goes to the pool.
+    fn retire(&mut self, i: usize, reason: FinishReason) {
+        let mut s = self.running.remove(i);
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if let Err(e) = s.finish(reason, &self.tokenizer, self.load_time.as_secs_f64()) {
+            s.fail(e.to_string());
+        }
+        if s.keep {
+            self.pool.put(s.request.session.clone(), s.tokens, s.cache);
+        }
+    }
+
+    /// Ends sequence `i` with an error; the others go on. Its cache is dropped.
+    fn fail(&mut self, i: usize, message: String) {
+        let s = self.running.remove(i);
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        s.fail(message);
+        if let Some(id) = s.session() {
+            self.pool.remove(id);
+        }
+    }
+
+    fn over_budget(&self, extra: usize) -> String {
+        EngineError::KvBudget {
+            message: format!(
+                "growing a cache by {:.1} MiB would exceed the {:.0} MiB budget (kv_cache_mb): \
+                 {} running sequences hold {:.1} MiB; raise the budget or lower max_seqs",
+                extra as f64 / MIB,
+                self.config.kv_budget_bytes as f64 / MIB,
+                self.running.len(),
+                self.kv_bytes() as f64 / MIB,
+            ),
+        }
+        .to_string()
+    }
+}
+
+const MIB: f64 = (1 << 20) as f64;

@@ -1,0 +1,223 @@
+//! One request while the scheduler runs it: its cache, sampler, stop words, text decoder and
+//! event channel, from its first prompt chunk to its finish.
+
+use crate::error::Result;
+use crate::generation::{Event, FinishReason, GenerateRequest, Summary, Timings, Usage};
+use crate::kv_cache::KvCache;
+use crate::sampling::Sampler;
+use crate::stop::{StopScan, StopStrings};
+use crate::tokenizer::{StreamDecoder, Tokenizer};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// A request as it arrives at the worker.
+pub(crate) struct Job {
+    pub request: GenerateRequest,
+    pub events: UnboundedSender<Event>,
+    pub arrived: Instant,
+}
+
+pub(crate) struct Sequence {
+    pub request: GenerateRequest,
+    pub events: UnboundedSender<Event>,
+    arrived: Instant,
+    sampler: Sampler,
+    stop_strings: StopStrings,
+    stop_ids: Vec<u32>,
+    decoder: StreamDecoder,
+    pub cache: KvCache,
+    /// The tokens whose keys and values `cache` holds.
+    pub tokens: Vec<u32>,
+    /// Prompt tokens found cached (not run again).
+    pub cached: usize,
+    /// The prompt, then every generated token (for the repetition penalty).
+    history: Vec<u32>,
+    /// The last sampled token, not yet run: the sequence is decoding.
+    pub pending: Option<u32>,
+    generated: usize,
+    decode_steps: usize,
+    prefill: Duration,
+    first_token: Option<Instant>,
+    /// Whether the cache goes back to the pool at the end (not after `drop_session`).
+    pub keep: bool,
+}
+
+impl Sequence {
+    /// The sequence of `job`, starting from `cache` (which holds `tokens`, a prefix of the
+    /// prompt); `None` after reporting a bad request on its stream.
+    pub fn new(job: Job, stop_ids: Vec<u32>, cache: KvCache, tokens: Vec<u32>) -> Option<Self> {
+        let Job {
+            request,
+            events,
+            arrived,
+        } = job;
+        let parts = Sampler::new(request.sampling.clone())
+            .and_then(|s| Ok((s, StopStrings::new(request.stop_strings.clone())?)));
+        let (sampler, stop_strings) = match parts {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = events.send(Event::Error {
+                    message: e.to_string(),
+                });
+                return None;
+            }
+        };
+        Some(Self {
+            sampler,
+            stop_strings,
+            stop_ids,
+            decoder: StreamDecoder::new(),
+            cached: tokens.len(),
+            cache,
+            tokens,
+            history: request.prompt.clone(),
+            pending: None,
+            generated: 0,
+            decode_steps: 0,
+            prefill: Duration::ZERO,
+            first_token: None,
+            keep: true,
+            request,
+            events,
+            arrived,
+        })
+    }
+
+    pub fn session(&self) -> Option<&str> {
+        self.request.session.as_deref()
+    }
+
+    /// Whether the caller has dropped its stream.
+    pub fn cancelled(&self) -> bool {
+        self.events.is_closed()
+    }
+
+    /// The prompt tokens still to run.
+    pub fn unprefilled(&self) -> &[u32] {
+        &self.request.prompt[self.tokens.len().min(self.request.prompt.len())..]
+    }
+
+    /// Records a prompt chunk run into the cache.
+    pub fn prefilled(&mut self, chunk: usize, took: Duration) {
+        let from = self.tokens.len();
+        self.tokens
+            .extend_from_slice(&self.request.prompt[from..from + chunk]);
+        self.prefill += took;
+    }
+
+    /// Records the pending token run into the cache.
+    pub fn decoded(&mut self) {
+        if let Some(t) = self.pending.take() {
+            self.tokens.push(t);
+            self.decode_steps += 1;
+        }
+    }
+
+    pub fn wants_greedy(&self) -> bool {
+        let p = self.sampler.params();
+        p.is_greedy() && p.repetition_penalty == 1.0
+    }
+
+    /// Chooses the next token from this sequence's logits (`argmax` precomputed for greedy
+    /// sequences, so that only ids cross from a GPU).
+    pub fn choose(&mut self, argmax: Option<u32>, logits: impl FnOnce() -> Result<Vec<f32>>) -> Result<u32> {
+        match argmax {
+            Some(id) if self.wants_greedy() => Ok(id),
+            _ => {
+                let mut host = logits()?;
+                Ok(self.sampler.sample(&mut host, &self.history))
+            }
+        }
+    }
+
+    /// Takes a sampled token: streams it, or finishes. Returns why it finished, if it did.
+    pub fn accept(
+        &mut self,
+        next: u32,
+        tok: &Tokenizer,
+        max_positions: usize,
+    ) -> Result<Option<FinishReason>> {
+        self.first_token.get_or_insert_with(Instant::now);
+        if self.stop_ids.contains(&next) {
+            return Ok(Some(FinishReason::StopToken { id: next }));
+        }
+        self.generated += 1;
+        self.history.push(next);
+        let (text, matched) = match self.stop_strings.push(&self.decoder.push(tok, next)?) {
+            StopScan::Emit(text) => (text, None),
+            StopScan::Stopped { emit, matched } => (emit, Some(matched)),
+        };
+        let sent = self.events.send(Event::Token { id: next }).is_ok()
+            && (text.is_empty() || self.events.send(Event::Text { text }).is_ok());
+        if !sent {
+            return Ok(Some(FinishReason::Cancelled));
+        }
+        if let Some(text) = matched {
+            return Ok(Some(FinishReason::StopString { text }));
+        }
+        if self.generated >= self.request.max_tokens {
+            return Ok(Some(FinishReason::MaxTokens));
+        }
+        // The token must run at the next position before another can be sampled.
+        if self.tokens.len() + 1 > max_positions {
+            return Ok(Some(FinishReason::ContextFull));
+        }
+        self.pending = Some(next);
+        Ok(None)
+    }
+
+    /// Streams what the decoder and stop scanner hold back, then the summary.
+    pub fn finish(&mut self, reason: FinishReason, tok: &Tokenizer, load_s: f64) -> Result<()> {
+        let rest = match &reason {
+            FinishReason::StopString { .. } | FinishReason::Cancelled => String::new(),
+            _ => {
+                let tail = self.decoder.flush(tok)?;
+                match self.stop_strings.push(&tail) {
+                    StopScan::Emit(t) => t + &self.stop_strings.flush(),
+                    StopScan::Stopped { emit, .. } => emit,
+                }
+            }
+        };
+        if !rest.is_empty() {
+            let _ = self.events.send(Event::Text { text: rest });
+        }
+        let prefill_s = self.prefill.as_secs_f64();
+        let decode_s = self
+            .first_token
+            .map_or(0.0, |t| t.elapsed().as_secs_f64());
+        let prefilled = self.request.prompt.len() - self.cached;
+        let summary = Summary {
+            reason,
+            usage: Usage {
+                prompt_tokens: self.request.prompt.len(),
+                cached_prompt_tokens: self.cached,
+                completion_tokens: self.generated,
+            },
+            timings: Timings {
+                load_s,
+                first_token_s: self
+                    .first_token
+                    .map_or(0.0, |t| (t - self.arrived).as_secs_f64()),
+                prefill_s,
+                prefill_tok_s: rate(prefilled, prefill_s),
+                decode_s,
+                decode_tok_s: rate(self.decode_steps, decode_s),
+            },
+        };
+        let _ = self.events.send(Event::Finished(summary));
+        Ok(())
+    }
+
+    /// Reports an error; no event follows.
+    pub fn fail(&self, message: String) {
+        let _ = self.events.send(Event::Error { message });
+    }
+}
+
+fn rate(tokens: usize, secs: f64) -> f64 {
+    if secs > 0.0 {
+        tokens as f64 / secs
+    } else {
+        0.0
+    }
+}

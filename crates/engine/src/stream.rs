@@ -1,0 +1,100 @@
+//! What callers read: the events of one request, and of a chat answer with reasoning told
+//! apart from the text.
+
+use crate::chat::{ChatMessage, ThinkingSplitter, Piece};
+use crate::generation::Event;
+use crate::sampling::SamplingParams;
+use serde_json::Value;
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tokio::sync::mpsc;
+
+/// Events of one request. Dropping it cancels the generation.
+pub struct EventStream {
+    pub(crate) rx: mpsc::UnboundedReceiver<Event>,
+}
+
+impl EventStream {
+    pub async fn next(&mut self) -> Option<Event> {
+        self.rx.recv().await
+    }
+
+    /// For callers outside an async runtime.
+    pub fn blocking_next(&mut self) -> Option<Event> {
+        self.rx.blocking_recv()
+    }
+}
+
+impl tokio_stream::Stream for EventStream {
+    type Item = Event;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+/// A chat request: messages, tools, and per-call overrides of the model's defaults.
+#[derive(Debug, Clone, Default)]
+pub struct ChatRequest {
+    pub messages: Vec<ChatMessage>,
+    pub tools: Option<Vec<Value>>,
+    pub max_tokens: usize,
+    /// `None` takes the model's defaults.
+    pub sampling: Option<SamplingParams>,
+    /// `None` takes the model's stop strings; `Some` replaces them for this call.
+    pub stop: Option<Vec<String>>,
+    pub enable_thinking: Option<bool>,
+    /// Keep the KV cache of this conversation between calls.
+    pub session: Option<String>,
+}
+
+/// Events of a chat answer: [`Event::Reasoning`] and [`Event::Text`] kept apart.
+pub struct ChatStream {
+    pub(crate) events: EventStream,
+    pub(crate) thinking: Option<ThinkingSplitter>,
+    pub(crate) ready: VecDeque<Event>,
+}
+
+impl ChatStream {
+    pub async fn next(&mut self) -> Option<Event> {
+        loop {
+            if let Some(e) = self.ready.pop_front() {
+                return Some(e);
+            }
+            let e = self.events.next().await?;
+            self.route(e);
+        }
+    }
+
+    pub fn blocking_next(&mut self) -> Option<Event> {
+        loop {
+            if let Some(e) = self.ready.pop_front() {
+                return Some(e);
+            }
+            let e = self.events.blocking_next()?;
+            self.route(e);
+        }
+    }
+
+    fn route(&mut self, e: Event) {
+        let Some(split) = &mut self.thinking else {
+            self.ready.push_back(e);
+            return;
+        };
+        let pieces = match &e {
+            Event::Text { text } => split.push(text),
+            Event::Finished(_) | Event::Error { .. } => split.flush(),
+            _ => vec![],
+        };
+        for p in pieces {
+            self.ready.push_back(match p {
+                Piece::Reasoning(text) => Event::Reasoning { text },
+                Piece::Answer(text) => Event::Text { text },
+            });
+        }
+        if !matches!(e, Event::Text { .. }) {
+            self.ready.push_back(e);
+        }
+    }
+}
+

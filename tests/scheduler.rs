@@ -1,0 +1,262 @@
+//! The engine's step scheduler on the tiny f32 fixtures: batching leaves greedy tokens exactly
+//! as they are alone, the KV pool stays under its budget, prefixes are shared, and bad settings
+//! or cancelled requests never stall the worker.
+
+mod common;
+
+use common::*;
+use hearth_engine::{
+    load_model, DTypeSpec, DeviceSpec, Engine, Event, EventStream, FinishReason, GenerateRequest,
+    KvCache, LoadOptions, SchedulerOptions, Summary,
+};
+use std::time::{Duration, Instant};
+
+fn options(scheduler: SchedulerOptions) -> LoadOptions {
+    LoadOptions {
+        device: DeviceSpec::Cpu,
+        dtype: DTypeSpec::F32,
+        scheduler,
+        ..Default::default()
+    }
+}
+
+fn engine(family: &str, scheduler: SchedulerOptions) -> Engine {
+    Engine::load(tiny(family).to_str().unwrap(), &options(scheduler)).unwrap()
+}
+
+fn request(prompt: Vec<u32>, n: usize, session: Option<&str>) -> GenerateRequest {
+    GenerateRequest {
+        stop_token_ids: Some(vec![]),
+        session: session.map(str::to_owned),
+        ..GenerateRequest::new(prompt, n)
+    }
+}
+
+fn collect(mut s: EventStream) -> (Vec<u32>, Summary) {
+    let mut ids = vec![];
+    loop {
+        match s.blocking_next() {
+            Some(Event::Token { id }) => ids.push(id),
+            Some(Event::Finished(summary)) => return (ids, summary),
+            Some(Event::Error { message }) => panic!("{message}"),
+            Some(_) => {}
+            None => panic!("stream ended without a summary"),
+        }
+    }
+}
+
+/// Prompts of different lengths whose first tokens differ (no two share a prefix).
+fn prompts() -> Vec<Vec<u32>> {
+    [3usize, 9, 17, 30, 41, 5, 64, 12]
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| {
+            (0..len)
+                .map(|j| ((i * 97 + j * 31 + 7) % 1000) as u32)
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn batched_decoding_gives_the_logits_of_one_by_one_decoding() {
+    for family in ["qwen2", "qwen3"] {
+        let model = load_model(tiny(family).to_str().unwrap(), &options(Default::default()))
+            .unwrap()
+            .model;
+        let prompts = prompts();
+        // Each sequence prefilled on its own, then one batched step against one step each.
+        let prefilled = |p: &Vec<u32>| -> KvCache {
+            let mut c = model.new_cache();
+            model.forward(p, &mut c).unwrap();
+            c
+        };
+        let mut batch_caches: Vec<KvCache> = prompts.iter().map(prefilled).collect();
+        let mut alone_caches: Vec<KvCache> = prompts.iter().map(prefilled).collect();
+        let next: Vec<u32> = (0..prompts.len() as u32).map(|i| 100 + i).collect();
+        for step in 0..3 {
+            let mut refs: Vec<&mut KvCache> = batch_caches.iter_mut().collect();
+            let batched: Vec<Vec<f32>> = model.forward_batch(&next, &mut refs).unwrap().to_vec2().unwrap();
+            for (i, cache) in alone_caches.iter_mut().enumerate() {
+                let alone: Vec<f32> = model.forward(&[next[i]], cache).unwrap().to_vec1().unwrap();
+                assert_eq!(batched[i], alone, "{family}: step {step}, sequence {i}");
+            }
+        }
+        for (b, a) in batch_caches.iter().zip(&alone_caches) {
+            assert_eq!(b.len(), a.len());
+        }
+    }
+}
+
+#[test]
+fn batching_does_not_change_greedy_tokens() {
+    for family in ["qwen2", "qwen3"] {
+        // Small prefill chunks: long prompts come in over several steps while others decode.
+        let settings = SchedulerOptions {
+            max_seqs: Some(5),
+            prefill_chunk: Some(8),
+            ..Default::default()
+        };
+        let alone_engine = engine(family, settings.clone());
+        let alone: Vec<Vec<u32>> = prompts()
+            .into_iter()
+            .map(|p| collect(alone_engine.generate(request(p, 24, None)).unwrap()).0)
+            .collect();
+        // Every request at once (three wait for a place), then one joining mid-way.
+        let e = engine(family, settings);
+        let mut streams: Vec<EventStream> = prompts()
+            .into_iter()
+            .take(7)
+            .map(|p| e.generate(request(p, 24, None)).unwrap())
+            .collect();
+        let first = collect(streams.remove(0)).0;
+        let late = e.generate(request(prompts()[7].clone(), 24, None)).unwrap();
+        let mut together = vec![first];
+        together.extend(streams.into_iter().map(|s| collect(s).0));
+        together.push(collect(late).0);
+        for (i, (a, t)) in alone.iter().zip(&together).enumerate() {
+            assert_eq!(a.len(), 24);
+            assert_eq!(a, t, "{family}: request {i} alone vs batched");
+        }
+    }
+}
+
+#[test]
+fn a_hundred_sessions_stay_under_the_kv_budget_and_all_answer() {
+    // 1 MiB holds eight of the tiny model's 256-position caches (128 KiB each).
+    let e = engine(
+        "qwen2",
+        SchedulerOptions {
+            kv_cache_mb: Some(1),
+            ..Default::default()
+        },
+    );
+    let prompt = |i: usize| -> Vec<u32> { (0..20).map(|j| ((i * 13 + j * 7) % 1000) as u32).collect() };
+    for i in 0..100 {
+        let (ids, s) = collect(e.generate(request(prompt(i), 8, Some(&format!("s{i}")))).unwrap());
+        assert_eq!(ids.len(), 8, "session {i}");
+        assert_eq!(s.usage.cached_prompt_tokens, 0, "session {i}");
+    }
+    let stats = e.stats().unwrap();
+    assert!(stats.peak_kv_bytes <= stats.kv_budget_bytes, "{stats:?}");
+    assert!(stats.evictions >= 90, "{stats:?}");
+    assert!(stats.idle_caches <= 8, "{stats:?}");
+    // The newest session is still cached; the oldest was evicted and prefills again.
+    let mut next = prompt(99);
+    next.extend([1, 2, 3]);
+    let (_, s) = collect(e.generate(request(next, 2, Some("s99"))).unwrap());
+    assert_eq!(s.usage.cached_prompt_tokens, 20);
+    let mut old = prompt(0);
+    old.extend([1, 2, 3]);
+    let (_, s) = collect(e.generate(request(old, 2, Some("s0"))).unwrap());
+    assert_eq!(s.usage.cached_prompt_tokens, 0);
+    assert!(e.stats().unwrap().peak_kv_bytes <= stats.kv_budget_bytes);
+}
+
+#[test]
+fn a_new_session_copies_the_prefix_another_holds() {
+    let e = engine("qwen2", Default::default());
+    let system: Vec<u32> = (0..40).map(|j| (j * 11 + 5) % 1000).collect();
+    let with = |tail: &[u32]| -> Vec<u32> { system.iter().chain(tail).copied().collect() };
+    let (_, a) = collect(e.generate(request(with(&[900, 901]), 4, Some("agent-a"))).unwrap());
+    assert_eq!(a.usage.cached_prompt_tokens, 0);
+    let (ids_b, b) = collect(e.generate(request(with(&[902, 903, 904]), 6, Some("agent-b"))).unwrap());
+    assert_eq!(b.usage.cached_prompt_tokens, 40);
+    // The copied rows are the rows it would have computed: the same tokens as on an engine
+    // that never saw agent-a.
+    let fresh = engine("qwen2", Default::default());
+    let (ids_alone, s) = collect(fresh.generate(request(with(&[902, 903, 904]), 6, None)).unwrap());
+    assert_eq!(s.usage.cached_prompt_tokens, 0);
+    assert_eq!(ids_b, ids_alone);
+    // Fewer than 16 shared tokens: nothing is copied.
+    let (_, c) = collect(e.generate(request(system[..10].iter().chain(&[5, 6]).copied().collect(), 2, Some("agent-c"))).unwrap());
+    assert_eq!(c.usage.cached_prompt_tokens, 0);
+}
+
+#[test]
+fn a_released_session_leaves_its_cache_for_the_next_turn() {
+    let e = engine("qwen2", Default::default());
+    let turn1: Vec<u32> = (0..30).map(|j| (j * 17 + 3) % 1000).collect();
+    let (ids, _) = collect(e.generate(request(turn1.clone(), 5, Some("chat"))).unwrap());
+    e.release_session("chat").unwrap();
+    // The next turn: the first turn, the answer (all but the last token ran), and more.
+    let mut turn2 = turn1.clone();
+    turn2.extend(&ids[..4]);
+    turn2.extend([7, 8, 9]);
+    let (_, s) = collect(e.generate(request(turn2, 3, Some("chat"))).unwrap());
+    assert_eq!(s.usage.cached_prompt_tokens, 34);
+    // A dropped session keeps nothing.
+    e.drop_session("chat").unwrap();
+    let (_, s) = collect(e.generate(request(turn1, 2, Some("chat"))).unwrap());
+    assert_eq!(s.usage.cached_prompt_tokens, 0);
+}
+
+#[test]
+fn bad_settings_are_refused_by_name() {
+    let load = |s: SchedulerOptions| {
+        Engine::load(tiny("qwen2").to_str().unwrap(), &options(s))
+            .err()
+            .expect("refused")
+            .to_string()
+    };
+    let e = load(SchedulerOptions {
+        max_seqs: Some(0),
+        ..Default::default()
+    });
+    assert!(e.contains("max_seqs"), "{e}");
+    let e = load(SchedulerOptions {
+        kv_cache_mb: Some(0),
+        ..Default::default()
+    });
+    assert!(e.contains("kv_cache_mb"), "{e}");
+}
+
+#[test]
+fn cancelling_mid_prefill_leaves_the_others_running() {
+    let e = engine(
+        "qwen2",
+        SchedulerOptions {
+            prefill_chunk: Some(4),
+            ..Default::default()
+        },
+    );
+    let long: Vec<u32> = (0..400).map(|j| (j * 7 + 1) % 1000).collect();
+    let other = e.generate(request(vec![5, 6, 7], 40, None)).unwrap();
+    // Dropped while its 100 chunks of 4 tokens are still coming in.
+    drop(e.generate(request(long, 50, None)).unwrap());
+    let (ids, s) = collect(other);
+    assert_eq!(ids.len(), 40);
+    assert_eq!(s.reason, FinishReason::MaxTokens);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let stats = e.stats().unwrap();
+        if stats.running == 0 && stats.waiting == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the cancelled request still runs: {stats:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // And the worker still answers.
+    assert_eq!(collect(e.generate(request(vec![1, 2], 3, None)).unwrap()).0.len(), 3);
+}
+
+#[test]
+fn a_full_queue_is_refused_and_the_context_limit_is_its_own_finish_reason() {
+    let e = engine(
+        "qwen2",
+        SchedulerOptions {
+            max_waiting: Some(1),
+            ..Default::default()
+        },
+    );
+    // 500 of the model's 512 positions: it runs out of context before max_tokens.
+    let prompt: Vec<u32> = (0..500).map(|j| (j * 3 + 2) % 1000).collect();
+    let running = e.generate(request(prompt, 100, None)).unwrap();
+    let err = e.generate(request(vec![1, 2, 3], 4, None)).err().expect("queue full");
+    assert!(err.to_string().contains("queue is full"), "{err}");
+    let (ids, s) = collect(running);
+    assert_eq!(s.reason, FinishReason::ContextFull);
+    assert_eq!(ids.len(), 13, "the last token sampled at position 511 is streamed");
+    // Its place is free again.
+    assert_eq!(collect(e.generate(request(vec![1, 2, 3], 4, None)).unwrap()).0.len(), 4);
+}
