@@ -179,7 +179,7 @@ impl Declared {
             }
         }
         let (heads, kv) = (self.num_attention_heads, self.num_key_value_heads);
-        if heads % kv != 0 {
+        if !heads.is_multiple_of(kv) {
             return Err((
                 Item::KvHeads,
                 format!("{kv} does not divide the number of attention heads {heads}"),
@@ -188,7 +188,7 @@ impl Declared {
         let head_dim = match self.head_dim {
             Some(0) => return Err((Item::HeadDim, "expected a positive integer, found 0".into())),
             Some(d) => d,
-            None if self.hidden_size % heads == 0 => self.hidden_size / heads,
+            None if self.hidden_size.is_multiple_of(heads) => self.hidden_size / heads,
             None => {
                 return Err((
                     Item::HeadDim,
@@ -310,7 +310,7 @@ impl QwenConfig {
                 continue;
             };
             let plain = |k: &str| matches!(k, "default" | "none");
-            if rope_scaling.as_ref().map_or(true, |(k, _)| plain(k)) {
+            if rope_scaling.as_ref().is_none_or(|(k, _)| plain(k)) {
                 rope_field = field;
                 let kind = kind.as_str().unwrap_or("?").to_string();
                 rope_scaling = Some((kind, s.get("factor").and_then(Value::as_f64)));
