@@ -436,32 +436,94 @@ mod avx2 {
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn q5_0(w: &[u8], x: &Q8Row) -> f32 {
-        blocks32!(w, 22, x, |blk| {
-            // Byte j is 0xFF where bit j of qh (the fifth bit of value j) is set.
-            let qh = std::ptr::read_unaligned(blk.add(2) as *const u32);
-            let shuf = _mm256_set_epi64x(
-                0x0303030303030303,
-                0x0202020202020202,
-                0x0101010101010101,
-                0,
-            );
-            let spread = _mm256_shuffle_epi8(_mm256_set1_epi32(qh as i32), shuf);
-            let bits = _mm256_cmpeq_epi8(
-                _mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe)),
-                _mm256_set1_epi64x(-1),
-            );
-            // value - 16: where the fifth bit is clear, set the top nibble (0xF0 | v = v - 16).
-            _mm256_or_si256(
-                nibbles(blk.add(6)),
-                _mm256_andnot_si256(bits, _mm256_set1_epi8(0xF0u8 as i8)),
-            )
-        })
+        blocks32!(w, 22, x, |blk| q5_0_weights(blk))
+    }
+
+    /// The 32 signed values of the Q5_0 block at `blk`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn q5_0_weights(blk: *const u8) -> __m256i {
+        // Byte j is 0xFF where bit j of qh (the fifth bit of value j) is set.
+        let qh = std::ptr::read_unaligned(blk.add(2) as *const u32);
+        let shuf = _mm256_set_epi64x(
+            0x0303030303030303,
+            0x0202020202020202,
+            0x0101010101010101,
+            0,
+        );
+        let spread = _mm256_shuffle_epi8(_mm256_set1_epi32(qh as i32), shuf);
+        let bits = _mm256_cmpeq_epi8(
+            _mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe)),
+            _mm256_set1_epi64x(-1),
+        );
+        // value - 16: where the fifth bit is clear, set the top nibble (0xF0 | v = v - 16).
+        _mm256_or_si256(
+            nibbles(blk.add(6)),
+            _mm256_andnot_si256(bits, _mm256_set1_epi8(0xF0u8 as i8)),
+        )
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn q8_0(w: &[u8], x: &Q8Row) -> f32 {
         blocks32!(w, 34, x, |blk| load(blk.add(2)))
     }
+
+    /// [`blocks32!`] for one weight row against several activation rows (`out[c]` for
+    /// `xs[c]`): each block's weights are unpacked once for up to four of them, and each row's
+    /// sum takes exactly the operations `blocks32!` takes for it alone — the same value, bit
+    /// for bit, batched or not.
+    macro_rules! blocks32_rows {
+        ($name:ident, $bytes:expr, |$blk:ident| $weights:expr) => {
+            #[target_feature(enable = "avx2,fma,f16c")]
+            pub unsafe fn $name(w: &[u8], xs: &[Q8Row], out: &mut [f32]) {
+                // A constant number of rows per pass, so that their sums stay in registers.
+                #[inline]
+                #[target_feature(enable = "avx2,fma,f16c")]
+                unsafe fn pass<const N: usize>(wp: *const u8, xs: &[Q8Row], out: &mut [f32]) {
+                    let mut acc = [_mm256_setzero_ps(); N];
+                    for b in 0..xs[0].d.len() {
+                        let $blk = wp.add(b * $bytes);
+                        _mm_prefetch::<_MM_HINT_T0>($blk.wrapping_add(PREFETCH) as *const i8);
+                        let wq = $weights;
+                        let scale = f16_at($blk);
+                        // dot_i8's first operand, the same for every row.
+                        let unsigned = _mm256_sign_epi8(wq, wq);
+                        for c in 0..N {
+                            let x = xs.get_unchecked(c);
+                            let d = _mm256_set1_ps(scale * *x.d.get_unchecked(b));
+                            let y = load(x.qs.as_ptr().add(b * QK) as *const u8);
+                            let pairs = _mm256_maddubs_epi16(unsigned, _mm256_sign_epi8(y, wq));
+                            let s = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+                            acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc[c]);
+                        }
+                    }
+                    for c in 0..N {
+                        out[c] = hsum(acc[c]);
+                    }
+                }
+                let wp = w.as_ptr();
+                let mut c = 0;
+                while c < xs.len() {
+                    let n = (xs.len() - c).min(4);
+                    let (x, o) = (&xs[c..c + n], &mut out[c..c + n]);
+                    match n {
+                        1 => pass::<1>(wp, x, o),
+                        2 => pass::<2>(wp, x, o),
+                        3 => pass::<3>(wp, x, o),
+                        _ => pass::<4>(wp, x, o),
+                    }
+                    c += n;
+                }
+            }
+        };
+    }
+
+    blocks32_rows!(q4_0_rows, 18, |blk| _mm256_sub_epi8(
+        nibbles(blk.add(2)),
+        _mm256_set1_epi8(8)
+    ));
+    blocks32_rows!(q5_0_rows, 22, |blk| q5_0_weights(blk));
+    blocks32_rows!(q8_0_rows, 34, |blk| load(blk.add(2)));
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn q4k(w: &[u8], x: &Q8Row) -> f32 {
@@ -848,6 +910,27 @@ mod avx512 {
 /// The dot product of one weight row with one activation row.
 type DotFn = fn(&[u8], &Q8Row) -> f32;
 
+/// One weight row against several activation rows (`out[c]` for `xs[c]`), each result equal
+/// to the type's best [`DotFn`] for that row alone.
+type RowsFn = fn(w: &[u8], xs: &[Q8Row], out: &mut [f32]);
+
+/// The rows kernel of `t` where this CPU's best dot product has one.
+fn best_rows(t: BlockType) -> Option<RowsFn> {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() && !has_avx512_vnni() {
+        // SAFETY: as for the dot products in `kernels`: AVX2, FMA and F16C were detected, and
+        // `run` checks that rows hold whole blocks of this type.
+        return match t {
+            BlockType::Q4_0 => Some(|w, xs, o| unsafe { avx2::q4_0_rows(w, xs, o) }),
+            BlockType::Q5_0 => Some(|w, xs, o| unsafe { avx2::q5_0_rows(w, xs, o) }),
+            BlockType::Q8_0 => Some(|w, xs, o| unsafe { avx2::q8_0_rows(w, xs, o) }),
+            _ => None,
+        };
+    }
+    let _ = t;
+    None
+}
+
 /// One weight row against every activation row (`out[c]` for `xs[c]`).
 /// `cols`: the packed activation rows (one every `stride` words, see [`pack_q8_k`]), at least
 /// `out.len()` of them.
@@ -1046,7 +1129,7 @@ pub struct QuantMatrix<'a> {
 #[derive(Clone, Copy)]
 enum Kernel<'a> {
     /// GGUF order: a dot product per output, or a many-row kernel over packed activations.
-    Rows(DotFn, Option<(ManyFn, &'a [u32], usize)>),
+    Rows(DotFn, Option<(ManyFn, &'a [u32], usize)>, Option<RowsFn>),
     /// Tiles of 16 rows against packed activations (`interleaved::pack`).
     Tiles(crate::interleaved::GroupFn, &'a [u32], usize),
 }
@@ -1063,6 +1146,7 @@ fn quantize_rows(x: &[f32], k: usize, f: fn(&[f32]) -> Q8Row) -> Vec<Q8Row> {
 fn run(
     dot: impl Fn(BlockType) -> DotFn,
     many: impl Fn(BlockType) -> Option<ManyFn>,
+    rows: impl Fn(BlockType) -> Option<RowsFn>,
     x: &[f32],
     m: usize,
     k: usize,
@@ -1137,7 +1221,7 @@ fn run(
             Some(f) => Kernel::Tiles(f, &tiles_packed.0, tiles_packed.1),
             None => {
                 let many = many.map(|f| (f, q8_k_packed.0.as_slice(), q8_k_packed.1));
-                Kernel::Rows(dot(w.kind), many)
+                Kernel::Rows(dot(w.kind), many, rows(w.kind))
             }
         };
         let xs = if is_k(w) { &q8_k } else { &q8_0 };
@@ -1169,14 +1253,15 @@ fn run(
                     let (row0, row_bytes, kernel, xs, data) = parts[p];
                     let at = (row_index - row0) * row_bytes;
                     let (width, written) = match kernel {
-                        Kernel::Rows(dot, many) => {
+                        Kernel::Rows(dot, many, rows) => {
                             let row = &data[at..at + row_bytes];
                             scratch.resize(c1 - c0, 0f32);
-                            match many {
-                                Some((many, cols, stride)) => {
+                            match (many, rows) {
+                                (Some((many, cols, stride)), _) => {
                                     many(row, &cols[c0 * stride..], stride, scratch)
                                 }
-                                None => {
+                                (None, Some(rows)) => rows(row, &xs[c0..c1], scratch),
+                                (None, None) => {
                                     for (x, o) in xs[c0..c1].iter().zip(scratch.iter_mut()) {
                                         *o = dot(row, x);
                                     }
@@ -1229,7 +1314,7 @@ pub(crate) fn matmul_t_with(
     many_rows: bool,
 ) -> Vec<f32> {
     let many = |t| many_rows.then(|| many_rows_kernel(t, k)).flatten();
-    run(best_dot, many, x, m, k, mats)
+    run(best_dot, many, best_rows, x, m, k, mats)
 }
 
 /// Asserts that `got` equals `want` to `bound` of `want`'s largest magnitude (the kernels sum
@@ -1298,7 +1383,7 @@ mod tests {
                             .flatten_all()?
                             .to_vec1()?
                     } else {
-                        run(portable_dot, |_| None, &x[..mm * k], mm, k, &[mat])
+                        run(portable_dot, |_| None, |_| None, &x[..mm * k], mm, k, &[mat])
                     };
                     // Candle rounds Q4_1's and Q5_1's activation sums in f16 in another order
                     // than llama.cpp (whose order Hearth follows).
@@ -1307,12 +1392,49 @@ mod tests {
                         _ => 1e-5,
                     };
                     for (path, kernel) in kernels(t) {
-                        let got = run(|_| kernel, |_| None, &x[..mm * k], mm, k, &[mat]);
+                        let got = run(|_| kernel, |_| None, |_| None, &x[..mm * k], mm, k, &[mat]);
                         assert_close(&got, &want, bound, &format!("{t:?} {path} k={k} m={mm}"));
                     }
                 }
             }
         }
+        Ok(())
+    }
+
+    /// The rows kernels (a batch's decoding rows) give each row exactly what the one-row dot
+    /// product gives it: batching must not change a sequence's tokens.
+    #[test]
+    fn rows_kernels_equal_the_one_row_kernel_bit_for_bit() -> TestResult {
+        let (k, n) = (288, 7);
+        let w: Vec<f32> = (0..n * k)
+            .map(|i| ((i * 29 % 89) as f32 - 44.0) / 40.0)
+            .collect();
+        let wt = Tensor::from_vec(w, (n, k), &Device::Cpu)?;
+        let mut checked = 0;
+        for (dtype, t) in TYPES {
+            let Some(rows) = best_rows(t) else {
+                continue;
+            };
+            let q = QTensor::quantize(&wt, dtype)?;
+            let data = q.data()?;
+            let mat = QuantMatrix {
+                kind: t,
+                data: &data,
+                rows: n,
+                interleaved: false,
+            };
+            for m in [1, 3, 4, 9] {
+                let x: Vec<f32> = (0..m * k)
+                    .map(|i| ((i * 17 % 41) as f32 - 20.0) / 9.0 + (i % 5) as f32 * 0.013)
+                    .collect();
+                let alone = run(best_dot, |_| None, |_| None, &x, m, k, &[mat]);
+                let batched = run(best_dot, |_| None, |_| Some(rows), &x, m, k, &[mat]);
+                assert_eq!(alone, batched, "{t:?} m={m}");
+            }
+            checked += 1;
+        }
+        // Which CPUs have rows kernels: AVX2 without AVX-512 VNNI (there tiles batch rows).
+        println!("rows kernels checked for {checked} block types on this CPU");
         Ok(())
     }
 
@@ -1341,8 +1463,8 @@ mod tests {
                 let x: Vec<f32> = (0..m * k)
                     .map(|i| ((i * 11 % 37) as f32 - 18.0) / 5.0)
                     .collect();
-                let one = run(best_dot, |_| None, &x, m, k, &[mat]);
-                let got = run(best_dot, |_| Some(many), &x, m, k, &[mat]);
+                let one = run(best_dot, |_| None, |_| None, &x, m, k, &[mat]);
+                let got = run(best_dot, |_| Some(many), |_| None, &x, m, k, &[mat]);
                 assert_close(&got, &one, 1e-5, &format!("{t:?} m={m}"));
             }
         }
