@@ -133,6 +133,7 @@ def main():
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--concurrency", default="1,8,32", help="concurrent requests for the batched bench")
     ap.add_argument("--work", default=None, help="where the checkpoints go (default: a temp dir)")
     args = ap.parse_args()
     device = torch.device("cuda" if args.device.startswith("cuda") else "cpu")
@@ -197,6 +198,23 @@ def main():
             log(f"{shape}: hearth {entry.get('hearth_decode_tok_s', 0):.1f} tok/s "
                 f"({100 * entry.get('hearth_roofline', 0):.0f} % of roofline), transformers "
                 f"{hf_tps:.1f} tok/s")
+        # Many requests at once through the scheduler: aggregate decode tok/s at B = 1, 8, 32.
+        log(f"{shape}: hearth bench --concurrency {args.concurrency}")
+        rc, out, err = hearth(args, "bench", "-m", path, "--device", args.device, "--dtype", "bf16",
+                              "--concurrency", args.concurrency, "-p", "32", "-n", str(args.gen),
+                              "-r", "1", "--json")
+        if rc != 0:
+            entry["hearth_batched_error"] = err.strip()[-2000:]
+            log(f"{shape}: hearth bench --concurrency FAILED: {err.strip()[-300:]}")
+        else:
+            rows = json.loads(out)
+            entry["hearth_batched"] = rows
+            one = next((r["s_tg"] for r in rows if r["b"] == 1), None)
+            for r in rows:
+                if one:
+                    r["s_tg_over_b1"] = r["s_tg"] / one
+                log(f"{shape}: B={r['b']}: {r['s_tg']:.1f} generated tok/s"
+                    + (f" ({r['s_tg_over_b1']:.1f}x B=1)" if one else ""))
         report["models"].append(entry)
         if not args.work:
             shutil.rmtree(path, ignore_errors=True)
