@@ -50,7 +50,10 @@ pub fn run(args: &BenchArgs, threads: usize) -> anyhow::Result<()> {
     for &pp in args.n_prompt.iter().filter(|&&p| p > 0) {
         for &tg in args.n_gen.iter().filter(|&&n| n > 1) {
             if pp + tg + 1 > engine.info().max_positions {
-                bail!("pp{pp}/tg{tg} exceeds the model's {} positions", engine.info().max_positions);
+                bail!(
+                    "pp{pp}/tg{tg} exceeds the model's {} positions",
+                    engine.info().max_positions
+                );
             }
             for &b in &args.concurrency {
                 // Warm-up, then the measured run; every prompt is new (no cached prefix).
@@ -141,7 +144,14 @@ fn summary(mut s: EventStream) -> anyhow::Result<Summary> {
 }
 
 /// `b` requests at once: seconds until all have their first token, then until all end.
-fn batch(engine: &Engine, pp: usize, tg: usize, b: usize, vocab: usize, salt: usize) -> anyhow::Result<(f64, f64)> {
+fn batch(
+    engine: &Engine,
+    pp: usize,
+    tg: usize,
+    b: usize,
+    vocab: usize,
+    salt: usize,
+) -> anyhow::Result<(f64, f64)> {
     let start = Instant::now();
     let mut streams = (0..b)
         .map(|i| engine.generate(request(prompt(pp, vocab, salt * 64 + i), tg, None)))

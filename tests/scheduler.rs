@@ -76,7 +76,11 @@ fn batched_decoding_gives_the_logits_of_one_by_one_decoding() {
         let next: Vec<u32> = (0..prompts.len() as u32).map(|i| 100 + i).collect();
         for step in 0..3 {
             let mut refs: Vec<&mut KvCache> = batch_caches.iter_mut().collect();
-            let batched: Vec<Vec<f32>> = model.forward_batch(&next, &mut refs).unwrap().to_vec2().unwrap();
+            let batched: Vec<Vec<f32>> = model
+                .forward_batch(&next, &mut refs)
+                .unwrap()
+                .to_vec2()
+                .unwrap();
             for (i, cache) in alone_caches.iter_mut().enumerate() {
                 let alone: Vec<f32> = model.forward(&[next[i]], cache).unwrap().to_vec1().unwrap();
                 assert_eq!(batched[i], alone, "{family}: step {step}, sequence {i}");
@@ -131,9 +135,13 @@ fn a_hundred_sessions_stay_under_the_kv_budget_and_all_answer() {
             ..Default::default()
         },
     );
-    let prompt = |i: usize| -> Vec<u32> { (0..20).map(|j| ((i * 13 + j * 7) % 1000) as u32).collect() };
+    let prompt =
+        |i: usize| -> Vec<u32> { (0..20).map(|j| ((i * 13 + j * 7) % 1000) as u32).collect() };
     for i in 0..100 {
-        let (ids, s) = collect(e.generate(request(prompt(i), 8, Some(&format!("s{i}")))).unwrap());
+        let (ids, s) = collect(
+            e.generate(request(prompt(i), 8, Some(&format!("s{i}"))))
+                .unwrap(),
+        );
         assert_eq!(ids.len(), 8, "session {i}");
         assert_eq!(s.usage.cached_prompt_tokens, 0, "session {i}");
     }
@@ -158,18 +166,35 @@ fn a_new_session_copies_the_prefix_another_holds() {
     let e = engine("qwen2", Default::default());
     let system: Vec<u32> = (0..40).map(|j| (j * 11 + 5) % 1000).collect();
     let with = |tail: &[u32]| -> Vec<u32> { system.iter().chain(tail).copied().collect() };
-    let (_, a) = collect(e.generate(request(with(&[900, 901]), 4, Some("agent-a"))).unwrap());
+    let (_, a) = collect(
+        e.generate(request(with(&[900, 901]), 4, Some("agent-a")))
+            .unwrap(),
+    );
     assert_eq!(a.usage.cached_prompt_tokens, 0);
-    let (ids_b, b) = collect(e.generate(request(with(&[902, 903, 904]), 6, Some("agent-b"))).unwrap());
+    let (ids_b, b) = collect(
+        e.generate(request(with(&[902, 903, 904]), 6, Some("agent-b")))
+            .unwrap(),
+    );
     assert_eq!(b.usage.cached_prompt_tokens, 40);
     // The copied rows are the rows it would have computed: the same tokens as on an engine
     // that never saw agent-a.
     let fresh = engine("qwen2", Default::default());
-    let (ids_alone, s) = collect(fresh.generate(request(with(&[902, 903, 904]), 6, None)).unwrap());
+    let (ids_alone, s) = collect(
+        fresh
+            .generate(request(with(&[902, 903, 904]), 6, None))
+            .unwrap(),
+    );
     assert_eq!(s.usage.cached_prompt_tokens, 0);
     assert_eq!(ids_b, ids_alone);
     // Fewer than 16 shared tokens: nothing is copied.
-    let (_, c) = collect(e.generate(request(system[..10].iter().chain(&[5, 6]).copied().collect(), 2, Some("agent-c"))).unwrap());
+    let (_, c) = collect(
+        e.generate(request(
+            system[..10].iter().chain(&[5, 6]).copied().collect(),
+            2,
+            Some("agent-c"),
+        ))
+        .unwrap(),
+    );
     assert_eq!(c.usage.cached_prompt_tokens, 0);
 }
 
@@ -233,11 +258,19 @@ fn cancelling_mid_prefill_leaves_the_others_running() {
         if stats.running == 0 && stats.waiting == 0 {
             break;
         }
-        assert!(Instant::now() < deadline, "the cancelled request still runs: {stats:?}");
+        assert!(
+            Instant::now() < deadline,
+            "the cancelled request still runs: {stats:?}"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     // And the worker still answers.
-    assert_eq!(collect(e.generate(request(vec![1, 2], 3, None)).unwrap()).0.len(), 3);
+    assert_eq!(
+        collect(e.generate(request(vec![1, 2], 3, None)).unwrap())
+            .0
+            .len(),
+        3
+    );
 }
 
 #[test]
@@ -252,11 +285,23 @@ fn a_full_queue_is_refused_and_the_context_limit_is_its_own_finish_reason() {
     // 500 of the model's 512 positions: it runs out of context before max_tokens.
     let prompt: Vec<u32> = (0..500).map(|j| (j * 3 + 2) % 1000).collect();
     let running = e.generate(request(prompt, 100, None)).unwrap();
-    let err = e.generate(request(vec![1, 2, 3], 4, None)).err().expect("queue full");
+    let err = e
+        .generate(request(vec![1, 2, 3], 4, None))
+        .err()
+        .expect("queue full");
     assert!(err.to_string().contains("queue is full"), "{err}");
     let (ids, s) = collect(running);
     assert_eq!(s.reason, FinishReason::ContextFull);
-    assert_eq!(ids.len(), 13, "the last token sampled at position 511 is streamed");
+    assert_eq!(
+        ids.len(),
+        13,
+        "the last token sampled at position 511 is streamed"
+    );
     // Its place is free again.
-    assert_eq!(collect(e.generate(request(vec![1, 2, 3], 4, None)).unwrap()).0.len(), 4);
+    assert_eq!(
+        collect(e.generate(request(vec![1, 2, 3], 4, None)).unwrap())
+            .0
+            .len(),
+        4
+    );
 }

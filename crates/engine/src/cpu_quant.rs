@@ -1383,7 +1383,15 @@ mod tests {
                             .flatten_all()?
                             .to_vec1()?
                     } else {
-                        run(portable_dot, |_| None, |_| None, &x[..mm * k], mm, k, &[mat])
+                        run(
+                            portable_dot,
+                            |_| None,
+                            |_| None,
+                            &x[..mm * k],
+                            mm,
+                            k,
+                            &[mat],
+                        )
                     };
                     // Candle rounds Q4_1's and Q5_1's activation sums in f16 in another order
                     // than llama.cpp (whose order Hearth follows).

@@ -55,7 +55,14 @@ impl Engine {
         chat: Option<ChatFormat>,
         load_time: Duration,
     ) -> Self {
-        Self::start(model, tokenizer, info, chat, load_time, SchedulerConfig::default())
+        Self::start(
+            model,
+            tokenizer,
+            info,
+            chat,
+            load_time,
+            SchedulerConfig::default(),
+        )
     }
 
     /// Like [`Engine::serve`], with the scheduler's settings given; a budget too small for one
@@ -141,10 +148,7 @@ impl Engine {
             return Err(EngineError::invalid("prompt", "empty prompt"));
         }
         if request.max_tokens == 0 {
-            return Err(EngineError::invalid(
-                "max_tokens",
-                "0 (must be at least 1)",
-            ));
+            return Err(EngineError::invalid("max_tokens", "0 (must be at least 1)"));
         }
         if request.prompt.len() >= self.info.max_positions {
             return Err(EngineError::PromptTooLong {
@@ -258,4 +262,3 @@ impl Engine {
             .map_err(|_| EngineError::WorkerGone)
     }
 }
-

@@ -128,4 +128,3 @@ pub enum Event {
     /// Generation failed; no event follows.
     Error { message: String },
 }
-

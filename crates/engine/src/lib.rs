@@ -35,17 +35,17 @@ pub use chat::{ChatFormat, ChatInput, ChatMessage, ToolCall};
 pub use config::{Family, QwenConfig};
 pub use device::DeviceSpec;
 pub use engine::Engine;
-pub use load::{load_model, DTypeSpec, LoadOptions, LoadedModel, ModelInfo};
-pub use scheduler::{SchedulerConfig, SchedulerOptions, SchedulerStats};
-pub use stream::{ChatRequest, ChatStream, EventStream};
 pub use error::{EngineError, Result};
 pub use generation::{
     Event, FinishReason, GenerateRequest, LanguageModel, Summary, Timings, Usage,
 };
 pub use kv_cache::KvCache;
+pub use load::{load_model, DTypeSpec, LoadOptions, LoadedModel, ModelInfo};
 pub use qwen::Qwen;
 pub use sampling::{Sampler, SamplingParams};
+pub use scheduler::{SchedulerConfig, SchedulerOptions, SchedulerStats};
 pub use source::{HubOptions, ModelFiles};
 pub use stop::{StopScan, StopStrings};
+pub use stream::{ChatRequest, ChatStream, EventStream};
 pub use tokenizer::{StreamDecoder, Tokenizer};
 pub use weights::Weights;

@@ -259,8 +259,7 @@ fn cpu_rows(weight: &Tensor, x: &Tensor) -> Result<Option<Tensor>> {
         DType::F16 | DType::BF16 => HALF_ROW_KERNEL_MAX_ROWS,
         _ => ROW_KERNEL_MAX_ROWS,
     };
-    if !x.device().is_cpu() || x.dtype() != DType::F32 || (m > max_rows && !rows_are_sequences())
-    {
+    if !x.device().is_cpu() || x.dtype() != DType::F32 || (m > max_rows && !rows_are_sequences()) {
         return Ok(None);
     }
     let (ws, wl) = weight.storage_and_layout();

@@ -96,7 +96,6 @@ pub struct ModelInfo {
     pub load_s: f64,
 }
 
-
 /// A loaded model and everything the engine serves it with.
 pub struct LoadedModel {
     pub model: Qwen,
@@ -136,7 +135,16 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
                 let stop = stop_token_ids(&cfg, &generation, &tokenizer_config, &tokenizer);
                 let label = format!("{dtype:?}").to_lowercase();
                 let size = cfg.num_parameters() * dtype.size_in_bytes();
-                (model, cfg, tokenizer, label.clone(), generation, stop, size, label)
+                (
+                    model,
+                    cfg,
+                    tokenizer,
+                    label.clone(),
+                    generation,
+                    stop,
+                    size,
+                    label,
+                )
             }
             Checkpoint::Gguf(file) => {
                 if opts.dtype != DTypeSpec::Auto {
@@ -152,7 +160,16 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
                     }
                 }
                 let (size, file_type) = (file.weight_bytes(), file.file_type());
-                (model, cfg, tokenizer, "gguf".into(), Value::Null, stop, size, file_type)
+                (
+                    model,
+                    cfg,
+                    tokenizer,
+                    "gguf".into(),
+                    Value::Null,
+                    stop,
+                    size,
+                    file_type,
+                )
             }
         };
     let template_choice = template_choice(opts, card.as_ref());

@@ -1,7 +1,7 @@
 //! What callers read: the events of one request, and of a chat answer with reasoning told
 //! apart from the text.
 
-use crate::chat::{ChatMessage, ThinkingSplitter, Piece};
+use crate::chat::{ChatMessage, Piece, ThinkingSplitter};
 use crate::generation::Event;
 use crate::sampling::SamplingParams;
 use serde_json::Value;
@@ -97,4 +97,3 @@ impl ChatStream {
         }
     }
 }
-

@@ -205,7 +205,11 @@ impl Attention {
         // One sequence: all rows. Several: one row each.
         let len = if caches.len() == 1 { rows_in } else { 1 };
         if caches.len() * len != b * rows_in {
-            candle_core::bail!("{} rows of attention input for {} caches", b * rows_in, caches.len());
+            candle_core::bail!(
+                "{} rows of attention input for {} caches",
+                b * rows_in,
+                caches.len()
+            );
         }
         let mut out = Vec::with_capacity(b * rows_in * h * d);
         for (seq, cache) in caches.iter_mut().enumerate() {

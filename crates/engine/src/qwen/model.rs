@@ -162,11 +162,7 @@ impl Qwen {
                     cache.advance(1);
                 }
                 let x = candle_nn::ops::rms_norm(&x, &self.norm, eps)?;
-                Ok(self
-                    .lm_head
-                    .forward(&x)?
-                    .squeeze(0)?
-                    .to_dtype(DType::F32)?)
+                Ok(self.lm_head.forward(&x)?.squeeze(0)?.to_dtype(DType::F32)?)
             })
         })
     }

@@ -58,10 +58,16 @@ impl SchedulerConfig {
             ));
         }
         if self.prefill_chunk == 0 {
-            return Err(EngineError::invalid("prefill_chunk", "0 (must be at least 1)"));
+            return Err(EngineError::invalid(
+                "prefill_chunk",
+                "0 (must be at least 1)",
+            ));
         }
         if self.max_waiting == 0 {
-            return Err(EngineError::invalid("max_waiting", "0 (must be at least 1)"));
+            return Err(EngineError::invalid(
+                "max_waiting",
+                "0 (must be at least 1)",
+            ));
         }
         Ok(())
     }

@@ -46,7 +46,9 @@ impl KvPool {
 
     #[cfg(test)]
     pub fn has_session(&self, id: &str) -> bool {
-        self.entries.iter().any(|e| e.session.as_deref() == Some(id))
+        self.entries
+            .iter()
+            .any(|e| e.session.as_deref() == Some(id))
     }
 
     /// Keeps a cache that a sequence leaves behind. A session replaces its earlier entry.

@@ -292,7 +292,10 @@ impl Scheduler {
     /// declare their size take part (test models without real caches do not).
     fn shared_prefix(&mut self, prompt: &[u32]) -> Option<Seed> {
         let usable = prompt.len().saturating_sub(1);
-        let idle = self.pool.longest_prefix(prompt).map(|(i, n)| (n.min(usable), i));
+        let idle = self
+            .pool
+            .longest_prefix(prompt)
+            .map(|(i, n)| (n.min(usable), i));
         let running = self
             .running
             .iter()

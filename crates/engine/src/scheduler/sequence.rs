@@ -120,7 +120,11 @@ impl Sequence {
 
     /// Chooses the next token from this sequence's logits (`argmax` precomputed for greedy
     /// sequences, so that only ids cross from a GPU).
-    pub fn choose(&mut self, argmax: Option<u32>, logits: impl FnOnce() -> Result<Vec<f32>>) -> Result<u32> {
+    pub fn choose(
+        &mut self,
+        argmax: Option<u32>,
+        logits: impl FnOnce() -> Result<Vec<f32>>,
+    ) -> Result<u32> {
         match argmax {
             Some(id) if self.wants_greedy() => Ok(id),
             _ => {
@@ -182,9 +186,7 @@ impl Sequence {
             let _ = self.events.send(Event::Text { text: rest });
         }
         let prefill_s = self.prefill.as_secs_f64();
-        let decode_s = self
-            .first_token
-            .map_or(0.0, |t| t.elapsed().as_secs_f64());
+        let decode_s = self.first_token.map_or(0.0, |t| t.elapsed().as_secs_f64());
         let prefilled = self.request.prompt.len() - self.cached;
         let summary = Summary {
             reason,
