@@ -22,6 +22,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     if args.prompt.is_empty() {
         bail!("invalid prompt: empty prompt");
     }
+    // Whitespace alone gives the model nothing to continue from.
+    if args.prompt.trim().is_empty() {
+        bail!("invalid prompt: the prompt is only whitespace");
+    }
     check_max_tokens(args.max_tokens)?;
     args.sampling.check()?;
     let engine = Engine::load(&args.model.model, &args.model.load_options()?)

@@ -68,6 +68,7 @@ fn run_rejects_bad_arguments_clearly() {
             "--temperature",
         ),
         (&["run", "--model", m, ""], "empty prompt"),
+        (&["run", "--model", m, " \n\t "], "only whitespace"),
         (&["run", "--model", m, "--device", "tpu", "hi"], "--device"),
         (&["run", "--model", m, "--dtype", "int3", "hi"], "--dtype"),
         (&["run", "--model", "/no/such/dir", "hi"], "--model"),
