@@ -305,3 +305,65 @@ fn a_full_queue_is_refused_and_the_context_limit_is_its_own_finish_reason() {
         4
     );
 }
+
+/// Logits that are all NaN from the second decoding step on.
+struct Broken;
+
+impl hearth_engine::LanguageModel for Broken {
+    fn forward(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+    ) -> hearth_engine::Result<candle_core::Tensor> {
+        let bad = cache.len() >= 4;
+        cache.advance(tokens.len());
+        let mut logits = vec![0f32; 1024];
+        logits[7] = if bad { f32::NAN } else { 1.0 };
+        Ok(candle_core::Tensor::from_vec(
+            logits,
+            1024,
+            &candle_core::Device::Cpu,
+        )?)
+    }
+    fn new_cache(&self) -> KvCache {
+        KvCache::new(1, 512)
+    }
+    fn max_positions(&self) -> usize {
+        512
+    }
+}
+
+#[test]
+fn non_finite_logits_are_an_error_naming_the_model() {
+    let tok = hearth_engine::Tokenizer::from_file(&tiny("qwen2").join("tokenizer.json")).unwrap();
+    let info = hearth_engine::ModelInfo {
+        origin: "broken.gguf".into(),
+        family: "qwen2".into(),
+        parameters: 0,
+        dtype: "f32".into(),
+        device: "cpu".into(),
+        max_positions: 512,
+        stop_token_ids: vec![],
+        stop_strings: vec![],
+        sampling: hearth_engine::SamplingParams::greedy(),
+        chat_template: None,
+        thinks: false,
+        load_s: 0.0,
+    };
+    let e = Engine::serve(Box::new(Broken), tok, info, None, Duration::ZERO);
+    let mut s = e.generate(request(vec![1, 2, 3], 10, None)).unwrap();
+    let mut tokens = 0;
+    let message = loop {
+        match s.blocking_next() {
+            Some(Event::Token { .. }) => tokens += 1,
+            Some(Event::Error { message }) => break message,
+            Some(Event::Finished(_)) | None => panic!("NaN logits were sampled"),
+            Some(_) => {}
+        }
+    };
+    assert_eq!(tokens, 2, "the tokens before the NaN logits stream");
+    assert!(
+        message.contains("broken.gguf") && message.contains("NaN"),
+        "{message}"
+    );
+}

@@ -98,6 +98,7 @@ impl Engine {
         let in_flight = Arc::new(AtomicUsize::new(0));
         let scheduler = Scheduler::new(
             model,
+            info.origin.clone(),
             tokenizer.clone(),
             info.stop_token_ids.clone(),
             load_time,

@@ -88,6 +88,12 @@ pub enum EngineError {
     #[error("the engine's queue is full ({waiting} requests waiting or running; max_waiting)")]
     QueueFull { waiting: usize },
 
+    #[error(
+        "{origin}: the model produced NaN or infinite logits at position {position}; its weights \
+         are damaged, or overflow in this dtype"
+    )]
+    NonFinite { origin: String, position: usize },
+
     #[error("KV cache budget: {message}")]
     KvBudget { message: String },
 

@@ -65,6 +65,8 @@ pub struct SchedulerStats {
 
 pub(crate) struct Scheduler {
     model: Box<dyn LanguageModel>,
+    /// Where the model came from, for errors.
+    origin: String,
     tokenizer: Tokenizer,
     default_stop: Vec<u32>,
     load_time: Duration,
@@ -81,6 +83,7 @@ pub(crate) struct Scheduler {
 impl Scheduler {
     pub fn new(
         model: Box<dyn LanguageModel>,
+        origin: String,
         tokenizer: Tokenizer,
         default_stop: Vec<u32>,
         load_time: Duration,
@@ -89,6 +92,7 @@ impl Scheduler {
     ) -> Self {
         Self {
             model,
+            origin,
             tokenizer,
             default_stop,
             load_time,
@@ -386,6 +390,12 @@ impl Scheduler {
         if !s.unprefilled().is_empty() {
             return Ok(true);
         }
+        if !logits.sum_all()?.to_scalar::<f32>()?.is_finite() {
+            return Err(EngineError::NonFinite {
+                origin: self.origin.clone(),
+                position: s.tokens.len() - 1,
+            });
+        }
         let argmax = if s.wants_greedy() {
             Some(logits.argmax(0)?.to_scalar::<u32>()?)
         } else {
@@ -453,8 +463,15 @@ impl Scheduler {
         } else {
             None
         };
+        // A NaN or infinity anywhere in a row makes its sum one (and its argmax meaningless).
+        let sums: Vec<f32> = logits.sum_keepdim(1)?.flatten_all()?.to_vec1()?;
         // Back to front: a finished sequence leaves without shifting those still to do.
         for (row, &i) in batch.iter().enumerate().rev() {
+            if !sums[row].is_finite() {
+                let e = self.non_finite(self.running[i].tokens.len());
+                self.fail(i, e.to_string());
+                continue;
+            }
             let next = {
                 let s = &mut self.running[i];
                 s.decoded();
@@ -501,6 +518,13 @@ impl Scheduler {
         s.fail(message);
         if let Some(id) = s.session() {
             self.pool.remove(id);
+        }
+    }
+
+    fn non_finite(&self, position: usize) -> EngineError {
+        EngineError::NonFinite {
+            origin: self.origin.clone(),
+            position,
         }
     }
 
