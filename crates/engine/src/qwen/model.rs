@@ -144,24 +144,13 @@ impl Qwen {
         }
         self.on_pool(|| {
             crate::linear::rows_as_sequences(|| {
-                let ids = Tensor::new(tokens, &self.device)?;
-                let mut x = self
-                    .embed
-                    .lookup(&ids)?
-                    .to_dtype(self.act_dtype)?
-                    .unsqueeze(0)?;
-                let eps = self.cfg.rms_norm_eps as f32;
-                for (i, layer) in self.layers.iter().enumerate() {
-                    let h = candle_nn::ops::rms_norm(&x, &layer.input_norm, eps)?;
-                    let h = layer.attn.forward_batch(&h, i, caches, &self.rotary)?;
-                    x = (x + h)?;
-                    let h = candle_nn::ops::rms_norm(&x, &layer.post_norm, eps)?;
-                    x = (x + layer.mlp.forward(&h)?)?;
-                }
+                let x = self.layers_over(tokens, |attn, h, i| {
+                    attn.forward_batch(h, i, caches, &self.rotary)
+                })?;
                 for cache in caches.iter_mut() {
                     cache.advance(1);
                 }
-                let x = candle_nn::ops::rms_norm(&x, &self.norm, eps)?;
+                let x = candle_nn::ops::rms_norm(&x, &self.norm, self.cfg.rms_norm_eps as f32)?;
                 Ok(self.lm_head.forward(&x)?.squeeze(0)?.to_dtype(DType::F32)?)
             })
         })
@@ -226,27 +215,38 @@ impl Qwen {
         Ok(())
     }
 
-    fn hidden(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor> {
-        self.check_step(tokens, cache)?;
-        let (len, offset) = (tokens.len(), cache.len());
+    /// Embeds `tokens` (`[1, len, hidden]`) and runs every layer, with `attend(attention,
+    /// normed input, layer)` for the attention block; before the final norm.
+    fn layers_over(
+        &self,
+        tokens: &[u32],
+        mut attend: impl FnMut(&Attention, &Tensor, usize) -> candle_core::Result<Tensor>,
+    ) -> Result<Tensor> {
         let ids = Tensor::new(tokens, &self.device)?;
         let mut x = self
             .embed
             .lookup(&ids)?
             .to_dtype(self.act_dtype)?
             .unsqueeze(0)?;
-        let mask = causal_mask(len, offset, self.act_dtype, &self.device)?;
         let eps = self.cfg.rms_norm_eps as f32;
         for (i, layer) in self.layers.iter().enumerate() {
             let h = candle_nn::ops::rms_norm(&x, &layer.input_norm, eps)?;
-            let h = layer
-                .attn
-                .forward(&h, i, cache, &self.rotary, mask.as_ref())?;
-            x = (x + h)?;
+            x = (x + attend(&layer.attn, &h, i)?)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.post_norm, eps)?;
             x = (x + layer.mlp.forward(&h)?)?;
         }
+        Ok(x)
+    }
+
+    fn hidden(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor> {
+        self.check_step(tokens, cache)?;
+        let (len, offset) = (tokens.len(), cache.len());
+        let mask = causal_mask(len, offset, self.act_dtype, &self.device)?;
+        let x = self.layers_over(tokens, |attn, h, i| {
+            attn.forward(h, i, cache, &self.rotary, mask.as_ref())
+        })?;
         cache.advance(len);
+        let eps = self.cfg.rms_norm_eps as f32;
         Ok(candle_nn::ops::rms_norm(&x, &self.norm, eps)?)
     }
 }
