@@ -3,7 +3,7 @@
 
 use crate::model_args::{check_max_tokens, ModelArgs, SamplingArgs};
 use anyhow::{bail, Context};
-use hearth_agent::tool_agent::RunOptions;
+use hearth_agent::tool_agent::{RunOptions, StopReason, ToolAgentRun};
 use hearth_agent::{LlmRequest, LocalLlm, ToolAgent, ToolAgentEvent};
 use hearth_engine::{Engine, SamplingParams};
 use std::io::Write;
@@ -118,5 +118,56 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     if json {
         println!("{}", serde_json::to_string_pretty(&run)?);
     }
+    gave_up(&run)
+}
+
+/// A run that failed, or ended without an answer, is not a success: scripts must see it in
+/// the exit status, after the run itself has been printed.
+fn gave_up(run: &ToolAgentRun) -> anyhow::Result<()> {
+    if run.stop_reason == StopReason::Error {
+        bail!(
+            "the agent failed after {} model call(s): {}",
+            run.iterations,
+            run.error.as_deref().unwrap_or("no error message")
+        );
+    }
+    if run.answer.trim().is_empty() {
+        let why = match &run.stop_reason {
+            StopReason::MaxIterations => "it reached --max-iterations".to_string(),
+            other => format!("stop: {other:?}"),
+        };
+        bail!(
+            "the agent gave no answer after {} model call(s) ({why})",
+            run.iterations
+        );
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(answer: &str, stop_reason: StopReason) -> ToolAgentRun {
+        let error = (stop_reason == StopReason::Error).then(|| "model failed".into());
+        ToolAgentRun {
+            answer: answer.into(),
+            stop_reason,
+            tool_calls: vec![],
+            iterations: 3,
+            error,
+        }
+    }
+
+    #[test]
+    fn a_run_that_gives_up_is_an_error() {
+        let e = gave_up(&run("", StopReason::MaxIterations)).unwrap_err();
+        assert!(e.to_string().contains("--max-iterations"), "{e}");
+        assert!(gave_up(&run(" \n", StopReason::NoAction)).is_err());
+        let e = gave_up(&run("partial", StopReason::Error)).unwrap_err();
+        assert!(e.to_string().contains("model failed"), "{e}");
+        assert!(gave_up(&run("4", StopReason::Answer)).is_ok());
+        // An answer written before the last tool round still answers the task.
+        assert!(gave_up(&run("4", StopReason::MaxIterations)).is_ok());
+    }
 }
