@@ -3,7 +3,7 @@
 
 use crate::model_args::{ModelArgs, SamplingArgs};
 use anyhow::{bail, Context};
-use hearth_engine::{ChatMessage, ChatRequest, Engine, Event};
+use hearth_engine::{ChatInput, ChatMessage, ChatRequest, Engine, Event, SamplingParams};
 use std::io::{BufRead, IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -67,14 +67,32 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
         eprintln!("{} — {HELP}", engine.info().origin);
     }
     let stdin = std::io::stdin();
-    let mut lines = stdin.lock().lines();
+    let mut input = stdin.lock();
+    let mut failed: Vec<usize> = vec![];
+    let mut number = 0usize;
+    let mut raw = Vec::new();
     loop {
         if interactive {
             eprint!("> ");
             std::io::stderr().flush()?;
         }
-        let Some(line) = lines.next() else { break };
-        let line = line?;
+        raw.clear();
+        if input.read_until(b'\n', &mut raw).context("reading stdin")? == 0 {
+            break;
+        }
+        number += 1;
+        // One undecodable line is that line's error, not the end of the session.
+        let line = match std::str::from_utf8(&raw) {
+            Ok(line) => line,
+            Err(e) => {
+                eprintln!(
+                    "error: line {number}: not valid UTF-8 (bad byte at column {}); line skipped",
+                    e.valid_up_to() + 1
+                );
+                failed.push(number);
+                continue;
+            }
+        };
         let line = line.trim_end_matches(['\r', '\n']);
         if line.trim().is_empty() {
             continue;
@@ -113,28 +131,122 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
             continue;
         }
 
+        let turn = Turn {
+            engine: &engine,
+            system: system.as_deref(),
+            thinking,
+            max_tokens: args.max_tokens,
+            sampling: &sampling,
+            session: format!("chat-{session}"),
+            tty_out,
+            answering: &answering,
+            interrupted: &interrupted,
+        };
+        if let Err(e) = turn.answer(&mut history, line) {
+            eprintln!("error: line {number}: {e:#}");
+            failed.push(number);
+        }
+    }
+    if !failed.is_empty() {
+        let list: Vec<String> = failed.iter().map(|n| n.to_string()).collect();
+        bail!(
+            "{} input line(s) failed (line {}); the others were answered",
+            failed.len(),
+            list.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// One user message: what it is answered with and where the answer goes.
+struct Turn<'a> {
+    engine: &'a Engine,
+    system: Option<&'a str>,
+    thinking: Option<bool>,
+    max_tokens: usize,
+    sampling: &'a SamplingParams,
+    session: String,
+    tty_out: bool,
+    answering: &'a AtomicBool,
+    interrupted: &'a AtomicBool,
+}
+
+impl Turn<'_> {
+    fn messages(&self, history: &[ChatMessage], line: &str) -> Vec<ChatMessage> {
         let mut messages = vec![];
-        if let Some(s) = &system {
-            messages.push(ChatMessage::system(s.clone()));
+        if let Some(s) = self.system {
+            messages.push(ChatMessage::system(s));
         }
         messages.extend(history.iter().cloned());
         messages.push(ChatMessage::user(line));
-        let mut stream = engine.chat(ChatRequest {
+        messages
+    }
+
+    fn prompt_tokens(&self, messages: &[ChatMessage]) -> anyhow::Result<usize> {
+        let prompt = self.engine.render(&ChatInput {
             messages,
             tools: None,
-            max_tokens: args.max_tokens,
-            sampling: Some(sampling.clone()),
-            stop: None,
-            enable_thinking: thinking,
-            session: Some(format!("chat-{session}")),
+            add_generation_prompt: true,
+            enable_thinking: self.thinking,
+            extra: Default::default(),
         })?;
-        answering.store(true, Ordering::SeqCst);
-        interrupted.store(false, Ordering::SeqCst);
+        Ok(self.engine.tokenizer().encode(&prompt)?.len())
+    }
+
+    /// Drops the oldest turns (never the system message) until the prompt leaves room for an
+    /// answer: `max_tokens`, or a quarter of the context when that is less.
+    fn fit(&self, history: &mut Vec<ChatMessage>, line: &str) -> anyhow::Result<()> {
+        let positions = self.engine.info().max_positions;
+        // A message too long by itself is refused before any history is given up for it.
+        let alone = self.prompt_tokens(&self.messages(&[], line))?;
+        if alone >= positions {
+            bail!(
+                "the message is {alone} tokens in the chat format, more than the model's {positions} positions (max_position_embeddings)"
+            );
+        }
+        let room = self.max_tokens.min(positions / 4);
+        let mut dropped = 0;
+        while !history.is_empty()
+            && self.prompt_tokens(&self.messages(history, line))? + room > positions
+        {
+            // A turn is a user message and every reply up to the next one.
+            let next_user = history
+                .iter()
+                .skip(1)
+                .position(|m| m.role == "user")
+                .map_or(history.len(), |i| i + 1);
+            history.drain(..next_user);
+            dropped += next_user;
+        }
+        if dropped > 0 {
+            eprintln!(
+                "[history trimmed: dropped the {dropped} oldest message(s) to fit the model's {positions} positions]"
+            );
+        }
+        Ok(())
+    }
+
+    /// Streams the answer to `line` and adds both to `history`; on an error the history is
+    /// left as it was (less any turns trimmed to make room).
+    fn answer(&self, history: &mut Vec<ChatMessage>, line: &str) -> anyhow::Result<()> {
+        self.fit(history, line)?;
+        let mut stream = self.engine.chat(ChatRequest {
+            messages: self.messages(history, line),
+            tools: None,
+            max_tokens: self.max_tokens,
+            sampling: Some(self.sampling.clone()),
+            stop: None,
+            enable_thinking: self.thinking,
+            session: Some(self.session.clone()),
+        })?;
+        self.answering.store(true, Ordering::SeqCst);
+        self.interrupted.store(false, Ordering::SeqCst);
         let (mut answer, mut reasoning) = (String::new(), String::new());
         let mut out = std::io::stdout().lock();
         let mut stopped = false;
+        let mut failure = None;
         while let Some(event) = stream.blocking_next() {
-            if interrupted.load(Ordering::SeqCst) {
+            if self.interrupted.load(Ordering::SeqCst) {
                 stopped = true;
                 break; // dropping the stream cancels the generation
             }
@@ -146,7 +258,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
                 }
                 Event::Reasoning { text } => {
                     reasoning.push_str(&text);
-                    if tty_out {
+                    if self.tty_out {
                         write!(out, "\x1b[2m{text}\x1b[0m")?;
                         out.flush()?;
                     } else {
@@ -154,15 +266,20 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
                     }
                 }
                 Event::Error { message } => {
-                    answering.store(false, Ordering::SeqCst);
-                    bail!("generation failed: {message}");
+                    failure = Some(message);
+                    break;
                 }
                 Event::Token { .. } | Event::Finished(_) => {}
             }
         }
         drop(stream);
-        answering.store(false, Ordering::SeqCst);
-        writeln!(out)?;
+        self.answering.store(false, Ordering::SeqCst);
+        if !answer.is_empty() || failure.is_none() {
+            writeln!(out)?;
+        }
+        if let Some(message) = failure {
+            bail!("generation failed: {message}");
+        }
         if stopped {
             eprintln!("[stopped]");
         }
@@ -172,6 +289,6 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
             reply.reasoning_content = Some(reasoning.trim().to_string());
         }
         history.push(reply);
+        Ok(())
     }
-    Ok(())
 }

@@ -6,6 +6,10 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 fn hearth(args: &[&str], stdin: &str) -> (bool, String, String) {
+    hearth_bytes(args, stdin.as_bytes())
+}
+
+fn hearth_bytes(args: &[&str], stdin: &[u8]) -> (bool, String, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_hearth"))
         .args(args)
         .env("HF_HUB_OFFLINE", "1")
@@ -14,12 +18,7 @@ fn hearth(args: &[&str], stdin: &str) -> (bool, String, String) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
     let out = child.wait_with_output().unwrap();
     (
         out.status.success(),
@@ -63,6 +62,77 @@ fn chat_over_piped_stdin_keeps_history_and_obeys_commands() {
         err.contains("does not think") && err.contains("unknown command /bogus"),
         "{err}"
     );
+}
+
+/// An undecodable line and a message longer than the context are errors for those lines,
+/// named by number; the lines after them are still answered, and the exit status says that
+/// some failed.
+#[test]
+fn chat_survives_a_bad_line() {
+    let model = common::tiny("qwen2");
+    let args = [
+        "chat",
+        "--model",
+        model.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "6",
+    ];
+    let mut input = b"Hello\n".to_vec();
+    input.extend_from_slice(b"caf\xe9 \xff\n");
+    input.extend_from_slice(format!("{}\n", "word ".repeat(600)).as_bytes());
+    input.extend_from_slice(b"How are you?\n");
+    let (ok, out, err) = hearth_bytes(&args, &input);
+    assert!(!ok, "a failed line fails the session's exit status: {err}");
+    assert_eq!(
+        out.lines().count(),
+        2,
+        "lines 1 and 4 answered: {out:?}\n{err}"
+    );
+    assert!(
+        err.contains("line 2: not valid UTF-8") && err.contains("column 4"),
+        "{err}"
+    );
+    assert!(
+        err.contains("line 3: the message is") && err.contains("512 positions"),
+        "{err}"
+    );
+    assert!(err.contains("2 input line(s) failed (line 2, 3)"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+/// A conversation longer than the context drops its oldest turns, says so, and answers
+/// every message.
+#[test]
+fn chat_trims_history_that_outgrows_the_context() {
+    let model = common::tiny("qwen2");
+    let args = [
+        "chat",
+        "--model",
+        model.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "16",
+        "--system",
+        "Be brief.",
+    ];
+    // Each message is about a third of the fixture's 512 positions.
+    let message = "word ".repeat(70);
+    let input = format!("{message}\n").repeat(5);
+    let (ok, out, err) = hearth(&args, &input);
+    assert!(ok, "{err}");
+    assert_eq!(
+        out.lines().count(),
+        5,
+        "every message answered: {out:?}\n{err}"
+    );
+    assert!(err.contains("[history trimmed: dropped the"), "{err}");
 }
 
 #[test]
