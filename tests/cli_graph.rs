@@ -79,3 +79,14 @@ fn bad_contracts_are_reported() {
         "{err}"
     );
 }
+
+#[test]
+fn a_missing_entry_supervisor_is_named() {
+    let (ok, out, _) = hearth(&["graph", "validate", "--entry", "nosuch", SHOP]);
+    assert!(!ok);
+    assert!(
+        out.contains("ERROR: entry supervisor `nosuch` has no nodes (supervisors: main"),
+        "{out}"
+    );
+    assert!(!out.contains("unreachable"), "{out}");
+}

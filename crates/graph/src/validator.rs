@@ -96,6 +96,22 @@ impl<'a> Validator<'a> {
                     .map(|s| s.entrypoint.as_str()),
             )
             .collect();
+        // Without nodes under the entry nothing runs: say that once, instead of calling every
+        // node unreachable.
+        let supervisors = self.registry.supervisors();
+        let entry_missing =
+            !self.registry.contracts().is_empty() && !supervisors.contains(&self.entry);
+        if entry_missing {
+            findings.push(Finding {
+                severity: Severity::Error,
+                node: None,
+                message: format!(
+                    "entry supervisor `{}` has no nodes (supervisors: {})",
+                    self.entry,
+                    supervisors.join(", ")
+                ),
+            });
+        }
         for c in self.registry.contracts() {
             let mut add = |severity, message: String| {
                 findings.push(Finding {
@@ -137,7 +153,9 @@ impl<'a> Validator<'a> {
                     }
                 }
             }
-            if !entries.contains(c.supervisor.as_str()) {
+            if entry_missing {
+                // Reported once, above.
+            } else if !entries.contains(c.supervisor.as_str()) {
                 add(warn, format!("is unreachable: supervisor `{}` is not the entry nor a subgraph entrypoint", c.supervisor));
             } else if c.trigger_conditions.is_empty() {
                 add(warn, "is unreachable: it has no trigger conditions".into());
@@ -340,6 +358,23 @@ mod tests {
             .filter(|f| f.severity == Severity::Error)
             .map(|f| f.message)
             .collect()
+    }
+
+    #[test]
+    fn a_missing_entry_is_one_error_naming_it() -> TestResult {
+        let mut r = Registry::new();
+        r.add_contract(node("a", &[], &[]))?;
+        r.add_contract(node("b", &[], &[]))?;
+        let mut v = Validator::new(&r);
+        v.entry = "nosuch".into();
+        let res = v.validate();
+        assert_eq!(res.findings.len(), 1, "{res}");
+        assert_eq!(
+            res.findings[0].message,
+            "entry supervisor `nosuch` has no nodes (supervisors: main)"
+        );
+        assert!(res.has_errors());
+        Ok(())
     }
 
     #[test]
