@@ -4,8 +4,8 @@ use hearth_engine::ModelCard;
 
 pub fn run() -> anyhow::Result<()> {
     println!(
-        "{:<36} {:<40} {:<7} {:<11} {}",
-        "NAME", "HUB ID", "FAMILY", "FORMAT", "DESCRIPTION"
+        "{:<36} {:<40} {:<7} {:<11} DESCRIPTION",
+        "NAME", "HUB ID", "FAMILY", "FORMAT"
     );
     for c in ModelCard::all()? {
         println!(

@@ -7,9 +7,9 @@ use hearth_engine::{
     ChatMessage, ChatRequest, DeviceSpec, Engine, Event, GenerateRequest, LoadOptions,
     SamplingParams,
 };
-use std::path::PathBuf;
+use std::path::Path;
 
-fn engine(path: &PathBuf) -> Engine {
+fn engine(path: &Path) -> Engine {
     let opts = LoadOptions {
         device: DeviceSpec::Cpu,
         ..Default::default()

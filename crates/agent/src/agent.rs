@@ -266,8 +266,11 @@ pub struct Sequential {
     pub name: String,
     pub agents: Vec<(String, Box<dyn Agent>)>,
     /// Stops after the agent whose output this accepts.
-    pub exit_at: Option<Box<dyn Fn(&AgentMessage) -> bool + Send + Sync>>,
+    pub exit_at: Option<ExitTest>,
 }
+
+/// Whether a `Sequential` stops after an agent's output.
+pub type ExitTest = Box<dyn Fn(&AgentMessage) -> bool + Send + Sync>;
 
 #[async_trait]
 impl Agent for Sequential {

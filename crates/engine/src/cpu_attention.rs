@@ -78,6 +78,7 @@ macro_rules! simd_dispatch {
 /// Rotates `heads` heads of `dim` values in each row of `rows` (`width` values per row, the
 /// heads from column `first`) for positions `offset..`, in the "rotate half" layout:
 /// `cos`/`sin` are `[positions, dim / 2]`.
+#[allow(clippy::too_many_arguments)] // the layout of a fused QKV row: a struct would only rename them
 pub fn rotate(
     rows: &mut [f32],
     width: usize,

@@ -772,6 +772,7 @@ mod avx512 {
     /// (`d × scale` of each 16 values, over the 4 lanes that sum them); per activation row, the
     /// integer sums start from `-32 × Σy` (the values' offset) and are scaled in f32.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    #[allow(clippy::needless_range_loop)] // `c` indexes the accumulators, columns and outputs together
     pub unsafe fn q6k_rows<const C: usize>(
         w: &[u8],
         cols: *const u32,
@@ -842,6 +843,7 @@ mod avx512 {
     /// vectors of 64 nibbles and their f32 scales (`d × scale` per 32 values); the minimums
     /// (`dmin × min × Σy` per 32 values) are one 16-bit multiply-add per activation row.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    #[allow(clippy::needless_range_loop)] // `c` indexes the accumulators, columns and outputs together
     pub unsafe fn q4k_rows<const C: usize>(
         w: &[u8],
         cols: *const u32,
@@ -980,7 +982,7 @@ pub(crate) use in_groups;
 /// The many-row kernel for `t` with rows of `k` values in GGUF order, where this CPU has one
 /// (AVX-512 VNNI; Q4_K, Q6_K).
 fn many_rows_kernel(t: BlockType, k: usize) -> Option<ManyFn> {
-    if k % (2 * QK) != 0 || !has_avx512_vnni() || !MANY_ROWS.load(Ordering::Relaxed) {
+    if !k.is_multiple_of(2 * QK) || !has_avx512_vnni() || !MANY_ROWS.load(Ordering::Relaxed) {
         return None;
     }
     #[cfg(target_arch = "x86_64")]
@@ -1156,7 +1158,10 @@ fn run(
     assert_eq!(x.len(), m * k);
     for w in mats {
         let t = w.kind;
-        assert!(k % t.block_values() == 0, "{t:?} weight with rows of {k}");
+        assert!(
+            k.is_multiple_of(t.block_values()),
+            "{t:?} weight with rows of {k}"
+        );
         assert_eq!(
             w.data.len(),
             w.rows * k / t.block_values() * t.block_bytes(),

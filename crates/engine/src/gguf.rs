@@ -605,7 +605,7 @@ fn read_cpu(
 ) -> candle_core::Result<QTensor> {
     use candle_core::quantized::k_quants::*;
     let elems: usize = dims.iter().product();
-    if elems % dtype.block_size() != 0 {
+    if !elems.is_multiple_of(dtype.block_size()) {
         candle_core::bail!(
             "{elems} elements do not fill whole {dtype:?} blocks of {}",
             dtype.block_size()

@@ -37,7 +37,7 @@ pub fn supported(t: BlockType, rows: usize) -> bool {
     matches!(
         t,
         BlockType::Q4_0 | BlockType::Q5_0 | BlockType::Q8_0 | BlockType::Q4_1 | BlockType::Q5_1
-    ) && rows % ROWS == 0
+    ) && rows.is_multiple_of(ROWS)
         && crate::cpu_quant::has_avx512_vnni()
 }
 

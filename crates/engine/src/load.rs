@@ -220,6 +220,9 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
     })
 }
 
+/// A model's own chat template, its special tokens, and where it came from.
+type OwnTemplate = (String, serde_json::Map<String, Value>, String);
+
 /// What a model spec resolved to.
 pub enum Checkpoint {
     /// A safetensors checkpoint directory.
@@ -237,7 +240,7 @@ impl Checkpoint {
     }
 
     /// The model's own chat template, its special tokens, and where it came from.
-    fn template(&self) -> Result<Option<(String, serde_json::Map<String, Value>, String)>> {
+    fn template(&self) -> Result<Option<OwnTemplate>> {
         match self {
             Self::Gguf(g) => Ok(g.chat_template().map(|t| {
                 (

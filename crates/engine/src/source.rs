@@ -171,13 +171,16 @@ fn shard_names(index: &Path) -> Result<Vec<String>> {
     Ok(names.into_iter().collect())
 }
 
+/// Where a repo file is: from the cache only (offline), else fetched.
+type Fetch = Box<dyn Fn(&str) -> Result<Option<PathBuf>>>;
+
 /// One repository in the hub or (offline) only in the local cache.
 struct HubRepo {
     repo_id: String,
     revision: String,
     cache_dir: PathBuf,
     offline: bool,
-    fetch: Box<dyn Fn(&str) -> Result<Option<PathBuf>>>,
+    fetch: Fetch,
 }
 
 impl HubRepo {
@@ -187,7 +190,7 @@ impl HubRepo {
         let repo =
             hf_hub::Repo::with_revision(repo_id.into(), hf_hub::RepoType::Model, revision.clone());
         let offline = hub.offline || HubOptions::offline_from_env();
-        let fetch: Box<dyn Fn(&str) -> Result<Option<PathBuf>>> = if offline {
+        let fetch: Fetch = if offline {
             let cached = hf_hub::Cache::new(cache_dir.clone()).repo(repo);
             Box::new(move |file| Ok(cached.get(file)))
         } else {

@@ -18,6 +18,7 @@ use crate::error::Result;
 
 /// How a model's conversations become prompts.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // one per loaded model: boxing would save nothing
 pub enum ChatFormat {
     /// The model's own `chat_template` (tokenizer_config.json or GGUF metadata).
     Jinja(JinjaTemplate),
