@@ -1020,6 +1020,11 @@ pub fn has_many_rows_kernel(t: BlockType, k: usize) -> bool {
     many_rows_kernel(t, k).is_some()
 }
 
+/// Whether `t` has a rows kernel here (one weight row against a few activation rows at once).
+pub fn has_rows_kernel(t: BlockType) -> bool {
+    best_rows(t).is_some()
+}
+
 fn portable_dot(t: BlockType) -> DotFn {
     match t {
         BlockType::Q4_0 => portable::q4_0,
@@ -1029,6 +1034,17 @@ fn portable_dot(t: BlockType) -> DotFn {
         BlockType::Q6K => portable::q6k,
         BlockType::Q4_1 => portable::q4_1,
         BlockType::Q5_1 => portable::q5_1,
+    }
+}
+
+/// The kernels quantized weights run with on this CPU, for the load log.
+pub fn kernel_path() -> &'static str {
+    if has_avx512_vnni() {
+        "avx512-vnni tiles"
+    } else if has_avx2() {
+        "avx2"
+    } else {
+        "portable"
     }
 }
 
@@ -1405,6 +1421,7 @@ mod tests {
                         _ => 1e-5,
                     };
                     for (path, kernel) in kernels(t) {
+                        println!("{t:?}: {path} kernel, k={k}, m={mm}");
                         let got = run(|_| kernel, |_| None, |_| None, &x[..mm * k], mm, k, &[mat]);
                         assert_close(&got, &want, bound, &format!("{t:?} {path} k={k} m={mm}"));
                     }
@@ -1455,6 +1472,13 @@ mod tests {
     /// make full groups of 16 and 8 and a remainder.
     #[test]
     fn many_row_kernels_match_the_one_row_kernels() -> TestResult {
+        let found: Vec<BlockType> = TYPES
+            .iter()
+            .map(|&(_, t)| t)
+            .filter(|&t| many_rows_kernel(t, 256).is_some())
+            .collect();
+        // AVX-512 VNNI CPUs have them for the K-quants; elsewhere there is nothing to compare.
+        println!("many-row kernels on this CPU: {found:?}");
         let (k, n) = (256, 13);
         let w: Vec<f32> = (0..n * k)
             .map(|i| ((i * 29 % 89) as f32 - 44.0) / 40.0)

@@ -12,7 +12,7 @@
 //! and their outputs are concatenated.
 
 use crate::cpu_matmul::{matmul_t, WeightRows};
-use crate::cpu_quant::{has_many_rows_kernel, BlockType, QuantMatrix};
+use crate::cpu_quant::{has_many_rows_kernel, has_rows_kernel, BlockType, QuantMatrix};
 use crate::interleaved::TileMatrix;
 use crate::weights::Matrix;
 use candle_core::quantized::ggml_file::qtensor_from_ggml;
@@ -28,6 +28,12 @@ use std::sync::Arc;
 /// 512-token ones 131 → 95.
 const ROW_KERNEL_MAX_ROWS: usize = 16;
 const HALF_ROW_KERNEL_MAX_ROWS: usize = 128;
+
+/// Below this many rows, quantized matrices with a rows kernel (AVX2 Q4_0/Q5_0/Q8_0) keep
+/// their blocks for prompts too: widening the whole weight to f32 costs more than the rows
+/// kernel's integer products for short prompts (Q4_K_M, AVX2, 2 threads: pp32 18 -> 32
+/// tok/s); long prompts go to gemm.
+const ROWS_KERNEL_PREFILL_MAX_ROWS: usize = 128;
 
 #[derive(Debug, Clone)]
 pub struct Linear {
@@ -173,10 +179,17 @@ impl Part {
                 if x.device().is_cpu()
                     && !rows_are_sequences()
                     && x.elem_count() / x.dim(D::Minus1)?
-                        >= DEQUANTIZE_FROM_ROWS.load(Ordering::Relaxed) =>
+                        >= DEQUANTIZE_FROM_ROWS.load(Ordering::Relaxed)
+                    && !short_with_rows_kernel(q, x)? =>
             {
                 let w = q.dequantize(x.device())?.to_dtype(x.dtype())?;
                 x.broadcast_matmul(&w.t()?)
+            }
+            Part::Quantized(q, w) if short_with_rows_kernel(w, x)? => {
+                match quantized_rows(std::slice::from_ref(self), x)? {
+                    Some(y) => Ok(y),
+                    None => q.forward(x),
+                }
             }
             Part::Quantized(q, _) => q.forward(x),
             // Tiles exist only on the CPU; other activation dtypes go through f32.
@@ -201,6 +214,14 @@ impl Part {
             },
         }
     }
+}
+
+/// Whether `x` has few enough rows for `w`'s rows kernel to serve it (a short prompt).
+fn short_with_rows_kernel(w: &QTensor, x: &Tensor) -> Result<bool> {
+    let m = x.elem_count() / x.dim(D::Minus1)?;
+    Ok(x.device().is_cpu()
+        && m < ROWS_KERNEL_PREFILL_MAX_ROWS
+        && BlockType::of(w.dtype()).is_some_and(has_rows_kernel))
 }
 
 /// Few rows through quantized matrices on the CPU, all in one pass with Hearth's kernels
@@ -228,8 +249,10 @@ fn quantized_rows(parts: &[Part], x: &Tensor) -> Result<Option<Tensor>> {
             return Ok(None);
         };
         let (rows, cols) = w.shape().dims2()?;
-        // Long prefills stay here only where a blocked many-row kernel exists.
-        if cols != k || k % kind.block_values() != 0 || (long && !has_many_rows_kernel(kind, k)) {
+        // Long prefills stay here only where a blocked many-row or rows kernel serves them.
+        let blocked = has_many_rows_kernel(kind, k)
+            || (m < ROWS_KERNEL_PREFILL_MAX_ROWS && has_rows_kernel(kind));
+        if cols != k || !k.is_multiple_of(kind.block_values()) || (long && !blocked) {
             return Ok(None);
         }
         found.push(Ok((kind, w.data()?, rows)));
