@@ -1,5 +1,6 @@
-//! Model cards (`models/*.toml`): a short name for a hub checkpoint, with its family, files,
-//! chat template, stop words and default sampling. Built into the binary.
+//! Model cards (`crates/engine/models/*.toml`): a short name for a hub checkpoint, with its
+//! family, files, chat template, stop words and default sampling. Built into the binary; the
+//! files live inside the crate so that it packages on its own.
 
 use crate::error::{EngineError, Result};
 use crate::sampling::SamplingParams;
@@ -44,7 +45,7 @@ fn main() -> String {
 
 macro_rules! embedded {
     ($($dir:literal / $file:literal),* $(,)?) => {
-        &[$(($file, include_str!(concat!("../../../", $dir, "/", $file)))),*]
+        &[$(($file, include_str!(concat!("../", $dir, "/", $file)))),*]
     };
 }
 

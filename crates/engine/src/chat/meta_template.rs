@@ -1,7 +1,7 @@
 //! lagent-style meta-templates for models without a Jinja chat template: per role a begin
 //! marker (with and without the sender's name) and an end marker, a fallback role for senders
 //! the template does not know, and a generation prefix when the last turn is not the model's.
-//! Defined in TOML (see `templates/*.toml`).
+//! Defined in TOML (see `crates/engine/templates/*.toml`).
 
 use super::message::ChatMessage;
 use crate::error::{EngineError, Result};
@@ -128,8 +128,8 @@ impl MetaTemplate {
 mod tests {
     use super::*;
 
-    const INTERNLM2: &str = include_str!("../../../../templates/internlm2.toml");
-    const CHATML: &str = include_str!("../../../../templates/chatml.toml");
+    const INTERNLM2: &str = include_str!("../../templates/internlm2.toml");
+    const CHATML: &str = include_str!("../../templates/chatml.toml");
 
     #[test]
     fn chatml_renders_turns_and_the_generation_prefix() {
