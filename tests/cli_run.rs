@@ -154,3 +154,23 @@ fn parity_passes_against_the_goldens_and_fails_against_the_wrong_one() {
     ]);
     assert!(!ok && stderr.contains("tiny-qwen3.json"), "{stderr}");
 }
+
+/// A GGUF model card uses the file `scripts/fetch-test-models.sh` fetched (in `HEARTH_MODELS`)
+/// instead of the hub: here a file that is no GGUF, so the error names it.
+#[test]
+fn a_gguf_card_loads_the_fetched_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
+    std::fs::write(&file, b"not a gguf file").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(["run", "--model", "qwen2.5-coder-0.5b-instruct-q4_k_m", "hi"])
+        .env("HF_HUB_OFFLINE", "1")
+        .env("HF_HUB_CACHE", dir.path().join("hub"))
+        .env("HEARTH_MODELS", dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains(file.to_str().unwrap()), "{stderr}");
+    assert!(!stderr.contains("Hugging Face cache"), "{stderr}");
+}

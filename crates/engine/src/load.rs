@@ -307,9 +307,11 @@ pub fn resolve_model(spec: &str, opts: &LoadOptions) -> Result<(Option<ModelCard
                         format!("model card `{}` lists no GGUF file", c.name),
                     )
                 })?;
-                Checkpoint::Gguf(Arc::new(GgufFile::open(&source::hub_file(
-                    &c.hub_id, file, &hub,
-                )?)?))
+                let path = match source::fetched_model(file) {
+                    Some(local) => local,
+                    None => source::hub_file(&c.hub_id, file, &hub)?,
+                };
+                Checkpoint::Gguf(Arc::new(GgufFile::open(&path)?))
             } else {
                 Checkpoint::Dense(source::resolve(&c.hub_id, &hub)?)
             }

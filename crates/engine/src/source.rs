@@ -3,6 +3,7 @@
 
 use crate::error::{EngineError, Result};
 use std::collections::BTreeSet;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 /// The files of one dense checkpoint, resolved to local paths.
@@ -254,6 +255,29 @@ pub fn hub_file(repo_id: &str, file: &str, hub: &HubOptions) -> Result<PathBuf> 
     HubRepo::new(repo_id, hub)?.required(file)
 }
 
+/// A model file that `scripts/fetch-test-models.sh` already fetched: it lies in
+/// `HEARTH_MODELS`, else `$HEARTH_CACHE/models`, else `~/.cache/hearth/models`. Lets a model
+/// card load offline without the hub.
+pub fn fetched_model(file: &str) -> Option<PathBuf> {
+    fetched_in(&fetched_models_dir(|k| std::env::var_os(k))?, file)
+}
+
+/// The script's directory; an empty variable counts as unset, as in the script's `${VAR:-…}`.
+fn fetched_models_dir(var: impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
+    let set = |k: &str| var(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    set("HEARTH_MODELS")
+        .or_else(|| set("HEARTH_CACHE").map(|d| d.join("models")))
+        .or_else(|| set("HOME").map(|h| h.join(".cache/hearth/models")))
+}
+
+fn fetched_in(dir: &Path, file: &str) -> Option<PathBuf> {
+    // A card names a bare file; anything with a directory part is not the script's.
+    if Path::new(file).file_name() != Some(OsStr::new(file)) {
+        return None;
+    }
+    Some(dir.join(file)).filter(|p| p.is_file())
+}
+
 /// Fetches (or, offline, looks up) a repo's files in the Hugging Face cache.
 fn hub_repo(repo_id: &str, hub: &HubOptions) -> Result<ModelFiles> {
     let repo = HubRepo::new(repo_id, hub)?;
@@ -282,6 +306,45 @@ fn hub_repo(repo_id: &str, hub: &HubOptions) -> Result<ModelFiles> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fetched_models_follow_the_fetch_script() {
+        fn vars<'a>(pairs: &'a [(&str, &str)]) -> impl Fn(&str) -> Option<OsString> + 'a {
+            move |k| {
+                pairs
+                    .iter()
+                    .find(|(name, _)| *name == k)
+                    .map(|(_, v)| OsString::from(v))
+            }
+        }
+        let all = [
+            ("HEARTH_MODELS", "/m"),
+            ("HEARTH_CACHE", "/c"),
+            ("HOME", "/h"),
+        ];
+        assert_eq!(fetched_models_dir(vars(&all)), Some("/m".into()));
+        let cache = [
+            ("HEARTH_MODELS", ""),
+            ("HEARTH_CACHE", "/c"),
+            ("HOME", "/h"),
+        ];
+        assert_eq!(fetched_models_dir(vars(&cache)), Some("/c/models".into()));
+        assert_eq!(
+            fetched_models_dir(vars(&[("HOME", "/h")])),
+            Some("/h/.cache/hearth/models".into())
+        );
+        assert_eq!(fetched_models_dir(vars(&[])), None);
+
+        let dir = tempfile::tempdir().unwrap();
+        let name = "tiny-q4_k_m.gguf";
+        assert_eq!(fetched_in(dir.path(), name), None);
+        std::fs::write(dir.path().join(name), b"GGUF").unwrap();
+        assert_eq!(fetched_in(dir.path(), name), Some(dir.path().join(name)));
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub").join(name), b"GGUF").unwrap();
+        assert_eq!(fetched_in(dir.path(), &format!("sub/{name}")), None);
+        assert_eq!(fetched_in(dir.path(), "sub"), None);
+    }
 
     /// Lays out `models--{owner}--{name}` the way hf-hub writes its cache.
     fn fake_cache(root: &Path, repo: &str, files: &[(&str, &str)]) {
