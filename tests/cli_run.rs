@@ -174,3 +174,32 @@ fn a_gguf_card_loads_the_fetched_file() {
     assert!(stderr.contains(file.to_str().unwrap()), "{stderr}");
     assert!(!stderr.contains("Hugging Face cache"), "{stderr}");
 }
+
+/// `-q` leaves warnings and errors only; log lines to a pipe carry no colour codes.
+#[test]
+fn quiet_drops_info_lines_and_pipes_get_no_colour() {
+    let model = common::tiny("qwen2");
+    let m = model.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
+            .args(["run", "--model", m, "--device", "cpu", "--max-tokens", "2"])
+            .args(extra)
+            .arg("hi")
+            .env("HF_HUB_OFFLINE", "1")
+            .env_remove("HEARTH_LOG")
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let normal = run(&[]);
+    assert!(
+        normal.contains("INFO") && normal.contains("loaded"),
+        "{normal}"
+    );
+    assert!(!normal.contains("\x1b["), "{normal:?}");
+    let quiet = run(&["-q"]);
+    assert!(!quiet.contains("INFO"), "{quiet}");
+    let verbose = run(&["-vv"]);
+    assert!(verbose.contains("loaded"), "{verbose}");
+}

@@ -207,6 +207,9 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
         info.device,
         info.load_s
     );
+    if device.is_cpu() && matches!(checkpoint, Checkpoint::Gguf(_)) {
+        tracing::info!("CPU kernels: {}", crate::cpu_quant::kernel_path());
+    }
     Ok(LoadedModel {
         model,
         config: cfg,
