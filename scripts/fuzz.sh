@@ -34,7 +34,8 @@ for crate in agent engine graph; do
     done
     echo "== $pkg: $rounds rounds in $((SECONDS - start))s, $status"
     # Each property prints `fuzz <name>: <n> cases` when it passes.
-    sed -n 's/^fuzz \(.*\): \([0-9]*\) cases$/\1\t\2/p' "$log" |
+    # (with --nocapture it can follow the harness's `test … ` on the same line).
+    sed -n 's/.*fuzz \([^:]*\): \([0-9]*\) cases$/\1\t\2/p' "$log" |
         awk -F'\t' '{n[$1] += $2} END {for (k in n) printf "   %-26s %d cases\n", k, n[k]}' |
         sort
     if [ "$status" != ok ]; then

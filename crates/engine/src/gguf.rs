@@ -65,10 +65,27 @@ impl GgufFile {
         }
         let mut reader = BufReader::new(file);
         std::io::Seek::rewind(&mut reader).map_err(|e| EngineError::io(path, e))?;
-        let content = Content::read(&mut reader).map_err(|e| EngineError::Gguf {
-            path: path.into(),
-            message: first_line(&e),
-        })?;
+        // candle's reader panics on some malformed headers (a `general.alignment` of 0
+        // divides by zero); such a file is an error naming it, not a crash.
+        let read =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Content::read(&mut reader)));
+        let content = match read {
+            Ok(r) => r.map_err(|e| EngineError::Gguf {
+                path: path.into(),
+                message: first_line(&e),
+            })?,
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                return Err(EngineError::Gguf {
+                    path: path.into(),
+                    message: format!("malformed header or metadata ({what})"),
+                });
+            }
+        };
         let me = Self {
             path: path.into(),
             content,

@@ -135,8 +135,9 @@ fn stop_strings_take_arbitrary_text() {
 
 // ---------------------------------------------------------------- GGUF
 
-/// A small valid GGUF file: Qwen2 metadata, a byte-level tokenizer, two tensors.
-fn valid_gguf() -> Vec<u8> {
+/// A small GGUF file: Qwen2 metadata, a byte-level tokenizer, two tensors; valid when
+/// `alignment` is (candle writes the data 32-aligned whatever the metadata says).
+fn gguf_with_alignment(alignment: u32) -> Vec<u8> {
     let s = |v: &str| GValue::String(v.into());
     // Fourteen letters, their first merge, and an end-of-text token.
     let mut tokens: Vec<GValue> = ('a'..='n').map(|c| s(&c.to_string())).collect();
@@ -144,7 +145,7 @@ fn valid_gguf() -> Vec<u8> {
     tokens.push(s("<|endoftext|>"));
     let meta: Vec<(&str, GValue)> = vec![
         ("general.architecture", s("qwen2")),
-        ("general.alignment", GValue::U32(32)),
+        ("general.alignment", GValue::U32(alignment)),
         ("general.file_type", GValue::U32(1)),
         ("qwen2.block_count", GValue::U32(1)),
         ("qwen2.context_length", GValue::U32(64)),
@@ -201,6 +202,24 @@ fn open_all(dir: &Path, bytes: &[u8]) -> Result<(), String> {
     let _ = f.file_type();
     let _ = f.weight_bytes();
     Ok(())
+}
+
+fn valid_gguf() -> Vec<u8> {
+    gguf_with_alignment(32)
+}
+
+#[test]
+fn gguf_alignment_of_zero_is_an_error() {
+    // Found by the mutation property: candle's reader divided by the declared alignment.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.gguf");
+    std::fs::write(&path, gguf_with_alignment(0)).unwrap();
+    let err = GgufFile::open(&path)
+        .err()
+        .expect("an alignment of 0 is refused");
+    let msg = err.to_string();
+    assert!(msg.contains("model.gguf"), "{msg}");
+    assert!(msg.contains("malformed header"), "{msg}");
 }
 
 #[derive(Debug, Clone)]

@@ -69,8 +69,9 @@ fn validate(dir: &Path, ext: &str, text: &str, strict: bool, entry: &str) -> Res
     Ok(())
 }
 
-// Generated contracts use printable text (`\PC`): YAML, which reads the JSON spelling,
-// refuses control characters that JSON writes raw (DEL, C1 controls).
+// Generated contracts use printable text without line or paragraph separators: YAML, which
+// reads the JSON spelling, refuses control characters that JSON writes raw (DEL, C1 controls)
+// and breaks lines at U+2028 and U+2029.
 
 /// Few names, so that nodes, supervisors and subgraphs refer to each other, clash and cycle.
 fn name() -> impl Strategy<Value = String> {
@@ -79,7 +80,7 @@ fn name() -> impl Strategy<Value = String> {
             "main", "a", "b", "c", "fashion", "request", "response", "_internal", "workflow", "",
         ])
         .prop_map(String::from),
-        1 => "\\PC{0,6}",
+        1 => "[^\\pC\\p{Zl}\\p{Zp}]{0,6}",
     ]
 }
 
@@ -98,9 +99,9 @@ fn when_value() -> impl Strategy<Value = Value> {
 fn trigger() -> impl Strategy<Value = TriggerCondition> {
     (
         any::<i64>(),
-        prop::collection::btree_map("\\PC{0,10}", when_value(), 0..3),
-        prop::collection::btree_map("\\PC{0,10}", when_value(), 0..2),
-        prop::option::of("\\PC{0,10}"),
+        prop::collection::btree_map("[^\\pC\\p{Zl}\\p{Zp}]{0,10}", when_value(), 0..3),
+        prop::collection::btree_map("[^\\pC\\p{Zl}\\p{Zp}]{0,10}", when_value(), 0..2),
+        prop::option::of("[^\\pC\\p{Zl}\\p{Zp}]{0,10}"),
     )
         .prop_map(|(priority, when, when_not, llm_hint)| TriggerCondition {
             priority,
@@ -116,7 +117,7 @@ fn node() -> impl Strategy<Value = NodeContract> {
         (
             prop::collection::vec(trigger(), 0..3),
             any::<bool>(),
-            prop::option::of("\\PC{0,2}"),
+            prop::option::of("[^\\pC\\p{Zl}\\p{Zp}]{0,2}"),
         ),
     )
         .prop_map(
