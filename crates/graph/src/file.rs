@@ -28,7 +28,7 @@ impl ContractFile {
         let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
         match path.extension().and_then(|e| e.to_str()) {
             Some("toml") => toml::from_str(&text).map_err(|e| err(e.to_string())),
-            Some("yaml" | "yml") => serde_yaml::from_str(&text).map_err(|e| err(e.to_string())),
+            Some("yaml" | "yml") => serde_yaml_ng::from_str(&text).map_err(|e| err(e.to_string())),
             _ => Err(err("expected a .toml, .yaml or .yml file".into())),
         }
     }
