@@ -99,6 +99,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         .map(|&p| (p, 0))
         .collect();
     tests.extend(args.n_gen.iter().filter(|&&n| n > 0).map(|&n| (0, n)));
+    let names: Vec<String> = tests.iter().map(|&(p, n)| test_name(p, n)).collect();
+    let mut widths_now = [0; 8];
     for (p, n) in tests {
         if p + n + 1 > cfg.max_position_embeddings {
             bail!(
@@ -124,11 +126,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             backend: backend.clone(),
             dtype: dtype.clone(),
             threads,
-            test: if p > 0 {
-                format!("pp{p}")
-            } else {
-                format!("tg{n}")
-            },
+            test: test_name(p, n),
             n_prompt: p,
             n_gen: n,
             avg_ts: avg,
@@ -136,16 +134,26 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             samples_ts: samples,
         });
         if !args.json {
-            print_row(
-                records.len() == 1,
-                records.last().into_iter().next().context("no record")?,
-            );
+            let r = records.last().context("no record")?;
+            if records.len() == 1 {
+                widths_now = widths(r, &names);
+                println!("{}", header(&widths_now));
+            }
+            println!("{}", row(&cells(r), &widths_now));
         }
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&records)?);
     }
     Ok(())
+}
+
+fn test_name(p: usize, n: usize) -> String {
+    if p > 0 {
+        format!("pp{p}")
+    } else {
+        format!("tg{n}")
+    }
 }
 
 /// A model loaded for direct forward passes (no chat layer).
@@ -193,29 +201,116 @@ fn once(model: &Qwen, p: usize, n: usize, vocab: usize) -> anyhow::Result<f64> {
     Ok(start.elapsed().as_secs_f64())
 }
 
-fn print_row(header: bool, r: &Record) {
-    if header {
-        println!(
-            "| {:<28} | {:>9} | {:>8} | {:<7} | {:<6} | {:>7} | {:>6} | {:>16} |",
-            "model", "size", "params", "backend", "dtype", "threads", "test", "t/s"
-        );
-        println!(
-            "|{:-<30}|{:->11}|{:->10}|{:-<9}|{:-<8}|{:->9}|{:->8}|{:->18}|",
-            "", "", "", "", "", "", "", ""
-        );
-    }
+/// The table's columns: label and right alignment.
+const COLUMNS: [(&str, bool); 8] = [
+    ("model", false),
+    ("size", true),
+    ("params", true),
+    ("backend", false),
+    ("dtype", false),
+    ("threads", true),
+    ("test", true),
+    ("t/s", true),
+];
+
+/// Room for the widest rate a CPU or GPU reaches, as `avg ± stddev`.
+const RATE_WIDTH: usize = 18; // "99999.99 ± 9999.99"
+
+fn cells(r: &Record) -> [String; 8] {
     let name = r.model.rsplit('/').next().unwrap_or(&r.model);
-    let name: String = name.trim_end_matches(".gguf").chars().take(28).collect();
-    println!(
-        "| {:<28} | {:>6.0} MiB | {:>6.0} M | {:<7} | {:<6} | {:>7} | {:>6} | {:>8.2} ± {:<5.2} |",
-        name,
-        r.size_bytes as f64 / (1 << 20) as f64,
-        r.params as f64 / 1e6,
-        r.backend,
-        r.dtype,
-        r.threads,
-        r.test,
-        r.avg_ts,
-        r.stddev_ts
-    );
+    [
+        name.trim_end_matches(".gguf").to_string(),
+        format!("{:.0} MiB", r.size_bytes as f64 / (1 << 20) as f64),
+        format!("{:.0} M", r.params as f64 / 1e6),
+        r.backend.clone(),
+        r.dtype.clone(),
+        r.threads.to_string(),
+        r.test.clone(),
+        format!("{:.2} ± {:.2}", r.avg_ts, r.stddev_ts),
+    ]
+}
+
+/// Column widths: rows are printed as they are measured, so they come from the first row
+/// (every row shares its model, size, backend and dtype), every test's name and the widest
+/// expected rate.
+fn widths(first: &Record, tests: &[String]) -> [usize; 8] {
+    let cells = cells(first);
+    let mut w = [0; 8];
+    for (i, (label, _)) in COLUMNS.iter().enumerate() {
+        w[i] = label.chars().count().max(cells[i].chars().count());
+    }
+    w[6] = tests.iter().map(|t| t.len()).fold(w[6], usize::max);
+    w[7] = w[7].max(RATE_WIDTH);
+    w
+}
+
+fn row(cells: &[String; 8], widths: &[usize; 8]) -> String {
+    let mut line = String::from("|");
+    for ((cell, (_, right)), &w) in cells.iter().zip(COLUMNS).zip(widths) {
+        let pad = " ".repeat(w.saturating_sub(cell.chars().count()));
+        if right {
+            line += &format!(" {pad}{cell} |");
+        } else {
+            line += &format!(" {cell}{pad} |");
+        }
+    }
+    line
+}
+
+fn header(widths: &[usize; 8]) -> String {
+    let labels = COLUMNS.map(|(l, _)| l.to_string());
+    let rule: String = widths
+        .iter()
+        .map(|w| format!("{}|", "-".repeat(w + 2)))
+        .collect();
+    format!("{}\n|{rule}", row(&labels, widths))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(model: &str, test: &str, avg: f64, sd: f64) -> Record {
+        Record {
+            model: model.into(),
+            family: "qwen2".into(),
+            size_bytes: 7 << 30,
+            params: 7_615_616_512,
+            backend: "cuda:0".into(),
+            dtype: "Q4_K - Medium".into(),
+            threads: 16,
+            test: test.into(),
+            n_prompt: 512,
+            n_gen: 0,
+            avg_ts: avg,
+            stddev_ts: sd,
+            samples_ts: vec![],
+        }
+    }
+
+    #[test]
+    fn table_columns_line_up_with_long_names_and_rates() {
+        let name = "/models/qwen2.5-coder-7b-instruct-q4_k_m-with-a-long-suffix.gguf";
+        let tests = ["pp512".to_string(), "tg128".into(), "pp16384".into()];
+        let rows = [
+            record(name, "pp512", 12345.678, 123.456),
+            record(name, "tg128", 3.2, 0.01),
+            record(name, "pp16384", 99999.99, 9999.99),
+        ];
+        let w = widths(&rows[0], &tests);
+        let mut lines: Vec<String> = header(&w).lines().map(str::to_owned).collect();
+        lines.extend(rows.iter().map(|r| row(&cells(r), &w)));
+        let bars = |l: &str| -> Vec<usize> {
+            l.chars()
+                .enumerate()
+                .filter(|&(_, c)| c == '|')
+                .map(|(i, _)| i)
+                .collect()
+        };
+        for l in &lines {
+            assert_eq!(bars(l), bars(&lines[0]), "\n{}", lines.join("\n"));
+        }
+        assert!(lines[2].contains("qwen2.5-coder-7b-instruct-q4_k_m-with-a-long-suffix"));
+        assert!(lines[4].contains("99999.99 ± 9999.99"));
+    }
 }
