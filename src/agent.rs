@@ -1,5 +1,6 @@
 //! `hearth agent`: one task through the tool loop on the in-process engine, streaming the
-//! model's text, its tool calls and their results; `--json` prints the run as one object.
+//! model's text, its tool calls and their results; `--json` prints the run as one object
+//! on stdout and streams the progress to stderr.
 
 use crate::model_args::{check_max_tokens, ModelArgs, SamplingArgs};
 use anyhow::{bail, Context};
@@ -75,11 +76,14 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let json = args.json;
     let printer = std::thread::spawn(move || {
-        let mut out = std::io::stdout().lock();
+        // With --json, stdout holds only the final object; the run's progress still shows, on
+        // stderr, so a long run is not silent.
+        let mut out: Box<dyn Write> = if json {
+            Box::new(std::io::stderr())
+        } else {
+            Box::new(std::io::stdout().lock())
+        };
         while let Some(event) = rx.blocking_recv() {
-            if json {
-                continue;
-            }
             let _ = match event {
                 ToolAgentEvent::TextDelta { text } => write!(out, "{text}"),
                 ToolAgentEvent::Reasoning { text } => {

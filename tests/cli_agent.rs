@@ -42,7 +42,8 @@ fn an_agent_that_fails_exits_non_zero_after_printing_its_run() {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
-/// A run that answers exits 0, and `--json` keeps stdout to the one object: logs go to stderr.
+/// A run that answers exits 0, and `--json` keeps stdout to the one object: logs and the run's
+/// progress go to stderr.
 #[test]
 fn agent_json_stdout_is_only_the_run() {
     let model = common::tiny("qwen2");
@@ -73,5 +74,9 @@ fn agent_json_stdout_is_only_the_run() {
     assert!(
         stderr.contains("loaded"),
         "the load log belongs on stderr: {stderr}"
+    );
+    assert!(
+        stderr.contains("[stop: Answer, 1 iterations"),
+        "the run's progress belongs on stderr: {stderr}"
     );
 }
