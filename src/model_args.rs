@@ -2,7 +2,7 @@
 
 use anyhow::bail;
 use hearth_engine::{
-    DTypeSpec, DeviceSpec, HubOptions, LoadOptions, SamplingParams, SchedulerOptions,
+    DTypeSpec, DeviceSpec, HubOptions, LoadOptions, LoadProgress, SamplingParams, SchedulerOptions,
 };
 
 #[derive(clap::Args, Debug, Clone)]
@@ -58,8 +58,31 @@ impl ModelArgs {
                 kv_cache_mb: self.kv_cache_mb,
                 max_waiting: None,
             },
+            progress: load_progress(),
         })
     }
+}
+
+/// A bar on stderr while the weights load, for a terminal only: pipes and log files get none.
+fn load_progress() -> Option<LoadProgress> {
+    use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        return None;
+    }
+    let bar = ProgressBar::hidden();
+    if let Ok(style) = ProgressStyle::with_template("loading weights {bar:30} {pos}/{len} layers") {
+        bar.set_style(style);
+    }
+    Some(LoadProgress(std::sync::Arc::new(move |done, total| {
+        if done == 0 {
+            bar.set_draw_target(ProgressDrawTarget::stderr());
+            bar.set_length(total as u64);
+        }
+        bar.set_position(done as u64);
+        if done == total {
+            bar.finish_and_clear();
+        }
+    })))
 }
 
 /// Sampling flags; unset ones keep the model's defaults.

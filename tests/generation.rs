@@ -200,3 +200,21 @@ fn model_info_reads_the_configs() {
     assert_eq!(info.sampling.top_k, Some(20));
     assert_eq!(info.parameters, 139_840);
 }
+
+/// A progress callback in the load options hears every layer, ending at all of them.
+#[test]
+fn load_reports_progress_per_layer() {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(vec![]));
+    let log = seen.clone();
+    let opts = LoadOptions {
+        device: DeviceSpec::Cpu,
+        progress: Some(hearth_engine::LoadProgress(std::sync::Arc::new(
+            move |done, total| log.lock().unwrap().push((done, total)),
+        ))),
+        ..Default::default()
+    };
+    let loaded = hearth_engine::load_model(tiny("qwen2").to_str().unwrap(), &opts).unwrap();
+    let n = loaded.config.num_hidden_layers;
+    let want: Vec<(usize, usize)> = (0..=n).map(|i| (i, n)).collect();
+    assert_eq!(*seen.lock().unwrap(), want);
+}

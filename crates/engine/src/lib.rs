@@ -40,7 +40,7 @@ pub use generation::{
     Event, FinishReason, GenerateRequest, LanguageModel, Summary, Timings, Usage,
 };
 pub use kv_cache::KvCache;
-pub use load::{load_model, DTypeSpec, LoadOptions, LoadedModel, ModelInfo};
+pub use load::{load_model, DTypeSpec, LoadOptions, LoadProgress, LoadedModel, ModelInfo};
 pub use qwen::Qwen;
 pub use sampling::{Sampler, SamplingParams};
 pub use scheduler::{SchedulerConfig, SchedulerOptions, SchedulerStats};

@@ -73,6 +73,18 @@ pub struct LoadOptions {
     pub template: Option<String>,
     /// Batching and KV cache settings of the engine's scheduler.
     pub scheduler: SchedulerOptions,
+    /// Called as the weights load; the library draws nothing itself.
+    pub progress: Option<LoadProgress>,
+}
+
+/// `(layers loaded, layers)` as a model's weights load, for a caller's progress display.
+#[derive(Clone)]
+pub struct LoadProgress(pub Arc<dyn Fn(usize, usize) + Send + Sync>);
+
+impl std::fmt::Debug for LoadProgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LoadProgress")
+    }
 }
 
 /// What a loaded model is, for users and benchmark tables.
@@ -117,13 +129,22 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
     let start = Instant::now();
     let (card, checkpoint) = resolve_model(spec, opts)?;
     let device = opts.device.open()?;
+    let progress = |done: usize, total: usize| {
+        if let Some(p) = &opts.progress {
+            (p.0)(done, total);
+        }
+    };
     let (model, cfg, tokenizer, dtype_label, generation, mut stop, size_bytes, file_type) =
         match &checkpoint {
             Checkpoint::Dense(files) => {
                 let cfg = QwenConfig::from_file(&files.config)?;
                 let tokenizer = Tokenizer::from_file(&files.tokenizer)?;
                 let dtype = opts.dtype.resolve(cfg.torch_dtype.as_deref(), &device);
-                let model = Qwen::load(&cfg, &Weights::open(&files.weights, dtype, &device)?)?;
+                let model = Qwen::load_with_progress(
+                    &cfg,
+                    &Weights::open(&files.weights, dtype, &device)?,
+                    &progress,
+                )?;
                 let generation = match &files.generation_config {
                     Some(p) => read_json(p)?,
                     None => Value::Null,
@@ -152,7 +173,7 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
                 }
                 let cfg = file.config()?;
                 let tokenizer = file.tokenizer()?;
-                let model = Qwen::load(&cfg, &file.weights(&device))?;
+                let model = Qwen::load_with_progress(&cfg, &file.weights(&device), &progress)?;
                 let mut stop = file.stop_token_ids();
                 for t in CHATML_STOPS {
                     if let Some(id) = tokenizer.token_id(t).filter(|id| !stop.contains(id)) {

@@ -44,14 +44,25 @@ pub fn activation_dtype(weight_dtype: DType, device: &Device) -> DType {
 
 impl Qwen {
     pub fn load(cfg: &QwenConfig, w: &dyn WeightSource) -> Result<Self> {
+        Self::load_with_progress(cfg, w, &|_, _| {})
+    }
+
+    /// [`Qwen::load`], calling `progress(layers done, layers)` as each layer's weights load.
+    pub fn load_with_progress(
+        cfg: &QwenConfig,
+        w: &dyn WeightSource,
+        progress: &dyn Fn(usize, usize),
+    ) -> Result<Self> {
         let device = w.device().clone();
         let act = activation_dtype(w.dtype(), &device);
         let (h, eps_dims) = (cfg.hidden_size, [cfg.hidden_size]);
         let embed = Embedding(w.matrix("model.embed_tokens.weight", &[cfg.vocab_size, h])?);
-        let layers = (0..cfg.num_hidden_layers)
+        let n = cfg.num_hidden_layers;
+        progress(0, n);
+        let layers = (0..n)
             .map(|i| {
                 let p = format!("model.layers.{i}");
-                Ok(Layer {
+                let layer = Ok(Layer {
                     input_norm: w.tensor(&format!("{p}.input_layernorm.weight"), &eps_dims, act)?,
                     attn: Attention::load(w, &format!("{p}.self_attn"), cfg, act)?,
                     post_norm: w.tensor(
@@ -60,7 +71,9 @@ impl Qwen {
                         act,
                     )?,
                     mlp: Mlp::load(w, &format!("{p}.mlp"), h, cfg.intermediate_size)?,
-                })
+                });
+                progress(i + 1, n);
+                layer
             })
             .collect::<Result<Vec<_>>>()?;
         let lm_head = if cfg.tie_word_embeddings {
