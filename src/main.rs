@@ -92,7 +92,13 @@ fn main() -> std::process::ExitCode {
 /// The libraries name the fields they refuse (`invalid max_tokens: …`); a user of the CLI
 /// sets them with flags, so errors name the flag.
 fn flag_names(message: &str) -> String {
-    const FIELDS: [&str; 7] = [
+    const FIELDS: [&str; 13] = [
+        "temperature",
+        "top_k",
+        "top_p",
+        "min_p",
+        "repetition_penalty",
+        "device",
         "max_tokens",
         "dtype",
         "template",

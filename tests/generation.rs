@@ -184,7 +184,7 @@ fn bad_requests_fail_before_any_work() {
         },
         ..GenerateRequest::new(vec![1], 4)
     };
-    assert!(err(hot).contains("--temperature"));
+    assert!(err(hot).contains("temperature"));
     assert!(e.complete("", 4, SamplingParams::default()).is_err());
 }
 

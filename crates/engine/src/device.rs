@@ -19,7 +19,7 @@ impl FromStr for DeviceSpec {
     fn from_str(s: &str) -> Result<Self> {
         let bad = || {
             EngineError::invalid(
-                "--device",
+                "device",
                 format!("`{s}`; expected auto, cpu, cuda, cuda:N or metal"),
             )
         };
@@ -115,7 +115,7 @@ mod tests {
         assert_eq!("cuda".parse::<DeviceSpec>().unwrap(), DeviceSpec::Cuda(0));
         assert_eq!("cuda:3".parse::<DeviceSpec>().unwrap(), DeviceSpec::Cuda(3));
         let err = "cuda:x".parse::<DeviceSpec>().unwrap_err().to_string();
-        assert!(err.contains("--device"), "{err}");
+        assert!(err.contains("device"), "{err}");
         assert!("tpu".parse::<DeviceSpec>().is_err());
     }
 

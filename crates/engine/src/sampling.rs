@@ -42,17 +42,17 @@ impl SamplingParams {
     pub fn validate(&self) -> Result<()> {
         if !self.temperature.is_finite() || self.temperature < 0.0 {
             return Err(EngineError::invalid(
-                "--temperature",
+                "temperature",
                 format!("{} (must be 0 for greedy, or positive)", self.temperature),
             ));
         }
         if self.top_k == Some(0) {
-            return Err(EngineError::invalid("--top-k", "0 (must be at least 1)"));
+            return Err(EngineError::invalid("top_k", "0 (must be at least 1)"));
         }
         if let Some(p) = self.top_p {
             if !(p > 0.0 && p <= 1.0) {
                 return Err(EngineError::invalid(
-                    "--top-p",
+                    "top_p",
                     format!("{p} (must be in (0, 1])"),
                 ));
             }
@@ -60,14 +60,14 @@ impl SamplingParams {
         if let Some(p) = self.min_p {
             if !(0.0..=1.0).contains(&p) {
                 return Err(EngineError::invalid(
-                    "--min-p",
+                    "min_p",
                     format!("{p} (must be in [0, 1])"),
                 ));
             }
         }
         if !(self.repetition_penalty.is_finite() && self.repetition_penalty > 0.0) {
             return Err(EngineError::invalid(
-                "--repetition-penalty",
+                "repetition_penalty",
                 format!("{} (must be positive)", self.repetition_penalty),
             ));
         }
@@ -279,21 +279,21 @@ mod tests {
             temperature: -0.5,
             ..Default::default()
         })
-        .contains("--temperature"));
+        .contains("temperature"));
         assert!(bad(SamplingParams {
             top_p: Some(1.5),
             ..Default::default()
         })
-        .contains("--top-p"));
+        .contains("top_p"));
         assert!(bad(SamplingParams {
             top_k: Some(0),
             ..Default::default()
         })
-        .contains("--top-k"));
+        .contains("top_k"));
         assert!(bad(SamplingParams {
             repetition_penalty: 0.0,
             ..Default::default()
         })
-        .contains("--repetition-penalty"));
+        .contains("repetition_penalty"));
     }
 }

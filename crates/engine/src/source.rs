@@ -56,7 +56,7 @@ pub fn resolve(spec: &str, hub: &HubOptions) -> Result<ModelFiles> {
     }
     if path.exists() {
         return Err(EngineError::invalid(
-            "--model",
+            "model",
             format!("{spec} is a file; give the checkpoint's directory"),
         ));
     }
@@ -64,7 +64,7 @@ pub fn resolve(spec: &str, hub: &HubOptions) -> Result<ModelFiles> {
         return hub_repo(spec, hub);
     }
     Err(EngineError::invalid(
-        "--model",
+        "model",
         format!("`{spec}` is neither a directory nor a hub repo id (owner/name)"),
     ))
 }
@@ -435,7 +435,7 @@ mod tests {
         let err = resolve("no such thing", &HubOptions::default())
             .unwrap_err()
             .to_string();
-        assert!(err.contains("--model"), "{err}");
+        assert!(err.contains("model"), "{err}");
         assert!(!is_repo_id("../etc"));
         assert!(is_repo_id("Qwen/Qwen2.5-0.5B-Instruct"));
     }
