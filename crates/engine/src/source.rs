@@ -308,7 +308,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn fetched_models_follow_the_fetch_script() {
+    fn fetched_models_follow_the_fetch_script(
+    ) -> std::result::Result<(), Box<dyn std::error::Error>> {
         fn vars<'a>(pairs: &'a [(&str, &str)]) -> impl Fn(&str) -> Option<OsString> + 'a {
             move |k| {
                 pairs
@@ -335,15 +336,16 @@ mod tests {
         );
         assert_eq!(fetched_models_dir(vars(&[])), None);
 
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir()?;
         let name = "tiny-q4_k_m.gguf";
         assert_eq!(fetched_in(dir.path(), name), None);
-        std::fs::write(dir.path().join(name), b"GGUF").unwrap();
+        std::fs::write(dir.path().join(name), b"GGUF")?;
         assert_eq!(fetched_in(dir.path(), name), Some(dir.path().join(name)));
-        std::fs::create_dir(dir.path().join("sub")).unwrap();
-        std::fs::write(dir.path().join("sub").join(name), b"GGUF").unwrap();
+        std::fs::create_dir(dir.path().join("sub"))?;
+        std::fs::write(dir.path().join("sub").join(name), b"GGUF")?;
         assert_eq!(fetched_in(dir.path(), &format!("sub/{name}")), None);
         assert_eq!(fetched_in(dir.path(), "sub"), None);
+        Ok(())
     }
 
     /// Lays out `models--{owner}--{name}` the way hf-hub writes its cache.

@@ -256,14 +256,15 @@ mod tests {
     }
 
     #[test]
-    fn a_template_that_never_ends_is_stopped_and_named() {
+    fn a_template_that_never_ends_is_stopped_and_named(
+    ) -> std::result::Result<(), Box<dyn std::error::Error>> {
         let start = std::time::Instant::now();
         for src in [
             "{% for i in range(100000) %}{% for j in range(100000) %}{{ i }}{% endfor %}{% endfor %}",
             "{% for i in range(100000) %}{% for j in range(100000) %}{% set x = i * j %}{% endfor %}{% endfor %}",
             "{% macro f(n) %}{% for i in range(100000) %}{{ f(n - 1) if n > 0 }}{% endfor %}{% endmacro %}{{ f(3) }}",
         ] {
-            let t = JinjaTemplate::new(src, Map::new(), "tokenizer_config.json").unwrap();
+            let t = JinjaTemplate::new(src, Map::new(), "tokenizer_config.json")?;
             let err = t
                 .render(&ChatInput::default())
                 .unwrap_err()
@@ -278,11 +279,13 @@ mod tests {
             "{:?}",
             start.elapsed()
         );
+        Ok(())
     }
 
     /// Fuel enough for a long agent conversation with many tools under a Qwen-style template.
     #[test]
-    fn fuel_suffices_for_long_conversations_with_many_tools() {
+    fn fuel_suffices_for_long_conversations_with_many_tools(
+    ) -> std::result::Result<(), Box<dyn std::error::Error>> {
         let src = r#"{%- if tools %}{{- '<|im_start|>system\n' }}{%- for tool in tools %}{{- "\n" }}{{- tool | tojson }}{%- endfor %}{{- '<|im_end|>\n' }}{%- endif %}{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}{%- for message in messages[::-1] %}{%- set index = (messages|length - 1) - loop.index0 %}{%- if ns.multi_step_tool and message.role == "user" and not(message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}{%- set ns.multi_step_tool = false %}{%- set ns.last_query_index = index %}{%- endif %}{%- endfor %}{%- for message in messages %}{%- if message.content is string %}{%- set content = message.content %}{%- else %}{%- set content = '' %}{%- endif %}{%- if message.role == "user" or message.role == "system" %}{{- '<|im_start|>' + message.role + '\n' + content + '<|im_end|>' + '\n' }}{%- elif message.role == "assistant" %}{%- set reasoning_content = '' %}{%- if '</think>' in content %}{%- set reasoning_content = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}{%- set content = content.split('</think>')[-1].lstrip('\n') %}{%- endif %}{{- '<|im_start|>' + message.role + '\n' + content }}{{- '<|im_end|>\n' }}{%- elif message.role == "tool" %}{{- '<|im_start|>user' }}{{- '\n<tool_response>\n' }}{{- content }}{{- '\n</tool_response>' }}{{- '<|im_end|>\n' }}{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"#;
         let msgs: Vec<ChatMessage> = (0..2000)
             .map(|i| match i % 3 {
@@ -294,19 +297,18 @@ mod tests {
         let tools: Vec<Value> = (0..200)
             .map(|i| serde_json::json!({"type": "function", "function": {"name": format!("t{i}"), "parameters": {"type": "object"}}}))
             .collect();
-        let t = JinjaTemplate::new(src, Map::new(), "test").unwrap();
-        let out = t
-            .render(&ChatInput {
-                messages: &msgs,
-                tools: Some(&tools),
-                add_generation_prompt: true,
-                ..Default::default()
-            })
-            .unwrap();
+        let t = JinjaTemplate::new(src, Map::new(), "test")?;
+        let out = t.render(&ChatInput {
+            messages: &msgs,
+            tools: Some(&tools),
+            add_generation_prompt: true,
+            ..Default::default()
+        })?;
         assert!(
             out.contains("answer 1999")
                 || out.contains("result 1999")
                 || out.contains("question 1998")
         );
+        Ok(())
     }
 }

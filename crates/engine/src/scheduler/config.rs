@@ -125,15 +125,14 @@ mod tests {
     }
 
     #[test]
-    fn a_budget_below_one_sequence_is_refused() {
+    fn a_budget_below_one_sequence_is_refused() -> Result<()> {
         let c = SchedulerOptions {
             kv_cache_mb: Some(1),
             ..Default::default()
         }
-        .resolve(&Device::Cpu)
-        .unwrap();
+        .resolve(&Device::Cpu)?;
         let e = c.check_budget(6 * MIB).unwrap_err().to_string();
         assert!(e.contains("kv_cache_mb") && e.contains("6.0 MiB"), "{e}");
-        c.check_budget(MIB / 2).unwrap();
+        c.check_budget(MIB / 2)
     }
 }

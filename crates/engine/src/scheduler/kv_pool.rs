@@ -159,27 +159,33 @@ mod tests {
     }
 
     #[test]
-    fn eviction_takes_the_least_recently_used_and_spares_the_kept_session() {
+    fn eviction_takes_the_least_recently_used_and_spares_the_kept_session(
+    ) -> Result<(), &'static str> {
         let mut pool = KvPool::default();
         pool.put(Some("old".into()), vec![1], cache(1));
         pool.put(Some("mid".into()), vec![2], cache(1));
         pool.put(Some("new".into()), vec![3], cache(1));
         pool.touch(0); // "old" used last
-        let e = pool.evict_one(None).unwrap();
+        let e = pool.evict_one(None).ok_or("nothing evicted")?;
         assert_eq!(e.session.as_deref(), Some("mid"));
-        let e = pool.evict_one(Some("new")).unwrap();
+        let e = pool.evict_one(Some("new")).ok_or("nothing evicted")?;
         assert_eq!(e.session.as_deref(), Some("old"));
         assert!(pool.evict_one(Some("new")).is_none());
         assert_eq!(pool.len(), 1);
+        Ok(())
     }
 
     #[test]
-    fn a_session_replaces_its_earlier_entry() {
+    fn a_session_replaces_its_earlier_entry() -> Result<(), &'static str> {
         let mut pool = KvPool::default();
         pool.put(Some("s".into()), vec![1, 2], cache(2));
         pool.put(Some("s".into()), vec![1, 2, 3], cache(3));
         assert_eq!(pool.len(), 1);
-        assert_eq!(pool.take_session("s").unwrap().tokens, vec![1, 2, 3]);
+        assert_eq!(
+            pool.take_session("s").ok_or("no entry")?.tokens,
+            vec![1, 2, 3]
+        );
         assert!(pool.take_session("s").is_none());
+        Ok(())
     }
 }
