@@ -9,48 +9,12 @@ use hearth_agent::parser::{
 use hearth_agent::tools::{evaluate, Calculator, Number};
 use hearth_agent::{ActionStatusCode, ToolCall, ToolRegistry};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-/// One input may take this long; more is a hang.
-const CASE_LIMIT: Duration = Duration::from_secs(5);
-
-fn cases() -> u32 {
-    std::env::var("HEARTH_FUZZ_CASES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(256)
-}
-
-/// Runs `test` on `cases()` inputs from `strategy`, failing on a slow case, and prints how
-/// many ran (the fuzz script counts them).
-fn check<S: Strategy>(name: &str, strategy: S, test: impl Fn(S::Value) -> Result<(), TestCaseError>)
-where
-    S::Value: std::fmt::Debug,
-{
-    let config = Config {
-        cases: cases(),
-        // Failures found are kept as named regression tests, not in files beside the test.
-        failure_persistence: None,
-        ..Config::default()
-    };
-    let mut runner = TestRunner::new(config);
-    let ran = std::cell::Cell::new(0u64);
-    let result = runner.run(&strategy, |input| {
-        ran.set(ran.get() + 1);
-        let start = Instant::now();
-        test(input)?;
-        let took = start.elapsed();
-        prop_assert!(took < CASE_LIMIT, "took {took:?}");
-        Ok(())
-    });
-    if let Err(e) = result {
-        panic!("{name}: {e}");
-    }
-    eprintln!("fuzz {name}: {} cases", ran.get());
-}
+#[path = "../../../tests/support/fuzz_runner.rs"]
+mod fuzz_runner;
+use fuzz_runner::check;
 
 /// Text built from the pieces the parsers look for, mixed with arbitrary characters.
 fn model_text() -> impl Strategy<Value = String> {
