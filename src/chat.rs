@@ -238,6 +238,7 @@ impl Turn<'_> {
             stop: None,
             enable_thinking: self.thinking,
             session: Some(self.session.clone()),
+            prefill: None,
         })?;
         self.answering.store(true, Ordering::SeqCst);
         self.interrupted.store(false, Ordering::SeqCst);

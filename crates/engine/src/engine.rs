@@ -214,13 +214,16 @@ impl Engine {
         if request.messages.is_empty() {
             return Err(EngineError::invalid("messages", "no messages"));
         }
-        let prompt = self.render(&ChatInput {
+        let mut prompt = self.render(&ChatInput {
             messages: &request.messages,
             tools: request.tools.as_deref(),
             add_generation_prompt: true,
             enable_thinking: request.enable_thinking,
             extra: Default::default(),
         })?;
+        if let Some(prefill) = &request.prefill {
+            prompt.push_str(prefill);
+        }
         let ids = self.tokenizer.encode(&prompt)?;
         let stop_strings = request
             .stop

@@ -46,6 +46,9 @@ pub struct ChatRequest {
     pub enable_thinking: Option<bool>,
     /// Keep the KV cache of this conversation between calls.
     pub session: Option<String>,
+    /// Text the answer starts with: appended to the prompt after the generation prompt, so
+    /// the model continues it (a forced `<tool_call>` opening, say). It is not streamed back.
+    pub prefill: Option<String>,
 }
 
 /// Events of a chat answer: [`Event::Reasoning`] and [`Event::Text`] kept apart.

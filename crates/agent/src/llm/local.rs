@@ -45,6 +45,7 @@ impl Llm for LocalLlm {
             stop: r.stop,
             enable_thinking: r.enable_thinking,
             session: r.session,
+            prefill: None,
         })?;
         let events = futures::stream::unfold(Some(stream), |state| async move {
             let mut stream = state?;
