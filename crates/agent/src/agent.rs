@@ -4,7 +4,7 @@
 
 use crate::aggregator::{Aggregator, DefaultAggregator};
 use crate::error::{AgentError, Result};
-use crate::hooks::Hook;
+use crate::hooks::{Hook, Hooks};
 use crate::llm::{complete, Llm, LlmRequest};
 use crate::memory::MemoryManager;
 use crate::message::{AgentMessage, AgentStatusCode};
@@ -22,8 +22,9 @@ pub trait Agent: Send + Sync {
         None
     }
 
-    fn hooks(&self) -> &[Arc<dyn Hook>] {
-        &[]
+    /// The agent's hooks now, in order.
+    fn hooks(&self) -> Vec<Arc<dyn Hook>> {
+        vec![]
     }
 
     /// Sub-agents by field name, for state dicts and resets.
@@ -37,8 +38,9 @@ pub trait Agent: Send + Sync {
 
     /// Hooks, memory and `forward`, in lagent's order.
     async fn call(&self, inputs: Vec<AgentMessage>, session: &str) -> Result<AgentMessage> {
+        let hooks = self.hooks();
         let mut inputs = inputs;
-        for h in self.hooks() {
+        for h in &hooks {
             inputs = h.before_agent(self.name(), inputs, session);
         }
         let history = match self.memory() {
@@ -54,7 +56,7 @@ pub trait Agent: Send + Sync {
         if let Some(m) = self.memory() {
             m.add(session, output.clone());
         }
-        for h in self.hooks() {
+        for h in &hooks {
             output = h.after_agent(self.name(), output, session);
         }
         Ok(output)
@@ -130,7 +132,7 @@ pub struct LlmAgent {
     pub memory: MemoryManager,
     pub aggregator: Box<dyn Aggregator>,
     pub parser: Option<Box<dyn OutputParser>>,
-    pub hooks: Vec<Arc<dyn Hook>>,
+    pub hooks: Hooks,
     pub request: LlmRequest,
 }
 
@@ -143,7 +145,7 @@ impl LlmAgent {
             memory: MemoryManager::new(None),
             aggregator: Box::new(DefaultAggregator),
             parser: None,
-            hooks: vec![],
+            hooks: Hooks::new(),
             request: LlmRequest::default(),
         }
     }
@@ -159,8 +161,8 @@ impl Agent for LlmAgent {
         Some(&self.memory)
     }
 
-    fn hooks(&self) -> &[Arc<dyn Hook>] {
-        &self.hooks
+    fn hooks(&self) -> Vec<Arc<dyn Hook>> {
+        self.hooks.snapshot()
     }
 
     fn release(&self, _session: &str) {
@@ -216,7 +218,7 @@ impl LlmAgent {
     ) -> futures::stream::BoxStream<'a, Result<AgentMessage>> {
         use futures::StreamExt;
         let mut inputs = inputs;
-        for h in &self.hooks {
+        for h in self.hooks.snapshot() {
             inputs = h.before_agent(&self.name, inputs, session);
         }
         for i in &inputs {
@@ -249,7 +251,7 @@ impl LlmAgent {
                     None => {
                         let mut msg = self.message(&text, AgentStatusCode::End);
                         self.memory.add(session, msg.clone());
-                        for h in &self.hooks {
+                        for h in self.hooks.snapshot() {
                             msg = h.after_agent(&self.name, msg, session);
                         }
                         return Some((Ok(msg), Step::Finished));
@@ -387,8 +389,8 @@ mod tests {
     #[tokio::test]
     async fn call_records_memory_forward_does_not() -> TestResult {
         let llm = Arc::new(ScriptedLlm::new(["one", "two", "three"]));
-        let mut agent = LlmAgent::new("bot", llm.clone(), Some("Be brief."));
-        agent.hooks.push(Arc::new(Upper));
+        let agent = LlmAgent::new("bot", llm.clone(), Some("Be brief."));
+        agent.hooks.add(Arc::new(Upper));
         let out = agent.call(vec!["hello".into()], "s1").await?;
         assert_eq!((out.sender.as_str(), out.text().as_str()), ("bot", "one"));
         let mem = agent.memory.get("s1");

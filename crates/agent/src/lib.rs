@@ -29,7 +29,7 @@ pub mod tools;
 pub use agent::{Agent, AgentList, AgentMap, LlmAgent, Sequential};
 pub use aggregator::{Aggregator, DefaultAggregator, FewShotAggregator, ToolAggregator};
 pub use error::{AgentError, Result};
-pub use hooks::Hook;
+pub use hooks::{Hook, HookHandle, Hooks};
 pub use llm::{Llm, LlmEvent, LlmOutput, LlmRequest, LocalLlm, ScriptedLlm};
 pub use memory::{Memory, MemoryManager};
 pub use message::{ActionStatusCode, AgentMessage, AgentStatusCode};

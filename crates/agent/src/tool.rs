@@ -6,7 +6,7 @@ use crate::message::ActionStatusCode;
 use crate::schema;
 use async_trait::async_trait;
 use hearth_engine::ToolCall;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -33,7 +33,7 @@ pub fn schema_of<T: schemars::JsonSchema>() -> Value {
 }
 
 /// What a tool call came to.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolResult {
     pub id: Option<String>,
     pub name: String,

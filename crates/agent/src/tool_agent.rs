@@ -8,7 +8,8 @@
 //! with the tools withheld instead.
 
 use crate::agent::Agent;
-use crate::error::Result;
+use crate::error::{AgentError, Result};
+use crate::hooks::{Hook, Hooks};
 use crate::llm::{complete, Llm, LlmEvent, LlmRequest};
 use crate::memory::MemoryManager;
 use crate::message::AgentMessage;
@@ -17,8 +18,8 @@ use crate::tool::{Tool, ToolRegistry, ToolResult};
 use async_trait::async_trait;
 use futures::StreamExt;
 use hearth_engine::{ChatMessage, ToolCall};
-use serde::Serialize;
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc::UnboundedSender;
@@ -36,7 +37,7 @@ pub enum ToolChoice {
     Named(String),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StopReason {
     /// The model answered without calling a tool.
@@ -49,14 +50,14 @@ pub enum StopReason {
     Error,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolAgentRun {
     pub answer: String,
     pub stop_reason: StopReason,
     pub tool_calls: Vec<ToolResult>,
     /// Model calls made.
     pub iterations: usize,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 
@@ -74,6 +75,18 @@ pub enum ToolAgentEvent {
 /// Snippets relevant to a message (retrieval), added to the prompt.
 pub trait Knowledge: Send + Sync {
     fn retrieve(&self, query: &str, k: usize) -> Vec<String>;
+}
+
+/// Knowledge passages added to the prompt per message.
+pub const KNOWLEDGE_PASSAGES: usize = 3;
+
+/// The same snippets for every message (a replay's recorded ones).
+pub struct FixedKnowledge(pub Vec<String>);
+
+impl Knowledge for FixedKnowledge {
+    fn retrieve(&self, _query: &str, k: usize) -> Vec<String> {
+        self.0.iter().take(k).cloned().collect()
+    }
 }
 
 /// Options of one run.
@@ -98,6 +111,10 @@ pub struct ToolAgent {
     pub memory: MemoryManager,
     /// Defaults for every model call (sampling, max tokens).
     pub request: LlmRequest,
+    /// Run around each turn (`before_agent`, `after_agent`) and each tool call
+    /// (`before_action`, `after_action`).
+    pub hooks: Hooks,
+    /// Per session: how many of the oldest messages the summary covers, and the summary.
     summaries: Mutex<HashMap<String, (usize, String)>>,
 }
 
@@ -115,6 +132,7 @@ impl ToolAgent {
             knowledge: None,
             memory: MemoryManager::new(None),
             request: LlmRequest::default(),
+            hooks: Hooks::new(),
             summaries: Mutex::new(HashMap::new()),
         }
     }
@@ -137,13 +155,7 @@ impl ToolAgent {
     /// The session's history as chat messages, older turns summarised.
     async fn history(&self, session: &str) -> Result<Vec<ChatMessage>> {
         let all = self.memory.get(session);
-        let to_chat = |m: &AgentMessage| {
-            if m.sender == self.name {
-                ChatMessage::assistant(m.text())
-            } else {
-                ChatMessage::user(m.text())
-            }
-        };
+        let to_chat = |m: &AgentMessage| self.to_chat(m);
         if all.len() <= self.history_window {
             return Ok(all.iter().map(to_chat).collect());
         }
@@ -191,7 +203,8 @@ impl ToolAgent {
         format!("{}:{session}", self.name)
     }
 
-    /// Runs the loop for `task` in `session`, sending events if asked.
+    /// One turn of `session`: the agent hooks see the task and the answer, the loop runs on
+    /// the session's history, and a turn that did not fail is added to memory.
     pub async fn run(
         &self,
         task: &str,
@@ -200,8 +213,57 @@ impl ToolAgent {
         events: Option<&UnboundedSender<ToolAgentEvent>>,
     ) -> Result<ToolAgentRun> {
         if task.trim().is_empty() {
-            return Err(crate::AgentError::invalid("message", "empty message"));
+            return Err(AgentError::invalid("message", "empty message"));
         }
+        let hooks = self.hooks.snapshot();
+        let mut inputs = vec![AgentMessage::user(task)];
+        for h in &hooks {
+            inputs = h.before_agent(&self.name, inputs, session);
+        }
+        let task = inputs
+            .iter()
+            .map(AgentMessage::text)
+            .collect::<Vec<_>>()
+            .join("\n");
+        if task.trim().is_empty() {
+            return Err(AgentError::invalid(
+                "message",
+                "empty after the before_agent hooks",
+            ));
+        }
+        let history = self.history(session).await?;
+        let mut run = self
+            .turn(history, &task, session, &hooks, options, events)
+            .await;
+        if run.stop_reason != StopReason::Error {
+            for i in inputs {
+                self.memory.add(session, i);
+            }
+            let mut out = AgentMessage::new(self.name.clone(), run.answer.clone());
+            out.extra_info =
+                Some(json!({"stop_reason": run.stop_reason, "iterations": run.iterations}));
+            self.memory.add(session, out.clone());
+            for h in &hooks {
+                out = h.after_agent(&self.name, out, session);
+            }
+            run.answer = out.text();
+        }
+        if let Some(tx) = events {
+            let _ = tx.send(ToolAgentEvent::Done { run: run.clone() });
+        }
+        Ok(run)
+    }
+
+    /// The loop itself over `history` (chat messages before the task). Writes no memory.
+    async fn turn(
+        &self,
+        history: Vec<ChatMessage>,
+        task: &str,
+        session: &str,
+        hooks: &[Arc<dyn Hook>],
+        options: RunOptions,
+        events: Option<&UnboundedSender<ToolAgentEvent>>,
+    ) -> ToolAgentRun {
         let emit = |e: ToolAgentEvent| {
             if let Some(tx) = events {
                 let _ = tx.send(e);
@@ -223,9 +285,9 @@ impl ToolAgent {
             _ => registry.clone(),
         };
         let mut messages = vec![ChatMessage::system(self.system_prompt(&offered))];
-        messages.extend(self.history(session).await?);
+        messages.extend(history);
         if let Some(k) = &self.knowledge {
-            let snippets = k.retrieve(task, 3);
+            let snippets = k.retrieve(task, KNOWLEDGE_PASSAGES);
             if !snippets.is_empty() {
                 messages.push(ChatMessage::system(format!(
                     "Relevant knowledge:\n- {}",
@@ -242,18 +304,10 @@ impl ToolAgent {
         let mut corrections = 0;
         let mut last_text = String::new();
         let finish = |run: ToolAgentRun| {
-            if run.stop_reason != StopReason::Error {
-                self.memory.add(session, AgentMessage::user(task));
-                self.memory.add(
-                    session,
-                    AgentMessage::new(self.name.clone(), run.answer.clone()),
-                );
-            }
             // The run is over: the engine may evict its cache (the next turn, whose prompt
             // starts with this one's, still finds it while it stays).
             self.llm.end_session(&self.kv_session(session));
-            emit(ToolAgentEvent::Done { run: run.clone() });
-            Ok(run)
+            run
         };
         for iteration in 1..=self.max_iterations {
             let request = LlmRequest {
@@ -357,6 +411,9 @@ impl ToolAgent {
             }
             for (i, c) in calls.iter_mut().enumerate() {
                 c.id.get_or_insert_with(|| format!("call_{}_{}", iteration, i + 1));
+                for h in hooks {
+                    *c = h.before_action(&self.name, c.clone(), session);
+                }
             }
             emit(ToolAgentEvent::ToolCallsStart {
                 calls: calls.clone(),
@@ -365,7 +422,10 @@ impl ToolAgent {
                 futures::future::join_all(calls.iter().map(|c| registry.execute(c))).await;
             messages
                 .push(ChatMessage::assistant(parsed.text.clone()).with_tool_calls(calls.clone()));
-            for r in outs {
+            for mut r in outs {
+                for h in hooks {
+                    r = h.after_action(&self.name, r, session);
+                }
                 emit(ToolAgentEvent::ToolResult { result: r.clone() });
                 let mut m = ChatMessage::tool(r.for_model());
                 if let Some(id) = &r.id {
@@ -466,18 +526,111 @@ impl Agent for ToolAgent {
         &self.name
     }
 
+    fn hooks(&self) -> Vec<Arc<dyn Hook>> {
+        self.hooks.snapshot()
+    }
+
     fn release(&self, session: &str) {
         self.llm.end_session(&self.kv_session(session));
     }
 
-    /// The tool loop on the last message; its own memory is written by `run`.
-    async fn forward(&self, history: &[AgentMessage], session: &str) -> Result<AgentMessage> {
-        let task = history.last().map(|m| m.text()).unwrap_or_default();
+    /// A turn through [`ToolAgent::run`]: the task is the inputs' text, and memory and hooks
+    /// are handled there.
+    async fn call(&self, inputs: Vec<AgentMessage>, session: &str) -> Result<AgentMessage> {
+        let task: Vec<String> = inputs.iter().map(AgentMessage::text).collect();
         let run = self
-            .run(&task, session, RunOptions::default(), None)
+            .run(&task.join("\n"), session, RunOptions::default(), None)
             .await?;
+        Ok(self.answer_message(&run))
+    }
+
+    /// The tool loop on the last message, with the earlier ones as history. Writes no memory.
+    async fn forward(&self, history: &[AgentMessage], session: &str) -> Result<AgentMessage> {
+        let Some((last, earlier)) = history.split_last() else {
+            return Err(AgentError::invalid("message", "no message to answer"));
+        };
+        let earlier: Vec<ChatMessage> = earlier.iter().map(|m| self.to_chat(m)).collect();
+        let run = self
+            .turn(
+                earlier,
+                &last.text(),
+                session,
+                &self.hooks.snapshot(),
+                RunOptions::default(),
+                None,
+            )
+            .await;
+        Ok(self.answer_message(&run))
+    }
+
+    /// `memory` (the session's messages) and `summary` (the summary of its oldest messages,
+    /// and how many it covers; null when there is none).
+    fn state_dict(&self, session: &str) -> Map<String, Value> {
+        let mut out = Map::new();
+        out.insert("memory".into(), self.memory.with(session, |m| m.save()));
+        let summary = self
+            .summaries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(session)
+            .map(|(covers, text)| json!({"covers": covers, "text": text}))
+            .unwrap_or(Value::Null);
+        out.insert("summary".into(), summary);
+        out
+    }
+
+    fn load_state_dict(&self, session: &str, state: &Map<String, Value>) -> Result<()> {
+        let summary = match state.get("summary") {
+            None | Some(Value::Null) => None,
+            Some(v) => {
+                let covers = v.get("covers").and_then(Value::as_u64);
+                let text = v.get("text").and_then(Value::as_str);
+                match (covers, text) {
+                    (Some(c), Some(t)) => Some((c as usize, t.to_string())),
+                    _ => {
+                        return Err(AgentError::State(format!(
+                            "summary: expected {{\"covers\": <count>, \"text\": <string>}}, got {v}"
+                        )))
+                    }
+                }
+            }
+        };
+        if let Some(v) = state.get("memory") {
+            self.memory
+                .with(session, |m| m.load(v))
+                .map_err(AgentError::State)?;
+        }
+        let mut summaries = self.summaries.lock().unwrap_or_else(|p| p.into_inner());
+        match summary {
+            Some(s) => summaries.insert(session.to_string(), s),
+            None => summaries.remove(session),
+        };
+        Ok(())
+    }
+
+    /// Forgets the session's memory and summary and releases its KV cache in the engine.
+    fn reset(&self, session: &str, _recursive: bool) {
+        self.memory.reset(session);
+        self.summaries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(session);
+        self.release(session);
+    }
+}
+
+impl ToolAgent {
+    fn to_chat(&self, m: &AgentMessage) -> ChatMessage {
+        if m.sender == self.name {
+            ChatMessage::assistant(m.text())
+        } else {
+            ChatMessage::user(m.text())
+        }
+    }
+
+    fn answer_message(&self, run: &ToolAgentRun) -> AgentMessage {
         let mut msg = AgentMessage::new(self.name.clone(), run.answer.clone());
-        msg.extra_info = serde_json::to_value(&run).ok();
-        Ok(msg)
+        msg.extra_info = serde_json::to_value(run).ok();
+        msg
     }
 }

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 pub struct ScriptedLlm {
     answers: Arc<Mutex<VecDeque<String>>>,
     requests: Arc<Mutex<Vec<LlmRequest>>>,
+    ended: Arc<Mutex<Vec<String>>>,
 }
 
 impl ScriptedLlm {
@@ -16,12 +17,18 @@ impl ScriptedLlm {
         Self {
             answers: Arc::new(Mutex::new(answers.into_iter().map(Into::into).collect())),
             requests: Arc::default(),
+            ended: Arc::default(),
         }
     }
 
     /// Every request so far.
     pub fn requests(&self) -> Vec<LlmRequest> {
         self.requests.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// Every session released with [`Llm::end_session`] so far, in order.
+    pub fn ended_sessions(&self) -> Vec<String> {
+        self.ended.lock().map(|r| r.clone()).unwrap_or_default()
     }
 }
 
@@ -50,6 +57,12 @@ impl Llm for ScriptedLlm {
             completion_tokens: answer.chars().count(),
         }));
         Ok(Box::pin(futures::stream::iter(events)))
+    }
+
+    fn end_session(&self, session: &str) {
+        if let Ok(mut e) = self.ended.lock() {
+            e.push(session.to_string());
+        }
     }
 
     fn name(&self) -> String {
