@@ -1,8 +1,7 @@
 //! What a node declares about itself.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
-use std::collections::BTreeMap;
+use serde_json::{Map, Value};
 
 /// When a node should run: all of `when` holds and none of `when_not` does. Higher priority
 /// is evaluated first (100+ critical, 50–99 main handlers, 1–49 fallbacks, 0 catch-all).
@@ -12,11 +11,12 @@ pub struct TriggerCondition {
     #[serde(default)]
     pub priority: i64,
     /// `slice.field.nested` (or a flat key, searched in request, response, _internal, then the
-    /// other slices) → expected value. Booleans compare truthiness.
+    /// other declared slices in sorted order) → expected value. Booleans compare truthiness;
+    /// other values Python's `==`. Kept in file order, as agent-contracts prints them.
     #[serde(default)]
-    pub when: BTreeMap<String, Value>,
+    pub when: Map<String, Value>,
     #[serde(default)]
-    pub when_not: BTreeMap<String, Value>,
+    pub when_not: Map<String, Value>,
     /// Why to pick this node, for the LLM router.
     #[serde(default)]
     pub llm_hint: Option<String>,

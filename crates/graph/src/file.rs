@@ -1,10 +1,13 @@
-//! Contracts written in TOML or YAML: nodes, custom slices, subgraphs; and the diff of two.
+//! Contracts written in TOML, YAML or JSON: nodes, custom slices, subgraphs, and how their
+//! supervisors route (terminal response types, explicit routing).
 
 use crate::contract::{NodeContract, SubgraphContract};
 use crate::error::{GraphError, Result};
 use crate::registry::Registry;
+use crate::supervisor::{return_to_sender, Supervisor};
 use serde::Deserialize;
 use std::path::Path;
+use std::sync::Arc;
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -17,6 +20,46 @@ pub struct ContractFile {
     pub nodes: Vec<NodeContract>,
     #[serde(default)]
     pub subgraphs: Vec<SubgraphContract>,
+    #[serde(default)]
+    pub supervisor: SupervisorSettings,
+}
+
+/// Explicit routing, before the rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ExplicitRoutingKind {
+    /// `_internal.next_node`, else an answer back to `_internal.asked_by` (Hearth's runtime).
+    #[default]
+    ReturnToSender,
+    /// None (agent-contracts without an `explicit_routing_handler`).
+    None,
+}
+
+/// How the file's supervisors route. The defaults are Hearth's runtime; agent-contracts'
+/// bare defaults are `terminal_response_types = []` and `explicit_routing = "none"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SupervisorSettings {
+    #[serde(default = "terminal_types")]
+    pub terminal_response_types: Vec<String>,
+    #[serde(default)]
+    pub explicit_routing: ExplicitRoutingKind,
+    #[serde(default)]
+    pub max_field_length: Option<usize>,
+}
+
+fn terminal_types() -> Vec<String> {
+    vec!["done".into(), "error".into()]
+}
+
+impl Default for SupervisorSettings {
+    fn default() -> Self {
+        Self {
+            terminal_response_types: terminal_types(),
+            explicit_routing: ExplicitRoutingKind::default(),
+            max_field_length: None,
+        }
+    }
 }
 
 impl ContractFile {
@@ -29,7 +72,8 @@ impl ContractFile {
         match path.extension().and_then(|e| e.to_str()) {
             Some("toml") => toml::from_str(&text).map_err(|e| err(e.to_string())),
             Some("yaml" | "yml") => serde_yaml_ng::from_str(&text).map_err(|e| err(e.to_string())),
-            _ => Err(err("expected a .toml, .yaml or .yml file".into())),
+            Some("json") => serde_json::from_str(&text).map_err(|e| err(e.to_string())),
+            _ => Err(err("expected a .toml, .yaml, .yml or .json file".into())),
         }
     }
 
@@ -46,40 +90,18 @@ impl ContractFile {
         }
         Ok(r)
     }
-}
 
-/// Added, removed and changed nodes between two contract sets.
-pub fn diff(a: &ContractFile, b: &ContractFile) -> Vec<String> {
-    let mut out = vec![];
-    for n in &a.nodes {
-        match b.nodes.iter().find(|m| m.name == n.name) {
-            None => out.push(format!("- node {}", n.name)),
-            Some(m) if m != n => {
-                let (x, y) = (
-                    serde_json::to_value(n).unwrap_or_default(),
-                    serde_json::to_value(m).unwrap_or_default(),
-                );
-                let fields: Vec<String> = x
-                    .as_object()
-                    .into_iter()
-                    .flatten()
-                    .filter(|(k, v)| y.get(k.as_str()) != Some(v))
-                    .map(|(k, v)| {
-                        format!(
-                            "    {k}: {v} -> {}",
-                            y.get(k.as_str()).cloned().unwrap_or_default()
-                        )
-                    })
-                    .collect();
-                out.push(format!("~ node {}\n{}", n.name, fields.join("\n")));
-            }
-            _ => {}
+    /// The supervisor `name` as the file's settings configure it.
+    pub fn supervisor(&self, name: &str) -> Supervisor {
+        let mut s = Supervisor::new(name);
+        let settings = &self.supervisor;
+        s.terminal_response_types = settings.terminal_response_types.iter().cloned().collect();
+        if settings.explicit_routing == ExplicitRoutingKind::ReturnToSender {
+            s.explicit_routing = Some(Arc::new(return_to_sender));
         }
-    }
-    for m in &b.nodes {
-        if !a.nodes.iter().any(|n| n.name == m.name) {
-            out.push(format!("+ node {}", m.name));
+        if let Some(n) = settings.max_field_length {
+            s.max_field_length = n;
         }
+        s
     }
-    out
 }

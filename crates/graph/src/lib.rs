@@ -4,14 +4,19 @@
 //! [`Supervisor`]s (rules, then an LLM choosing among the rule candidates) and runs it with
 //! sessions kept in SQLite ([`Runtime`]).
 //!
-//! Differences from agent-contracts: there is no LangGraph underneath — the runtime walks
-//! supervisors and nodes itself; contracts can also be written in TOML.
+//! Routing, validation, contract diffs and the LLM-input sanitiser behave as agent-contracts
+//! 0.6.0 does (`scripts/graph-diff.sh` checks it against the Python library). Differences:
+//! there is no LangGraph underneath — the runtime walks supervisors and nodes itself;
+//! contracts can also be written in TOML; the validator has extra checks of its own.
 
+pub mod binascii;
 pub mod contract;
+pub mod contract_diff;
 pub mod error;
 pub mod file;
 pub mod matching;
 pub mod node;
+pub mod pyvalue;
 pub mod registry;
 pub mod runtime;
 pub mod sanitize;
@@ -28,11 +33,12 @@ pub use node::{
 
 /// Node implementations are async traits.
 pub use async_trait::async_trait;
+pub use contract_diff::{diff_contracts, ChangeSeverity, ContractDiff, NodeChange};
 pub use registry::Registry;
 pub use runtime::{
     ExecutionResult, RequestContext, Runtime, RuntimeHooks, StreamEvent, StreamEventType,
 };
 pub use state::{IoPolicy, State};
 pub use store::{MemoryStore, SessionStore, SqliteStore};
-pub use supervisor::{Decision, DecisionKind, DecisionTrace, Supervisor};
+pub use supervisor::{return_to_sender, Decision, DecisionKind, DecisionTrace, Supervisor};
 pub use validator::{Severity, ValidationResult, Validator};

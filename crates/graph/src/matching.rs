@@ -1,49 +1,52 @@
-//! Trigger conditions against the state: dotted paths, flat keys searched across slices,
-//! booleans by truthiness, an empty condition always matching, and each node's best match.
+//! Trigger conditions against the state, as agent-contracts evaluates them: dotted paths
+//! (absent is null), flat keys searched in request, response, _internal, then the other
+//! declared slices in sorted order; `true`/`false` compare truthiness, anything else Python's
+//! `==` (so `1 == 1.0 == true`); an empty condition always matches; each node keeps its best
+//! match.
 
 use crate::contract::{NodeContract, TriggerCondition};
+pub use crate::pyvalue::truthy;
+use crate::pyvalue::{py_eq, py_str};
 use crate::state::{State, BUILT_IN_SLICES};
 use serde::Serialize;
 use serde_json::Value;
-
-/// Python's truthiness: null, false, 0, "" and empty collections are false.
-pub fn truthy(v: Option<&Value>) -> bool {
-    match v {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(Value::Number(n)) => n.as_f64().is_some_and(|f| f != 0.0),
-        Some(Value::String(s)) => !s.is_empty(),
-        Some(Value::Array(a)) => !a.is_empty(),
-        Some(Value::Object(o)) => !o.is_empty(),
-    }
-}
+use std::collections::BTreeSet;
 
 /// The value at `key`: a dotted path into a slice, or a flat key searched in request,
-/// response, _internal, then the other slices in order.
-pub fn lookup<'a>(state: &'a State, key: &str) -> Option<&'a Value> {
+/// response, _internal, then the other `slices` (the declared ones) in sorted order. Slices
+/// that were never declared are not searched.
+pub fn lookup<'a>(state: &'a State, key: &str, slices: &BTreeSet<String>) -> Option<&'a Value> {
     if key.contains('.') {
         return state.path(key);
     }
-    let builtin = BUILT_IN_SLICES.iter().filter_map(|s| state.slices.get(*s));
-    let custom = state
-        .slices
+    let builtin = BUILT_IN_SLICES
         .iter()
-        .filter(|(k, _)| !BUILT_IN_SLICES.contains(&k.as_str()))
-        .map(|(_, v)| v);
-    builtin.chain(custom).find_map(|slice| slice.get(key))
+        .filter(|s| slices.contains(**s))
+        .copied();
+    let custom = slices
+        .iter()
+        .map(String::as_str)
+        .filter(|s| !BUILT_IN_SLICES.contains(s));
+    builtin
+        .chain(custom)
+        .filter_map(|s| state.slices.get(s))
+        .find_map(|slice| slice.as_object().and_then(|o| o.get(key)))
 }
 
-fn holds(state: &State, key: &str, expected: &Value) -> bool {
-    let actual = lookup(state, key);
+fn holds(state: &State, key: &str, expected: &Value, slices: &BTreeSet<String>) -> bool {
+    let actual = lookup(state, key, slices);
     match expected {
         Value::Bool(b) => truthy(actual) == *b,
-        other => actual == Some(other),
+        other => py_eq(actual.unwrap_or(&Value::Null), other),
     }
 }
 
-pub fn matches(cond: &TriggerCondition, state: &State) -> bool {
-    cond.when.iter().all(|(k, v)| holds(state, k, v))
-        && !cond.when_not.iter().any(|(k, v)| holds(state, k, v))
+pub fn matches(cond: &TriggerCondition, state: &State, slices: &BTreeSet<String>) -> bool {
+    cond.when.iter().all(|(k, v)| holds(state, k, v, slices))
+        && !cond
+            .when_not
+            .iter()
+            .any(|(k, v)| holds(state, k, v, slices))
 }
 
 /// A node whose trigger matched, with the condition that did.
@@ -52,33 +55,55 @@ pub struct Candidate {
     pub node: String,
     pub priority: i64,
     pub condition_index: usize,
+    /// The condition as agent-contracts prints it: `a=1 AND b=x`, `NOT a=1`, `(always)`.
+    pub condition: String,
     /// Why it matched, for people and the LLM router.
     pub reason: String,
 }
 
-/// Every node's best (highest-priority) matching condition, best first; ties keep
-/// registration order.
+/// Every node's best (highest-priority, first on ties) matching condition, best first; ties
+/// keep registration order.
 pub fn candidates<'a>(
     contracts: impl Iterator<Item = &'a NodeContract>,
     state: &State,
+    slices: &BTreeSet<String>,
 ) -> Vec<Candidate> {
     let mut out: Vec<Candidate> = contracts
         .filter_map(|c| {
             c.trigger_conditions
                 .iter()
                 .enumerate()
-                .filter(|(_, t)| matches(t, state))
+                .filter(|(_, t)| matches(t, state, slices))
                 .max_by_key(|(i, t)| (t.priority, std::cmp::Reverse(*i)))
                 .map(|(i, t)| Candidate {
                     node: c.name.clone(),
                     priority: t.priority,
                     condition_index: i,
+                    condition: condition_text(t),
                     reason: describe(c, t),
                 })
         })
         .collect();
     out.sort_by_key(|c| std::cmp::Reverse(c.priority));
     out
+}
+
+/// agent-contracts' rendering: the `when` pairs, else the `when_not` pairs, else `(always)`.
+pub fn condition_text(t: &TriggerCondition) -> String {
+    if !t.when.is_empty() {
+        join(&t.when, "")
+    } else if !t.when_not.is_empty() {
+        join(&t.when_not, "NOT ")
+    } else {
+        "(always)".into()
+    }
+}
+
+fn join(map: &serde_json::Map<String, Value>, prefix: &str) -> String {
+    map.iter()
+        .map(|(k, v)| format!("{prefix}{k}={}", py_str(v)))
+        .collect::<Vec<_>>()
+        .join(" AND ")
 }
 
 fn describe(c: &NodeContract, t: &TriggerCondition) -> String {
@@ -129,49 +154,67 @@ mod tests {
         s
     }
 
+    fn slices(names: &[&str]) -> BTreeSet<String> {
+        BUILT_IN_SLICES
+            .iter()
+            .chain(names)
+            .map(|s| s.to_string())
+            .collect()
+    }
+
     #[test]
     fn paths_flat_keys_truthiness_and_negation() -> TestResult {
         let s = state();
-        assert!(matches(
-            &cond(1, json!({"request.action": "search"}), json!({})),
-            &s
-        ));
-        assert!(matches(
-            &cond(
-                1,
-                json!({"request.params.category": "electronics"}),
-                json!({})
-            ),
-            &s
+        let ok = |when: Value, when_not: Value| {
+            matches(&cond(1, when, when_not), &s, &slices(&["context"]))
+        };
+        assert!(ok(json!({"request.action": "search"}), json!({})));
+        assert!(ok(
+            json!({"request.params.category": "electronics"}),
+            json!({})
         ));
         assert!(
-            matches(&cond(1, json!({"action": "search"}), json!({})), &s),
+            ok(json!({"action": "search"}), json!({})),
             "flat key found in request"
         );
         assert!(
-            matches(&cond(1, json!({"authenticated": true}), json!({})), &s),
+            ok(json!({"authenticated": true}), json!({})),
             "custom slice, truthy 1"
         );
-        assert!(matches(
-            &cond(1, json!({"context.missing": false}), json!({})),
-            &s
-        ));
-        assert!(!matches(
-            &cond(1, json!({"request.action": "buy"}), json!({})),
-            &s
-        ));
-        assert!(!matches(
-            &cond(1, json!({}), json!({"request.action": "search"})),
-            &s
-        ));
+        assert!(ok(json!({"authenticated": 1.0}), json!({})), "1 == 1.0");
+        assert!(ok(json!({"context.missing": false}), json!({})));
         assert!(
-            matches(&cond(0, json!({}), json!({})), &s),
-            "empty condition matches"
+            ok(json!({"request.missing": null}), json!({})),
+            "absent is null"
         );
-        assert!(!matches(
-            &cond(1, json!({"nowhere.deep.path": "x"}), json!({})),
-            &s
-        ));
+        assert!(!ok(json!({}), json!({"request.missing": null})));
+        assert!(!ok(json!({"request.action": "buy"}), json!({})));
+        assert!(!ok(json!({}), json!({"request.action": "search"})));
+        assert!(ok(json!({}), json!({})), "empty condition matches");
+        assert!(!ok(json!({"nowhere.deep.path": "x"}), json!({})));
+        assert!(
+            !matches(
+                &cond(1, json!({"authenticated": true}), json!({})),
+                &s,
+                &slices(&[])
+            ),
+            "undeclared slices are not searched"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn flat_keys_search_custom_slices_in_sorted_order() -> TestResult {
+        let mut s = State::new();
+        s.set("zeta", "k", json!("z"));
+        s.set("alpha", "k", json!("a"));
+        let found = lookup(&s, "k", &slices(&["zeta", "alpha"]));
+        assert_eq!(found, Some(&json!("a")));
+        s.set("response", "k", json!("r"));
+        assert_eq!(
+            lookup(&s, "k", &slices(&["zeta", "alpha"])),
+            Some(&json!("r"))
+        );
         Ok(())
     }
 
@@ -185,14 +228,24 @@ mod tests {
         let mut b = NodeContract::new("b", "main");
         b.trigger_conditions = vec![
             cond(100, json!({"action": "buy"}), json!({})),
-            cond(50, json!({}), json!({})),
+            cond(50, json!({}), json!({"x": 1})),
         ];
-        let c = candidates([&a, &b].into_iter(), &state());
-        let got: Vec<(&str, i64, usize)> = c
+        let c = candidates([&a, &b].into_iter(), &state(), &slices(&[]));
+        let got: Vec<(&str, i64, usize, &str)> = c
             .iter()
-            .map(|c| (c.node.as_str(), c.priority, c.condition_index))
+            .map(|c| {
+                (
+                    c.node.as_str(),
+                    c.priority,
+                    c.condition_index,
+                    c.condition.as_str(),
+                )
+            })
             .collect();
-        assert_eq!(got, [("a", 60, 1), ("b", 50, 1)]);
+        assert_eq!(
+            got,
+            [("a", 60, 1, "action=search"), ("b", 50, 1, "NOT x=1")]
+        );
         assert!(c[0].reason.contains("action = \"search\""));
         Ok(())
     }

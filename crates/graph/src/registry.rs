@@ -5,6 +5,7 @@ use crate::contract::{NodeContract, SubgraphContract};
 use crate::error::{GraphError, Result};
 use crate::node::Node;
 use crate::state::BUILT_IN_SLICES;
+use crate::supervisor::CALL_SUBGRAPH;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -35,6 +36,18 @@ impl Registry {
 
     /// A contract without an implementation (for validation and visualisation).
     pub fn add_contract(&mut self, contract: NodeContract) -> Result<()> {
+        if contract.name.starts_with(CALL_SUBGRAPH) {
+            return Err(GraphError::Invalid(format!(
+                "node `{}` uses the reserved prefix `{CALL_SUBGRAPH}`",
+                contract.name
+            )));
+        }
+        if self.subgraph(&contract.name).is_some() {
+            return Err(GraphError::Invalid(format!(
+                "node `{}` has the name of a subgraph",
+                contract.name
+            )));
+        }
         if self.contracts.iter().any(|c| c.name == contract.name) {
             return Err(GraphError::Invalid(format!(
                 "two nodes are named `{}`",
@@ -55,6 +68,12 @@ impl Registry {
     }
 
     pub fn add_subgraph(&mut self, subgraph: SubgraphContract) -> Result<()> {
+        if self.contract(&subgraph.subgraph_id).is_some() {
+            return Err(GraphError::Invalid(format!(
+                "subgraph `{}` has the name of a node",
+                subgraph.subgraph_id
+            )));
+        }
         if self
             .subgraphs
             .iter()
@@ -132,12 +151,18 @@ impl Registry {
         Ok(())
     }
 
-    /// The graph as a Mermaid flowchart.
+    /// The graph as a Mermaid flowchart. Ids are escaped (any name gives valid Mermaid) and
+    /// labels quoted.
     pub fn mermaid(&self) -> String {
         let mut out = String::from("flowchart TD\n    START([start])\n");
         let sups = self.supervisors();
+        let sup_id = |s: &str| mermaid_id("sup", s);
         if let Some(first) = sups.first() {
-            out.push_str(&format!("    START --> {first}{{{{{first}}}}}\n"));
+            out.push_str(&format!(
+                "    START --> {}{{{{\"{}\"}}}}\n",
+                sup_id(first),
+                mermaid_label(first)
+            ));
         }
         for s in &sups {
             for c in self.nodes_of(s) {
@@ -146,20 +171,52 @@ impl Registry {
                     .as_deref()
                     .map(|i| format!("{i} "))
                     .unwrap_or_default();
-                out.push_str(&format!("    {s} --> {}[\"{icon}{}\"]\n", c.name, c.name));
+                let id = mermaid_id("node", &c.name);
+                out.push_str(&format!(
+                    "    {} --> {id}[\"{}\"]\n",
+                    sup_id(s),
+                    mermaid_label(&format!("{icon}{}", c.name))
+                ));
                 if c.is_terminal {
-                    out.push_str(&format!("    {} --> END([end])\n", c.name));
+                    out.push_str(&format!("    {id} --> END([end])\n"));
                 } else {
-                    out.push_str(&format!("    {} -.-> {s}\n", c.name));
+                    out.push_str(&format!("    {id} -.-> {}\n", sup_id(s)));
                 }
             }
         }
         for sg in &self.subgraphs {
             out.push_str(&format!(
-                "    subgraph {}\n        {}{{{{{}}}}}\n    end\n",
-                sg.subgraph_id, sg.entrypoint, sg.entrypoint
+                "    subgraph {}[\"{}\"]\n        {}{{{{\"{}\"}}}}\n    end\n",
+                mermaid_id("subgraph", &sg.subgraph_id),
+                mermaid_label(&sg.subgraph_id),
+                sup_id(&sg.entrypoint),
+                mermaid_label(&sg.entrypoint)
             ));
         }
         out
     }
+}
+
+/// A Mermaid id for any name: ASCII letters, digits and `_` stay, anything else becomes
+/// `_<hex>_`, so distinct names keep distinct ids; the prefix keeps ids off keywords (`end`).
+pub fn mermaid_id(prefix: &str, name: &str) -> String {
+    let mut out = format!("{prefix}_");
+    for c in name.chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(c);
+        } else if c == '_' {
+            out.push_str("__");
+        } else {
+            out.push_str(&format!("_{:x}_", c as u32));
+        }
+    }
+    out
+}
+
+/// Text inside a quoted Mermaid label: quotes and angle brackets as entities.
+pub fn mermaid_label(text: &str) -> String {
+    text.replace('&', "#amp;")
+        .replace('"', "#quot;")
+        .replace('<', "#lt;")
+        .replace('>', "#gt;")
 }

@@ -167,12 +167,12 @@ impl Runtime {
         registry.check_runnable()?;
         let mut supervisors = HashMap::new();
         for s in registry.supervisors() {
-            supervisors.insert(s.clone(), Supervisor::new(&s));
+            supervisors.insert(s.clone(), Supervisor::hearth(&s));
         }
         for sg in registry.subgraphs() {
             supervisors
                 .entry(sg.entrypoint.clone())
-                .or_insert_with(|| Supervisor::new(&sg.entrypoint));
+                .or_insert_with(|| Supervisor::hearth(&sg.entrypoint));
         }
         let entry = registry
             .supervisors()

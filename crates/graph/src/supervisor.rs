@@ -1,6 +1,8 @@
-//! A supervisor picks the next node, in agent-contracts' order: terminal state → explicit
-//! routing → trigger rules → an LLM choosing among the top rule candidates → the best rule
-//! match → the previous decision → done. `decide_with_trace` says which step decided and why.
+//! A supervisor picks the next node in agent-contracts' order: terminal state → explicit
+//! routing (a pluggable handler; its target must be one of this supervisor's nodes, `done` or
+//! `call_subgraph::<registered id>`) → trigger rules → an LLM, when one is set, choosing among
+//! the top rule candidates (it may also name any valid target) → the best rule match → the
+//! previous decision → done. `decide_with_trace` says which step decided and why.
 
 use crate::matching::{candidates, Candidate};
 use crate::registry::Registry;
@@ -13,6 +15,9 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::sync::Arc;
+
+/// Prefix of a routing target that enters a subgraph.
+pub const CALL_SUBGRAPH: &str = "call_subgraph::";
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -32,24 +37,85 @@ pub enum Decision {
     Done,
 }
 
+impl Decision {
+    /// `done`, `call_subgraph::<id>` or a node name.
+    pub fn from_target(target: &str) -> Self {
+        if target == "done" {
+            Decision::Done
+        } else if let Some(id) = target.strip_prefix(CALL_SUBGRAPH) {
+            Decision::Subgraph(id.into())
+        } else {
+            Decision::Node(target.into())
+        }
+    }
+
+    /// The routing target as agent-contracts names it.
+    pub fn target(&self) -> String {
+        match self {
+            Decision::Node(n) => n.clone(),
+            Decision::Subgraph(id) => format!("{CALL_SUBGRAPH}{id}"),
+            Decision::Done => "done".into(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct DecisionTrace {
+    /// The target (`done`, `call_subgraph::<id>` or a node), as agent-contracts' `selected_node`.
+    pub selected_node: String,
     pub decision: Decision,
     pub decision_type: DecisionKind,
+    /// Every node whose trigger matched, best first.
     pub matched_rules: Vec<Candidate>,
     pub llm_used: bool,
     pub llm_reasoning: Option<String>,
 }
 
+impl DecisionTrace {
+    fn new(target: &str, kind: DecisionKind, rules: Vec<Candidate>) -> Self {
+        Self {
+            selected_node: target.into(),
+            decision: Decision::from_target(target),
+            decision_type: kind,
+            matched_rules: rules,
+            llm_used: false,
+            llm_reasoning: None,
+        }
+    }
+}
+
 /// Builds what the LLM router sees; the default shows request, response and _internal.
 pub type ContextBuilder = Arc<dyn Fn(&State) -> Value + Send + Sync>;
+
+/// Explicit routing: a target that bypasses the rules, or `None`.
+pub type ExplicitRouting = Arc<dyn Fn(&State) -> Option<String> + Send + Sync>;
+
+/// Hearth's explicit routing: `_internal.next_node` (set by a node, e.g. to call a subgraph);
+/// else, when `request.action` is `answer`, the node in `_internal.asked_by` (the interactive
+/// node that asked the question).
+pub fn return_to_sender(state: &State) -> Option<String> {
+    if let Some(next) = state.next_node().filter(|n| !n.is_empty()) {
+        return Some(next);
+    }
+    if state.action().as_deref() == Some("answer") {
+        return state
+            .get(INTERNAL, "asked_by")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned);
+    }
+    None
+}
 
 #[derive(Clone)]
 pub struct Supervisor {
     pub name: String,
     pub llm: Option<Arc<dyn Llm>>,
-    /// `response_type`s that end the run.
+    /// `response_type`s that end the run (agent-contracts reads them from its config, empty
+    /// by default; Hearth's runtime sets `done` and `error`).
     pub terminal_response_types: BTreeSet<String>,
+    /// agent-contracts has none by default; Hearth's runtime sets [`return_to_sender`].
+    pub explicit_routing: Option<ExplicitRouting>,
     pub max_iterations: usize,
     pub max_field_length: usize,
     pub context_builder: Option<ContextBuilder>,
@@ -58,16 +124,41 @@ pub struct Supervisor {
 }
 
 impl Supervisor {
+    /// A supervisor as agent-contracts makes one: no terminal types, no explicit routing.
     pub fn new(name: &str) -> Self {
         Self {
             name: name.into(),
             llm: None,
-            terminal_response_types: ["done", "error"].iter().map(|s| s.to_string()).collect(),
+            terminal_response_types: BTreeSet::new(),
+            explicit_routing: None,
             max_iterations: 10,
             max_field_length: DEFAULT_MAX_FIELD_LENGTH,
             context_builder: None,
             subgraphs: BTreeSet::new(),
         }
+    }
+
+    /// A supervisor as Hearth's runtime uses it: `done` and `error` end the run, and
+    /// [`return_to_sender`] routes explicitly.
+    pub fn hearth(name: &str) -> Self {
+        let mut s = Self::new(name);
+        s.terminal_response_types = ["done", "error"].iter().map(|s| s.to_string()).collect();
+        s.explicit_routing = Some(Arc::new(return_to_sender));
+        s
+    }
+
+    /// Targets a decision may name: this supervisor's nodes, `done`, and every registered
+    /// subgraph (the runtime checks the allowlist and the budgets).
+    pub fn is_valid_target(&self, target: &str, registry: &Registry) -> bool {
+        if target == "done" {
+            return true;
+        }
+        if let Some(id) = target.strip_prefix(CALL_SUBGRAPH) {
+            return registry.subgraph(id).is_some();
+        }
+        registry
+            .contract(target)
+            .is_some_and(|c| c.supervisor == self.name)
     }
 
     pub fn decide_with_trace<'a>(
@@ -77,84 +168,76 @@ impl Supervisor {
         previous: Option<&'a str>,
     ) -> futures::future::BoxFuture<'a, DecisionTrace> {
         Box::pin(async move {
-            let trace = |decision, kind, rules| DecisionTrace {
-                decision,
-                decision_type: kind,
-                matched_rules: rules,
-                llm_used: false,
-                llm_reasoning: None,
-            };
             // 1. The response is final.
-            if let Some(t) = state.response_type() {
-                if self.terminal_response_types.contains(&t) {
-                    return trace(Decision::Done, DecisionKind::TerminalState, vec![]);
+            if let Some(t) = state.get(RESPONSE, "response_type").and_then(Value::as_str) {
+                if self.terminal_response_types.contains(t) {
+                    return DecisionTrace::new("done", DecisionKind::TerminalState, vec![]);
                 }
             }
-            let mine = |n: &str| {
-                registry
-                    .contract(n)
-                    .is_some_and(|c| c.supervisor == self.name)
-            };
-            // 2. Explicit routing: `_internal.next_node`, or an answer going back to who asked.
-            if let Some(next) = state.next_node() {
-                // The runtime checks the id, the allowlist and the budgets.
-                if let Some(id) = next.strip_prefix("call_subgraph::") {
-                    return trace(
-                        Decision::Subgraph(id.into()),
-                        DecisionKind::ExplicitRouting,
-                        vec![],
-                    );
-                } else if mine(&next) {
-                    return trace(Decision::Node(next), DecisionKind::ExplicitRouting, vec![]);
-                }
-            }
-            if state.action().as_deref() == Some("answer") {
-                if let Some(asker) = state.get(INTERNAL, "asked_by").and_then(Value::as_str) {
-                    if mine(asker) {
-                        return trace(
-                            Decision::Node(asker.into()),
-                            DecisionKind::ExplicitRouting,
-                            vec![],
-                        );
+            // 2. Explicit routing; an invalid target falls through to the rules.
+            if let Some(handler) = &self.explicit_routing {
+                if let Some(target) = handler(state).filter(|t| !t.is_empty()) {
+                    if self.is_valid_target(&target, registry) {
+                        return DecisionTrace::new(&target, DecisionKind::ExplicitRouting, vec![]);
                     }
+                    tracing::warn!(
+                        "supervisor `{}`: explicit routing to unknown target `{target}`; routing by rules",
+                        self.name
+                    );
                 }
             }
             // 3. Trigger rules.
-            let rules = candidates(registry.nodes_of(&self.name), state);
-            // 4. The LLM picks among the top candidates (top 3 and ties).
-            if let (Some(llm), false) = (&self.llm, rules.is_empty()) {
-                let cut = rules.get(2).map(|c| c.priority).unwrap_or(i64::MIN);
-                let top: Vec<&Candidate> = rules.iter().filter(|c| c.priority >= cut).collect();
-                let (choice, reasoning) = self.ask_llm(llm.as_ref(), state, &top).await;
-                let mut t = match choice.filter(|c| top.iter().any(|x| &x.node == c)) {
-                    Some(node) => trace(
-                        Decision::Node(node),
-                        DecisionKind::LlmDecision,
-                        rules.clone(),
-                    ),
-                    // An answer naming no candidate falls back to the best rule.
-                    None => trace(
-                        Decision::Node(rules[0].node.clone()),
-                        DecisionKind::Fallback,
-                        rules.clone(),
-                    ),
+            let rules = candidates(
+                registry.nodes_of(&self.name),
+                state,
+                registry.valid_slices(),
+            );
+            // The node that ran last, suggested to the LLM and used when nothing matches.
+            let child = previous
+                .map(str::to_owned)
+                .or_else(|| {
+                    state
+                        .get(INTERNAL, "decision")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                })
+                .filter(|d| !d.is_empty() && d != "done");
+            // 4. The LLM picks among the top candidates (top 3 and ties), or any valid target.
+            if let Some(llm) = &self.llm {
+                let top = top_candidates(&rules);
+                let (choice, reasoning) = self
+                    .ask_llm(llm.as_ref(), state, &top, child.as_deref())
+                    .await;
+                let picked = match choice {
+                    Some(c) if self.is_valid_target(&c, registry) => {
+                        Some((c, reasoning.unwrap_or_default()))
+                    }
+                    // An invalid answer takes the best rule candidate.
+                    Some(c) => top.first().map(|best| {
+                        (
+                            best.node.clone(),
+                            format!("LLM returned invalid '{c}', using rule candidate"),
+                        )
+                    }),
+                    // The LLM failed: the rules decide.
+                    None => None,
                 };
-                t.llm_used = true;
-                t.llm_reasoning = reasoning;
-                return t;
+                if let Some((target, why)) = picked {
+                    let mut t = DecisionTrace::new(&target, DecisionKind::LlmDecision, rules);
+                    t.llm_used = true;
+                    t.llm_reasoning = Some(why);
+                    return t;
+                }
             }
             // 5. The best rule match.
             if let Some(best) = rules.first() {
-                return trace(
-                    Decision::Node(best.node.clone()),
-                    DecisionKind::RuleMatch,
-                    rules,
-                );
+                let node = best.node.clone();
+                return DecisionTrace::new(&node, DecisionKind::RuleMatch, rules);
             }
             // 6. The previous decision, 7. done.
-            match previous.filter(|p| mine(p)) {
-                Some(p) => trace(Decision::Node(p.into()), DecisionKind::Fallback, rules),
-                None => trace(Decision::Done, DecisionKind::Fallback, rules),
+            match child {
+                Some(p) => DecisionTrace::new(&p, DecisionKind::Fallback, rules),
+                None => DecisionTrace::new("done", DecisionKind::Fallback, rules),
             }
         })
     }
@@ -172,20 +255,27 @@ impl Supervisor {
         sanitize(&raw, self.max_field_length)
     }
 
+    /// The node chosen and the reasoning; no node when the LLM failed or gave no answer.
     async fn ask_llm(
         &self,
         llm: &dyn Llm,
         state: &State,
         top: &[&Candidate],
+        child: Option<&str>,
     ) -> (Option<String>, Option<String>) {
         let list: Vec<String> = top
             .iter()
             .map(|c| format!("- {} (priority {}): {}", c.node, c.priority, c.reason))
             .collect();
-        let prompt = format!(
-            "You route a request to the node that should handle it next.\n\nState:\n{}\n\nCandidates:\n{}\n\nReply with JSON only: {{\"node\": \"<one candidate name>\", \"reasoning\": \"<why>\"}}",
-            serde_json::to_string_pretty(&self.llm_context(state)).unwrap_or_default(),
+        let list = if list.is_empty() {
+            "(none)".to_string()
+        } else {
             list.join("\n")
+        };
+        let prompt = format!(
+            "You route a request to the node that should handle it next (`done` ends the flow).\n\nState:\n{}\n\nCandidates:\n{list}\n\nLast active node: {}\n\nIf there are candidates, pick one of them. Reply with JSON only: {{\"node\": \"<node name or done>\", \"reasoning\": \"<why>\"}}",
+            serde_json::to_string_pretty(&self.llm_context(state)).unwrap_or_default(),
+            child.unwrap_or("None"),
         );
         let request = LlmRequest {
             messages: vec![ChatMessage::user(prompt)],
@@ -195,24 +285,48 @@ impl Supervisor {
         };
         let text = match complete(llm, request).await {
             Ok(o) => o.text,
-            Err(e) => return (None, Some(format!("LLM failed: {e}"))),
+            Err(e) => {
+                tracing::warn!("supervisor `{}`: the LLM failed: {e}", self.name);
+                return (None, None);
+            }
         };
         parse_choice(&text, top)
     }
 }
 
-/// `{"node": …, "reasoning": …}`, or else the first candidate name the text mentions.
+/// The top three candidates and any that tie with the third.
+fn top_candidates(rules: &[Candidate]) -> Vec<&Candidate> {
+    let mut out: Vec<&Candidate> = vec![];
+    for (i, c) in rules.iter().enumerate() {
+        if i < 3 || out.last().is_some_and(|l| l.priority == c.priority) {
+            out.push(c);
+        } else {
+            break;
+        }
+    }
+    out
+}
+
+/// `{"node" | "next_node": …, "reasoning": …}`, or else the first candidate name the text
+/// mentions.
 fn parse_choice(text: &str, top: &[&Candidate]) -> (Option<String>, Option<String>) {
     let start = text.find('{');
     let end = text.rfind('}');
     if let (Some(s), Some(e)) = (start, end) {
-        if let Ok(v) = serde_json::from_str::<Value>(&text[s..=e]) {
-            let node = v.get("node").and_then(Value::as_str).map(str::to_owned);
+        if let Some(v) = text
+            .get(s..=e)
+            .and_then(|j| serde_json::from_str::<Value>(j).ok())
+        {
+            let node = v
+                .get("next_node")
+                .or_else(|| v.get("node"))
+                .and_then(Value::as_str)
+                .map(str::to_owned);
             let why = v
                 .get("reasoning")
                 .and_then(Value::as_str)
                 .map(str::to_owned);
-            return (node, why.or_else(|| Some(text.trim().to_string())));
+            return (node, why);
         }
     }
     let named = top
@@ -228,12 +342,16 @@ mod tests {
     type TestResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
     use super::*;
-    use crate::contract::{NodeContract, TriggerCondition};
+    use crate::contract::{NodeContract, SubgraphContract, TriggerCondition};
     use hearth_agent::ScriptedLlm;
 
     fn registry() -> std::result::Result<Registry, Box<dyn std::error::Error + Send + Sync>> {
         let mut r = Registry::new();
-        for (name, p, action) in [("search", 50, "search"), ("chat", 10, "")] {
+        for (name, p, action) in [
+            ("search", 50, "search"),
+            ("chat", 10, ""),
+            ("other", 5, "x"),
+        ] {
             let mut c = NodeContract::new(name, "main");
             let mut t = TriggerCondition {
                 priority: p,
@@ -255,50 +373,110 @@ mod tests {
         s
     }
 
+    fn kind(t: &DecisionTrace) -> (&str, DecisionKind) {
+        (t.selected_node.as_str(), t.decision_type.clone())
+    }
+
     #[tokio::test]
     async fn decision_order() -> TestResult {
         let r = registry()?;
-        let sup = Supervisor::new("main");
+        let sup = Supervisor::hearth("main");
         let t = sup.decide_with_trace(&state("search"), &r, None).await;
-        assert_eq!(
-            (t.decision, t.decision_type),
-            (Decision::Node("search".into()), DecisionKind::RuleMatch)
-        );
+        assert_eq!(kind(&t), ("search", DecisionKind::RuleMatch));
         assert_eq!(t.matched_rules.len(), 2);
         let mut s = state("search");
         s.set(RESPONSE, "response_type", "done".into());
+        let t = sup.decide_with_trace(&s, &r, None).await;
+        assert_eq!(kind(&t), ("done", DecisionKind::TerminalState));
         assert_eq!(
-            sup.decide_with_trace(&s, &r, None).await.decision_type,
-            DecisionKind::TerminalState
+            Supervisor::new("main")
+                .decide_with_trace(&s, &r, None)
+                .await
+                .decision_type,
+            DecisionKind::RuleMatch,
+            "agent-contracts has no terminal types unless configured"
         );
         let mut s = state("search");
         s.set_next_node(Some("chat"));
         let t = sup.decide_with_trace(&s, &r, None).await;
+        assert_eq!(kind(&t), ("chat", DecisionKind::ExplicitRouting));
+        s.set_next_node(Some("done"));
+        let t = sup.decide_with_trace(&s, &r, None).await;
         assert_eq!(
             (t.decision, t.decision_type),
-            (Decision::Node("chat".into()), DecisionKind::ExplicitRouting)
+            (Decision::Done, DecisionKind::ExplicitRouting)
         );
-        // An invalid explicit target falls through to the rules.
-        s.set_next_node(Some("ghost"));
-        assert_eq!(
-            sup.decide_with_trace(&s, &r, None).await.decision_type,
-            DecisionKind::RuleMatch
-        );
+        // An invalid explicit target falls through to the rules, so does an unknown subgraph.
+        for target in ["ghost", "call_subgraph::nope"] {
+            s.set_next_node(Some(target));
+            let t = sup.decide_with_trace(&s, &r, None).await;
+            assert_eq!(kind(&t), ("search", DecisionKind::RuleMatch), "{target}");
+        }
         let mut s = state("answer");
         s.set(INTERNAL, "asked_by", "search".into());
+        let t = sup.decide_with_trace(&s, &r, None).await;
+        assert_eq!(kind(&t), ("search", DecisionKind::ExplicitRouting));
+        // Nothing matches: the previous decision, then done.
+        let mut s = state("nothing");
+        s.set(REQUEST, "action", "zzz".into());
+        let t = sup.decide_with_trace(&s, &r, Some("other")).await;
+        assert_eq!(kind(&t), ("chat", DecisionKind::RuleMatch));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn fallbacks_and_subgraph_targets() -> TestResult {
+        let mut r = Registry::new();
+        let mut c = NodeContract::new("only", "main");
+        c.trigger_conditions = vec![TriggerCondition {
+            priority: 1,
+            when: json!({"request.go": true})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+            ..Default::default()
+        }];
+        r.add_contract(c)?;
+        r.add_subgraph(SubgraphContract {
+            subgraph_id: "sg".into(),
+            description: String::new(),
+            reads: vec![],
+            writes: vec![],
+            entrypoint: "side".into(),
+            supervisors: vec![],
+            nodes: vec![],
+        })?;
+        let sup = Supervisor::hearth("main");
+        let mut s = State::new();
         assert_eq!(
-            sup.decide_with_trace(&s, &r, None).await.decision,
-            Decision::Node("search".into())
+            kind(&sup.decide_with_trace(&s, &r, None).await),
+            ("done", DecisionKind::Fallback)
+        );
+        s.set(INTERNAL, "decision", "only".into());
+        assert_eq!(
+            kind(&sup.decide_with_trace(&s, &r, None).await),
+            ("only", DecisionKind::Fallback)
+        );
+        s.set_next_node(Some("call_subgraph::sg"));
+        let t = sup.decide_with_trace(&s, &r, None).await;
+        assert_eq!(
+            (t.decision, t.decision_type),
+            (
+                Decision::Subgraph("sg".into()),
+                DecisionKind::ExplicitRouting
+            )
         );
         Ok(())
     }
 
     #[tokio::test]
-    async fn the_llm_chooses_among_candidates_and_bad_answers_fall_back() -> TestResult {
+    async fn the_llm_may_name_any_valid_target_and_bad_answers_fall_back() -> TestResult {
         let r = registry()?;
-        let mut sup = Supervisor::new("main");
+        let mut sup = Supervisor::hearth("main");
         let llm = ScriptedLlm::new([
             "{\"node\": \"chat\", \"reasoning\": \"small talk\"}",
+            "{\"next_node\": \"other\", \"reasoning\": \"not a candidate\"}",
+            "{\"next_node\": \"done\"}",
             "{\"node\": \"billing\", \"reasoning\": \"hallucinated\"}",
         ]);
         sup.llm = Some(Arc::new(llm.clone()));
@@ -309,23 +487,29 @@ mod tests {
             format!("data:image/png;base64,{}", "A".repeat(300)).into(),
         );
         let t = sup.decide_with_trace(&s, &r, None).await;
-        assert_eq!(
-            (t.decision, t.decision_type),
-            (Decision::Node("chat".into()), DecisionKind::LlmDecision)
-        );
+        assert_eq!(kind(&t), ("chat", DecisionKind::LlmDecision));
         assert_eq!(t.llm_reasoning.as_deref(), Some("small talk"));
         let prompt = llm.requests()[0].messages[0].text().to_string();
         assert!(
-            prompt.contains("[IMAGE_DATA]") && !prompt.contains("AAAAAAAA"),
+            prompt.contains("[DATA_URI:image/png]") && !prompt.contains("AAAAAAAA"),
             "{prompt}"
         );
         assert!(prompt.contains("use for search"));
         let t = sup.decide_with_trace(&s, &r, None).await;
+        assert_eq!(kind(&t), ("other", DecisionKind::LlmDecision));
+        let t = sup.decide_with_trace(&s, &r, None).await;
+        assert_eq!(kind(&t), ("done", DecisionKind::LlmDecision));
+        let t = sup.decide_with_trace(&s, &r, None).await;
+        assert_eq!(kind(&t), ("search", DecisionKind::LlmDecision));
         assert_eq!(
-            (t.decision, t.decision_type),
-            (Decision::Node("search".into()), DecisionKind::Fallback)
+            t.llm_reasoning.as_deref(),
+            Some("LLM returned invalid 'billing', using rule candidate")
         );
         assert!(t.llm_used);
+        // The script is spent: the LLM fails and the rules decide.
+        let t = sup.decide_with_trace(&s, &r, None).await;
+        assert_eq!(kind(&t), ("search", DecisionKind::RuleMatch));
+        assert!(!t.llm_used);
         Ok(())
     }
 }

@@ -1,14 +1,23 @@
-//! Static checks of a registry: ERROR for unknown slices and for subgraphs that nest in
-//! themselves (directly, through the entry, or in a cycle); WARNING for unknown services,
-//! unreachable nodes and writes to `request`; INFO for slices written by several nodes.
-//! Strict mode turns warnings into errors.
+//! Static checks of a registry, the ones agent-contracts' `ContractValidator` makes, in its
+//! order and with its messages: ERROR for unknown slices in reads/writes and for subgraphs
+//! that name an unknown entrypoint, supervisor or node or whose nodes read or write beyond the
+//! subgraph's declared slices; WARNING for writes to `request`, unknown services, nodes
+//! without a supervisor or without trigger conditions; INFO for slices with several writers.
+//! Strict mode turns warnings into errors (`STRICT: …`).
+//!
+//! Hearth adds checks of its own, as warnings marked `extra` (errors only when strict; off with
+//! `extra_checks = false`): trigger paths on undeclared slices, an entry supervisor without
+//! nodes, nodes under a supervisor that neither the entry nor a subgraph reaches, and
+//! subgraphs that nest in themselves.
 
+use crate::contract::SubgraphContract;
 use crate::registry::Registry;
 use crate::state::REQUEST;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Severity {
     Error,
     Warning,
@@ -18,12 +27,45 @@ pub enum Severity {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Finding {
     pub severity: Severity,
+    /// What is wrong, e.g. `unknown_slice_read`, `no_trigger_conditions`, `shared_writers`.
+    pub kind: String,
     pub node: Option<String>,
+    pub subgraph: Option<String>,
+    pub slice: Option<String>,
+    /// A check of Hearth's that agent-contracts does not make.
+    pub extra: bool,
     pub message: String,
+}
+
+impl Finding {
+    fn new(severity: Severity, kind: &str, message: String) -> Self {
+        Self {
+            severity,
+            kind: kind.into(),
+            node: None,
+            subgraph: None,
+            slice: None,
+            extra: false,
+            message,
+        }
+    }
+    fn node(mut self, n: &str) -> Self {
+        self.node = Some(n.into());
+        self
+    }
+    fn subgraph(mut self, s: &str) -> Self {
+        self.subgraph = Some(s.into());
+        self
+    }
+    fn slice(mut self, s: &str) -> Self {
+        self.slice = Some(s.into());
+        self
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ValidationResult {
+    /// Errors, then warnings, then info, each in the order the checks ran.
     pub findings: Vec<Finding>,
 }
 
@@ -37,18 +79,24 @@ impl ValidationResult {
     }
 }
 
+/// agent-contracts' report (ERRORS / WARNINGS / INFO), then the counts.
 impl std::fmt::Display for ValidationResult {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for x in &self.findings {
-            let level = match x.severity {
-                Severity::Error => "ERROR",
-                Severity::Warning => "WARNING",
-                Severity::Info => "INFO",
-            };
-            match &x.node {
-                Some(n) => writeln!(f, "{level}: {n}: {}", x.message)?,
-                None => writeln!(f, "{level}: {}", x.message)?,
+        for (severity, title) in [
+            (Severity::Error, "ERRORS:"),
+            (Severity::Warning, "WARNINGS:"),
+            (Severity::Info, "INFO:"),
+        ] {
+            let mut items = self.findings.iter().filter(|x| x.severity == severity);
+            if let Some(first) = items.next() {
+                writeln!(f, "{title}")?;
+                for x in std::iter::once(first).chain(items) {
+                    writeln!(f, "  - {}", x.message)?;
+                }
             }
+        }
+        if self.findings.is_empty() {
+            writeln!(f, "✅ All validations passed")?;
         }
         write!(
             f,
@@ -67,6 +115,8 @@ pub struct Validator<'a> {
     pub strict: bool,
     /// The supervisor runs start at (others must be reachable through subgraphs).
     pub entry: String,
+    /// Hearth's own checks (as warnings); off gives exactly agent-contracts' findings.
+    pub extra_checks: bool,
 }
 
 impl<'a> Validator<'a> {
@@ -76,114 +126,280 @@ impl<'a> Validator<'a> {
             known_services: None,
             strict: false,
             entry: "main".into(),
+            extra_checks: true,
         }
     }
 
     pub fn validate(&self) -> ValidationResult {
-        let mut findings = vec![];
-        let warn = if self.strict {
-            Severity::Error
-        } else {
-            Severity::Warning
-        };
-        let slices = self.registry.valid_slices();
-        let mut writers: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-        let entries: BTreeSet<&str> = std::iter::once(self.entry.as_str())
-            .chain(
-                self.registry
-                    .subgraphs()
-                    .iter()
-                    .map(|s| s.entrypoint.as_str()),
-            )
-            .collect();
-        // Without nodes under the entry nothing runs: say that once, instead of calling every
-        // node unreachable.
-        let supervisors = self.registry.supervisors();
-        let entry_missing =
-            !self.registry.contracts().is_empty() && !supervisors.contains(&self.entry);
-        if entry_missing {
-            findings.push(Finding {
-                severity: Severity::Error,
-                node: None,
-                message: format!(
-                    "entry supervisor `{}` has no nodes (supervisors: {})",
-                    self.entry,
-                    supervisors.join(", ")
-                ),
-            });
-        }
-        for c in self.registry.contracts() {
-            let mut add = |severity, message: String| {
-                findings.push(Finding {
-                    severity,
-                    node: Some(c.name.clone()),
-                    message,
-                })
-            };
+        let mut errors = vec![];
+        let mut warnings = vec![];
+        let mut info = vec![];
+        let r = self.registry;
+        let slices = r.valid_slices();
+        use Severity::{Error, Warning};
+
+        for c in r.contracts() {
             for s in &c.reads {
                 if !slices.contains(s) {
-                    add(Severity::Error, format!("reads unknown slice `{s}`"));
+                    errors.push(
+                        Finding::new(
+                            Error,
+                            "unknown_slice_read",
+                            format!("Unknown slice '{s}' in node '{}' reads", c.name),
+                        )
+                        .node(&c.name)
+                        .slice(s),
+                    );
                 }
             }
             for s in &c.writes {
                 if !slices.contains(s) {
-                    add(Severity::Error, format!("writes unknown slice `{s}`"));
+                    errors.push(
+                        Finding::new(
+                            Error,
+                            "unknown_slice_write",
+                            format!("Unknown slice '{s}' in node '{}' writes", c.name),
+                        )
+                        .node(&c.name)
+                        .slice(s),
+                    );
                 }
                 if s == REQUEST {
-                    add(warn, "writes `request`, which should be read-only".into());
+                    warnings.push(
+                        Finding::new(
+                            Warning,
+                            "writes_request",
+                            format!(
+                                "Writing to 'request' slice is discouraged (node '{}')",
+                                c.name
+                            ),
+                        )
+                        .node(&c.name),
+                    );
                 }
-                writers.entry(s.as_str()).or_default().push(&c.name);
             }
+        }
+        if let Some(known) = &self.known_services {
+            for c in r.contracts() {
+                for s in c.services.iter().filter(|s| !known.contains(*s)) {
+                    warnings.push(
+                        Finding::new(
+                            Warning,
+                            "unknown_service",
+                            format!("Unknown service '{s}' required by node '{}'", c.name),
+                        )
+                        .node(&c.name),
+                    );
+                }
+            }
+        }
+        for c in r.contracts() {
+            if c.supervisor.is_empty() {
+                warnings.push(
+                    Finding::new(
+                        Warning,
+                        "orphan_node",
+                        format!("Node '{}' has no supervisor (orphan)", c.name),
+                    )
+                    .node(&c.name),
+                );
+            } else if c.trigger_conditions.is_empty() {
+                warnings.push(
+                    Finding::new(
+                        Warning,
+                        "no_trigger_conditions",
+                        format!(
+                            "Node '{}' has no trigger conditions (may be unreachable)",
+                            c.name
+                        ),
+                    )
+                    .node(&c.name),
+                );
+            }
+        }
+        for sg in r.subgraphs() {
+            errors.extend(self.subgraph(sg));
+        }
+        if self.extra_checks {
+            warnings.extend(self.extra());
+        }
+        let mut writers: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        let mut order: Vec<&str> = vec![];
+        for c in r.contracts() {
+            for s in &c.writes {
+                if !writers.contains_key(s.as_str()) {
+                    order.push(s);
+                }
+                writers.entry(s).or_default().push(&c.name);
+            }
+        }
+        for slice in order {
+            let mut nodes = writers.get(slice).cloned().unwrap_or_default();
+            if nodes.len() > 1 {
+                nodes.sort();
+                info.push(
+                    Finding::new(
+                        Severity::Info,
+                        "shared_writers",
+                        format!("Shared writers for '{slice}': {}", nodes.join(", ")),
+                    )
+                    .slice(slice),
+                );
+            }
+        }
+        if self.strict {
+            for mut w in warnings.drain(..) {
+                w.severity = Error;
+                w.message = format!("STRICT: {}", w.message);
+                errors.push(w);
+            }
+        }
+        errors.extend(warnings);
+        errors.extend(info);
+        ValidationResult { findings: errors }
+    }
+
+    /// agent-contracts' subgraph checks: the entrypoint, the definition's supervisors and
+    /// nodes exist, and the subgraph's nodes stay within its declared reads and writes.
+    fn subgraph(&self, sg: &SubgraphContract) -> Vec<Finding> {
+        let r = self.registry;
+        let id = &sg.subgraph_id;
+        let supervisors: BTreeSet<&str> = r
+            .contracts()
+            .iter()
+            .map(|c| c.supervisor.as_str())
+            .collect();
+        let is_node = |n: &str| r.contract(n).is_some();
+        let mut out = vec![];
+        let error = |kind: &str, message: String| Finding::new(Severity::Error, kind, message);
+        if !is_node(&sg.entrypoint) && !supervisors.contains(sg.entrypoint.as_str()) {
+            out.push(
+                error(
+                    "subgraph_unknown_entrypoint",
+                    format!(
+                        "Subgraph '{id}' entrypoint '{}' not found as node or supervisor",
+                        sg.entrypoint
+                    ),
+                )
+                .subgraph(id),
+            );
+        }
+        for s in sg
+            .supervisors
+            .iter()
+            .filter(|s| !supervisors.contains(s.as_str()))
+        {
+            out.push(
+                error(
+                    "subgraph_unknown_supervisor",
+                    format!("Subgraph '{id}' definition references unknown supervisor '{s}'"),
+                )
+                .subgraph(id),
+            );
+        }
+        for n in sg.nodes.iter().filter(|n| !is_node(n)) {
+            out.push(
+                error(
+                    "subgraph_unknown_node",
+                    format!("Subgraph '{id}' definition references unknown node '{n}'"),
+                )
+                .subgraph(id)
+                .node(n),
+            );
+        }
+        let reads: BTreeSet<&str> = sg.reads.iter().map(String::as_str).collect();
+        let writes: BTreeSet<&str> = sg.writes.iter().map(String::as_str).collect();
+        for name in subgraph_nodes(r, sg) {
+            let Some(c) = r.contract(&name) else { continue };
+            for (what, used, declared) in
+                [("reads", &c.reads, &reads), ("writes", &c.writes, &writes)]
+            {
+                let beyond: BTreeSet<&str> = used
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|s| !declared.contains(s))
+                    .collect();
+                if !beyond.is_empty() {
+                    out.push(
+                        error(
+                            &format!("subgraph_{what}_undeclared"),
+                            format!(
+                                "Subgraph '{id}' boundary violation: node '{name}' {what} undeclared slices ({})",
+                                beyond.into_iter().collect::<Vec<_>>().join(", ")
+                            ),
+                        )
+                        .subgraph(id)
+                        .node(&name),
+                    );
+                }
+            }
+        }
+        out
+    }
+
+    /// Hearth's own checks, as warnings.
+    fn extra(&self) -> Vec<Finding> {
+        let r = self.registry;
+        let slices = r.valid_slices();
+        let mut out = vec![];
+        let mut warn = |f: Finding| out.push(Finding { extra: true, ..f });
+        let warning = |kind: &str, message: String| Finding::new(Severity::Warning, kind, message);
+        for c in r.contracts() {
             for t in &c.trigger_conditions {
                 for key in t.when.keys().chain(t.when_not.keys()) {
                     if let Some((slice, _)) = key.split_once('.') {
                         if !slices.contains(slice) {
-                            add(
-                                Severity::Error,
-                                format!("trigger path `{key}` names unknown slice `{slice}`"),
+                            warn(
+                                warning(
+                                    "trigger_unknown_slice",
+                                    format!(
+                                        "Trigger path '{key}' of node '{}' names unknown slice '{slice}'",
+                                        c.name
+                                    ),
+                                )
+                                .node(&c.name)
+                                .slice(slice),
                             );
                         }
                     }
                 }
             }
-            if let Some(known) = &self.known_services {
-                for s in &c.services {
-                    if !known.contains(s) {
-                        add(warn, format!("uses unknown service `{s}`"));
-                    }
+        }
+        let supervisors = r.supervisors();
+        let entry_missing = !r.contracts().is_empty() && !supervisors.contains(&self.entry);
+        if entry_missing {
+            // Said once, instead of calling every node unreachable.
+            warn(warning(
+                "entry_without_nodes",
+                format!(
+                    "Entry supervisor '{}' has no nodes (supervisors: {})",
+                    self.entry,
+                    supervisors.join(", ")
+                ),
+            ));
+        } else {
+            let entries: BTreeSet<&str> = std::iter::once(self.entry.as_str())
+                .chain(r.subgraphs().iter().map(|s| s.entrypoint.as_str()))
+                .collect();
+            for c in r.contracts() {
+                if !c.supervisor.is_empty() && !entries.contains(c.supervisor.as_str()) {
+                    warn(
+                        warning(
+                            "unreachable_supervisor",
+                            format!(
+                                "Node '{}' is unreachable: supervisor '{}' is neither the entry nor a subgraph entrypoint",
+                                c.name, c.supervisor
+                            ),
+                        )
+                        .node(&c.name),
+                    );
                 }
             }
-            if entry_missing {
-                // Reported once, above.
-            } else if !entries.contains(c.supervisor.as_str()) {
-                add(warn, format!("is unreachable: supervisor `{}` is not the entry nor a subgraph entrypoint", c.supervisor));
-            } else if c.trigger_conditions.is_empty() {
-                add(warn, "is unreachable: it has no trigger conditions".into());
-            }
         }
-        for sg in self.registry.subgraphs() {
-            for n in &sg.nodes {
-                if self.registry.contract(n).is_none() {
-                    findings.push(Finding {
-                        severity: Severity::Error,
-                        node: None,
-                        message: format!("subgraph `{}` lists unknown node `{n}`", sg.subgraph_id),
-                    });
-                }
-            }
+        for f in self.nesting() {
+            warn(f);
         }
-        findings.extend(self.nesting());
-        for (slice, nodes) in writers {
-            if nodes.len() > 1 {
-                findings.push(Finding {
-                    severity: Severity::Info,
-                    node: None,
-                    message: format!("slice `{slice}` is written by {}", nodes.join(", ")),
-                });
-            }
-        }
-        findings.sort_by_key(|f| f.severity);
-        ValidationResult { findings }
+        out
     }
 
     /// Subgraphs must nest as a tree under the entry: one entered through the entry, or
@@ -192,22 +408,18 @@ impl<'a> Validator<'a> {
     fn nesting(&self) -> Vec<Finding> {
         let subgraphs = self.registry.subgraphs();
         let mut findings = vec![];
-        let mut error = |message: String| {
-            findings.push(Finding {
-                severity: Severity::Error,
-                node: None,
-                message,
-            })
+        let mut warn = |id: &str, kind: &str, message: String| {
+            findings.push(Finding::new(Severity::Warning, kind, message).subgraph(id))
         };
         for sg in subgraphs {
             if sg.entrypoint == self.entry {
-                error(format!(
-                    "subgraph `{}` is entered through `{}`, the graph's entry supervisor, so it would nest in itself",
+                warn(&sg.subgraph_id, "subgraph_nests_itself", format!(
+                    "Subgraph '{}' is entered through '{}', the graph's entry supervisor, so it would nest in itself",
                     sg.subgraph_id, self.entry
                 ));
             } else if sg.supervisors.contains(&self.entry) {
-                error(format!(
-                    "subgraph `{}` holds `{}`, the graph's entry supervisor, so it would nest in itself",
+                warn(&sg.subgraph_id, "subgraph_nests_itself", format!(
+                    "Subgraph '{}' holds '{}', the graph's entry supervisor, so it would nest in itself",
                     sg.subgraph_id, self.entry
                 ));
             }
@@ -254,8 +466,8 @@ impl<'a> Validator<'a> {
                                     .map(|&(s, _)| subgraphs[s].subgraph_id.as_str())
                                     .chain(std::iter::once(subgraphs[child].subgraph_id.as_str()))
                                     .collect();
-                                error(format!(
-                                    "subgraphs nest in a cycle: {} (each holds the next one's entrypoint supervisor)",
+                                warn(&subgraphs[child].subgraph_id, "subgraph_cycle", format!(
+                                    "Subgraphs nest in a cycle: {} (each holds the next one's entrypoint supervisor)",
                                     names.join(" → ")
                                 ));
                             }
@@ -271,6 +483,32 @@ impl<'a> Validator<'a> {
         }
         findings
     }
+}
+
+/// The nodes a subgraph holds: its listed nodes (with the entrypoint when that is a node), or,
+/// when it lists none, every node of its supervisors (the entrypoint's, the listed ones', and
+/// those of listed nodes). Sorted.
+pub fn subgraph_nodes(r: &Registry, sg: &SubgraphContract) -> BTreeSet<String> {
+    let mut nodes: BTreeSet<String> = sg.nodes.iter().cloned().collect();
+    let mut supervisors: BTreeSet<String> = sg.supervisors.iter().cloned().collect();
+    if r.contract(&sg.entrypoint).is_some() {
+        nodes.insert(sg.entrypoint.clone());
+    } else {
+        supervisors.insert(sg.entrypoint.clone());
+    }
+    for n in &nodes {
+        if let Some(c) = r.contract(n) {
+            supervisors.insert(c.supervisor.clone());
+        }
+    }
+    if !sg.nodes.is_empty() {
+        return nodes;
+    }
+    r.contracts()
+        .iter()
+        .filter(|c| supervisors.contains(&c.supervisor))
+        .map(|c| c.name.clone())
+        .collect()
 }
 
 #[cfg(test)]
@@ -292,8 +530,16 @@ mod tests {
         c
     }
 
+    fn kinds(res: &ValidationResult) -> Vec<(Severity, &str, Option<&str>, bool)> {
+        res.findings
+            .iter()
+            .map(|f| (f.severity, f.kind.as_str(), f.node.as_deref(), f.extra))
+            .collect()
+    }
+
     #[test]
-    fn levels_and_strict_mode() -> TestResult {
+    fn levels_order_and_strict_mode() -> TestResult {
+        use Severity::*;
         let mut r = Registry::new();
         r.add_contract(node("search", &["request", "orders"], &["response"]))?;
         let mut bad = node("writer", &["request"], &["request", "response"]);
@@ -303,38 +549,42 @@ mod tests {
             .insert("cart.ready".into(), json!(true));
         r.add_contract(bad)?;
         let mut lonely = node("lonely", &[], &[]);
-        lonely.supervisor = "nowhere".into();
+        lonely.trigger_conditions.clear();
         r.add_contract(lonely)?;
         let mut v = Validator::new(&r);
         v.known_services = Some(BTreeSet::new());
         let res = v.validate();
+        assert_eq!(
+            kinds(&res),
+            [
+                (Error, "unknown_slice_read", Some("search"), false),
+                (Warning, "writes_request", Some("writer"), false),
+                (Warning, "unknown_service", Some("writer"), false),
+                (Warning, "no_trigger_conditions", Some("lonely"), false),
+                (Warning, "trigger_unknown_slice", Some("writer"), true),
+                (Info, "shared_writers", None, false),
+            ]
+        );
         let text = res.to_string();
         assert!(
-            text.contains("ERROR: search: reads unknown slice `orders`"),
+            text.starts_with(
+                "ERRORS:\n  - Unknown slice 'orders' in node 'search' reads\nWARNINGS:\n"
+            ),
             "{text}"
         );
         assert!(
-            text.contains("ERROR: writer: trigger path `cart.ready` names unknown slice `cart`"),
+            text.contains("  - Shared writers for 'response': search, writer\n"),
             "{text}"
         );
-        assert!(text.contains("WARNING: writer: writes `request`"), "{text}");
-        assert!(
-            text.contains("WARNING: writer: uses unknown service `db`"),
-            "{text}"
-        );
-        assert!(text.contains("WARNING: lonely: is unreachable"), "{text}");
-        assert!(
-            text.contains("INFO: slice `response` is written by search, writer"),
-            "{text}"
-        );
-        assert_eq!(res.count(Severity::Error), 2);
         v.strict = true;
-        assert_eq!(v.validate().count(Severity::Error), 5);
-        assert!(r
-            .add_contract(node("search", &[], &[]))
-            .unwrap_err()
-            .to_string()
-            .contains("two nodes are named `search`"));
+        let res = v.validate();
+        assert_eq!(res.count(Error), 5);
+        assert!(res.findings[1]
+            .message
+            .starts_with("STRICT: Writing to 'request'"));
+        v.strict = false;
+        v.extra_checks = false;
+        assert!(v.validate().findings.iter().all(|f| !f.extra));
         Ok(())
     }
 
@@ -350,18 +600,18 @@ mod tests {
         }
     }
 
-    fn errors(r: &Registry) -> Vec<String> {
+    fn messages(r: &Registry, kind: &str) -> Vec<String> {
         Validator::new(r)
             .validate()
             .findings
             .into_iter()
-            .filter(|f| f.severity == Severity::Error)
+            .filter(|f| f.kind == kind)
             .map(|f| f.message)
             .collect()
     }
 
     #[test]
-    fn a_missing_entry_is_one_error_naming_it() -> TestResult {
+    fn a_missing_entry_is_one_warning_naming_it() -> TestResult {
         let mut r = Registry::new();
         r.add_contract(node("a", &[], &[]))?;
         r.add_contract(node("b", &[], &[]))?;
@@ -371,26 +621,58 @@ mod tests {
         assert_eq!(res.findings.len(), 1, "{res}");
         assert_eq!(
             res.findings[0].message,
-            "entry supervisor `nosuch` has no nodes (supervisors: main)"
+            "Entry supervisor 'nosuch' has no nodes (supervisors: main)"
         );
-        assert!(res.has_errors());
+        assert!(!res.has_errors());
+        v.strict = true;
+        assert!(v.validate().has_errors());
         Ok(())
     }
 
     #[test]
-    fn subgraphs_that_nest_in_themselves_are_errors() -> TestResult {
+    fn subgraph_boundaries_and_definitions() -> TestResult {
+        let mut r = Registry::new();
+        r.add_contract(node("a", &["request"], &["response"]))?;
+        let mut b = node("b", &["request", "_internal"], &["response"]);
+        b.supervisor = "side".into();
+        r.add_contract(b)?;
+        let mut sg = subgraph("s", "side", &["side", "ghost"]);
+        sg.reads = vec!["request".into()];
+        sg.writes = vec!["response".into()];
+        r.add_subgraph(sg)?;
+        r.add_subgraph(subgraph("t", "nowhere", &[]))?;
+        let res = Validator::new(&r).validate();
+        let errs: Vec<&str> = res
+            .findings
+            .iter()
+            .filter(|f| f.severity == Severity::Error)
+            .map(|f| f.message.as_str())
+            .collect();
+        assert_eq!(
+            errs,
+            [
+                "Subgraph 's' definition references unknown supervisor 'ghost'",
+                "Subgraph 's' boundary violation: node 'b' reads undeclared slices (_internal)",
+                "Subgraph 't' entrypoint 'nowhere' not found as node or supervisor",
+            ]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn subgraphs_that_nest_in_themselves_are_warned_about() -> TestResult {
         // A tree: main calls `outer`, which holds `inner`'s supervisor. Fine.
         let mut r = Registry::new();
         r.add_subgraph(subgraph("outer", "outer_sup", &["outer_sup", "inner_sup"]))?;
         r.add_subgraph(subgraph("inner", "inner_sup", &["inner_sup"]))?;
-        assert_eq!(errors(&r), Vec::<String>::new());
+        assert_eq!(messages(&r, "subgraph_cycle"), Vec::<String>::new());
 
         // A and B hold each other's supervisors.
         let mut r = Registry::new();
         r.add_subgraph(subgraph("a", "a_sup", &["a_sup", "b_sup"]))?;
         r.add_subgraph(subgraph("b", "b_sup", &["b_sup", "a_sup"]))?;
         r.add_subgraph(subgraph("c", "c_sup", &["c_sup", "a_sup"]))?;
-        let errs = errors(&r);
+        let errs = messages(&r, "subgraph_cycle");
         assert_eq!(errs.len(), 1, "{errs:?}");
         assert!(errs[0].contains("cycle: a → b → a"), "{errs:?}");
 
@@ -399,7 +681,7 @@ mod tests {
         r.add_subgraph(subgraph("x", "x_sup", &["y_sup"]))?;
         r.add_subgraph(subgraph("y", "y_sup", &["z_sup"]))?;
         r.add_subgraph(subgraph("z", "z_sup", &["x_sup"]))?;
-        let errs = errors(&r);
+        let errs = messages(&r, "subgraph_cycle");
         assert!(
             errs.len() == 1 && errs[0].contains("x → y → z → x"),
             "{errs:?}"
@@ -409,13 +691,13 @@ mod tests {
         let mut r = Registry::new();
         r.add_subgraph(subgraph("self", "main", &["main"]))?;
         r.add_subgraph(subgraph("up", "up_sup", &["up_sup", "main"]))?;
-        let errs = errors(&r);
+        let errs = messages(&r, "subgraph_nests_itself");
         assert_eq!(errs.len(), 2, "{errs:?}");
         assert!(
-            errs[0].contains("`self` is entered through `main`"),
+            errs[0].contains("'self' is entered through 'main'"),
             "{errs:?}"
         );
-        assert!(errs[1].contains("`up` holds `main`"), "{errs:?}");
+        assert!(errs[1].contains("'up' holds 'main'"), "{errs:?}");
         Ok(())
     }
 }

@@ -223,8 +223,14 @@ async fn subgraph_budgets_and_bad_ids() {
         .unwrap()
         .subgraphs
         .insert("ghost".into());
-    let err = rt.execute(request("go")).await.unwrap_err().to_string();
-    assert!(err.contains("subgraph `ghost` does not exist"), "{err}");
+    // Routing to it is refused (as agent-contracts does) and the rules route instead, until
+    // the supervisor's iterations run out.
+    let r = rt.execute(request("go")).await.unwrap();
+    assert_eq!(r.termination.as_deref(), Some("max_iterations"));
+    assert!(r
+        .trace
+        .iter()
+        .all(|s| !matches!(s.kind, StepKind::Subgraph)));
 
     // A subgraph that calls itself: a cycle.
     let mut rt = runtime(
