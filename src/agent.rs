@@ -1,11 +1,12 @@
 //! `hearth agent`: one task through the tool loop on the in-process engine, streaming the
 //! model's text, its tool calls and their results; `--json` prints the run as one object
-//! on stdout and streams the progress to stderr.
+//! on stdout and streams the progress to stderr. `--session NAME` continues a conversation
+//! saved in a SQLite file, one transaction per completed turn.
 
 use crate::model_args::{check_max_tokens, ModelArgs, SamplingArgs};
 use anyhow::{bail, Context};
 use hearth_agent::tool_agent::{RunOptions, StopReason, ToolAgentRun};
-use hearth_agent::{LlmRequest, LocalLlm, ToolAgent, ToolAgentEvent};
+use hearth_agent::{Agent, LlmRequest, LocalLlm, SessionStore, ToolAgent, ToolAgentEvent};
 use hearth_engine::{Engine, SamplingParams};
 use std::io::Write;
 use std::path::PathBuf;
@@ -23,9 +24,14 @@ pub struct AgentArgs {
     /// The directory the file tools may read (default: the current one).
     #[arg(long)]
     pub workspace: Option<PathBuf>,
-    /// A session name: its history and KV cache are kept within this process.
-    #[arg(long, default_value = "default")]
-    pub session: String,
+    /// Continue the conversation NAME: its memory is loaded from the session database and
+    /// saved there after the turn (without it, nothing is remembered after this run).
+    #[arg(long, value_name = "NAME")]
+    pub session: Option<String>,
+    /// The session database (default: $XDG_DATA_HOME/hearth/agents.db, or
+    /// ~/.local/share/hearth/agents.db).
+    #[arg(long, value_name = "FILE", requires = "session")]
+    pub db: Option<PathBuf>,
     /// Most model calls in the tool loop.
     #[arg(long, default_value_t = 10)]
     pub max_iterations: usize,
@@ -51,8 +57,16 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     if args.max_iterations == 0 {
         bail!("invalid --max-iterations: 0 (must be at least 1)");
     }
+    if args.session.as_deref().is_some_and(|s| s.trim().is_empty()) {
+        bail!("invalid --session: empty name");
+    }
     let tools = hearth_agent::tools::registry(&args.tools, args.workspace.clone())
         .map_err(anyhow::Error::msg)?;
+    // The database is checked before the model loads: a bad file fails fast.
+    let mut durable = match &args.session {
+        Some(name) => Some(Durable::open(name, args.db.clone())?),
+        None => None,
+    };
     let engine = Arc::new(
         Engine::load(&args.model.model, &args.model.load_options()?)
             .with_context(|| format!("loading model `{}`", args.model.model))?,
@@ -64,20 +78,45 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     agent.max_iterations = args.max_iterations;
     agent.request = LlmRequest {
         sampling: Some(sampling),
+        max_tokens: Some(args.max_tokens),
         ..Default::default()
     };
     if let Some(s) = &args.system {
         agent.persona = s.clone();
     }
+    let session = args.session.clone().unwrap_or_else(|| "default".into());
+    if let Some(d) = &durable {
+        d.restore(&agent)?;
+    }
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    let result = run_turn(&rt, &agent, &args.task, &session, args.json);
+    let run = result?;
+    if let Some(d) = &mut durable {
+        // A failed turn wrote no memory: there is nothing new to save.
+        if run.stop_reason != StopReason::Error {
+            d.save(&agent)?;
+        }
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&run)?);
+    }
+    gave_up(&run)
+}
+
+/// Runs one turn, showing the model's text on stdout (on stderr with `json`, where stdout
+/// keeps only the final object) and its tool calls and results on stderr as they happen.
+pub(crate) fn run_turn(
+    rt: &tokio::runtime::Runtime,
+    agent: &ToolAgent,
+    task: &str,
+    session: &str,
+    json: bool,
+) -> hearth_agent::Result<ToolAgentRun> {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let json = args.json;
     let printer = std::thread::spawn(move || {
-        // With --json, stdout holds only the final object; the run's progress still shows, on
-        // stderr, so a long run is not silent.
         let mut out: Box<dyn Write> = if json {
             Box::new(std::io::stderr())
         } else {
@@ -114,15 +153,86 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             let _ = out.flush();
         }
     });
-    let result =
-        rt.block_on(agent.run(&args.task, &args.session, RunOptions::default(), Some(&tx)));
+    let result = rt.block_on(agent.run(task, session, RunOptions::default(), Some(&tx)));
     drop(tx);
     let _ = printer.join();
-    let run = result?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&run)?);
+    result
+}
+
+/// A named session held by this process: its database, its claim, and the turns loaded.
+pub(crate) struct Durable {
+    name: String,
+    store: SessionStore,
+    _claim: hearth_agent::SessionClaim,
+    loaded_turns: u64,
+    saved: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+impl Durable {
+    pub(crate) fn open(name: &str, db: Option<PathBuf>) -> anyhow::Result<Self> {
+        let path = match db {
+            Some(p) => p,
+            None => {
+                let p = default_db()?;
+                if let Some(dir) = p.parent() {
+                    std::fs::create_dir_all(dir)
+                        .with_context(|| format!("creating {}", dir.display()))?;
+                }
+                p
+            }
+        };
+        let store = SessionStore::open(&path)?;
+        let claim = store.claim(name)?;
+        let saved = store.load(name)?;
+        Ok(Self {
+            name: name.to_string(),
+            loaded_turns: saved.as_ref().map_or(0, |s| s.turns),
+            saved: saved.map(|s| s.state),
+            store,
+            _claim: claim,
+        })
     }
-    gave_up(&run)
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn restore(&self, agent: &ToolAgent) -> anyhow::Result<()> {
+        let Some(state) = &self.saved else {
+            return Ok(());
+        };
+        agent.load_state_dict(&self.name, state).with_context(|| {
+            format!("session `{}` in {}", self.name, self.store.path().display())
+        })?;
+        // The KV cache lives in this process only: the earlier turns' prompt is computed again.
+        tracing::info!(
+            "session `{}`: {} earlier turn(s) from {} (their KV cache is not stored; the first prompt is computed in full)",
+            self.name,
+            self.loaded_turns,
+            self.store.path().display()
+        );
+        Ok(())
+    }
+
+    /// Saves the agent's state of the session as one more turn.
+    pub(crate) fn save(&mut self, agent: &ToolAgent) -> anyhow::Result<()> {
+        self.loaded_turns =
+            self.store
+                .save(&self.name, &agent.state_dict(&self.name), self.loaded_turns)?;
+        Ok(())
+    }
+}
+
+/// The session database when `--db` is not given.
+fn default_db() -> anyhow::Result<PathBuf> {
+    let base = std::env::var_os("XDG_DATA_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+        .context(
+            "no data directory for the session database: set HOME or XDG_DATA_HOME, or pass --db",
+        )?;
+    Ok(base.join("hearth").join("agents.db"))
 }
 
 /// A run that failed, or ended without an answer, is not a success: scripts must see it in

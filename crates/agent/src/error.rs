@@ -12,6 +12,12 @@ pub enum AgentError {
     Invalid { what: &'static str, message: String },
     #[error("state: {0}")]
     State(String),
+    /// A session database: the file, and what is wrong with it.
+    #[error("session store {path}: {message}")]
+    Store { path: String, message: String },
+    /// A run recording: the file, and what is wrong with it.
+    #[error("recording {path}: {message}")]
+    Recording { path: String, message: String },
 }
 
 impl AgentError {

@@ -7,7 +7,8 @@
 //! - [`Aggregator`]s turn memory into chat messages, [`OutputParser`]s turn answers into
 //!   tool calls (Qwen `<tool_call>`, ReAct, code blocks, JSON);
 //! - [`Tool`]s with JSON schemas, a [`ToolRegistry`] with timeouts and argument checks;
-//! - [`ToolAgent`]: the tool loop; [`Llm`] with [`LocalLlm`] on the engine.
+//! - [`ToolAgent`]: the tool loop; [`Llm`] with [`LocalLlm`] on the engine;
+//! - [`SessionStore`]: agent sessions in a SQLite file, one transaction per turn.
 //!
 //! Deliberate differences from lagent: session ids are strings; hooks are trait objects
 //! rather than registered callables; there is no separate async twin of each class, since
@@ -22,6 +23,7 @@ pub mod memory;
 pub mod message;
 pub mod parser;
 pub mod schema;
+pub mod store;
 pub mod tool;
 pub mod tool_agent;
 pub mod tools;
@@ -34,6 +36,7 @@ pub use llm::{Llm, LlmEvent, LlmOutput, LlmRequest, LocalLlm, ScriptedLlm};
 pub use memory::{Memory, MemoryManager};
 pub use message::{ActionStatusCode, AgentMessage, AgentStatusCode};
 pub use parser::{OutputParser, ParseStatus, ParsedOutput};
+pub use store::{SavedSession, SessionClaim, SessionStore};
 pub use tool::{Tool, ToolRegistry, ToolResult};
 pub use tool_agent::{StopReason, ToolAgent, ToolAgentEvent, ToolAgentRun, ToolChoice};
 
