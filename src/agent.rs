@@ -1,10 +1,12 @@
 //! `hearth agent`: one task through the tool loop on the in-process engine, streaming the
 //! model's text, its tool calls and their results; `--json` prints the run as one object
 //! on stdout and streams the progress to stderr. `--session NAME` continues a conversation
-//! saved in a SQLite file, one transaction per completed turn.
+//! saved in a SQLite file, one transaction per completed turn; `--record FILE` writes the
+//! run's every step as JSON lines for `hearth replay`.
 
 use crate::model_args::{check_max_tokens, ModelArgs, SamplingArgs};
 use anyhow::{bail, Context};
+use hearth_agent::record::{Entry, Recorder, RunHeader};
 use hearth_agent::tool_agent::{RunOptions, StopReason, ToolAgentRun};
 use hearth_agent::{Agent, LlmRequest, LocalLlm, SessionStore, ToolAgent, ToolAgentEvent};
 use hearth_engine::{Engine, SamplingParams};
@@ -41,6 +43,10 @@ pub struct AgentArgs {
     /// The agent's persona (system prompt).
     #[arg(long)]
     pub system: Option<String>,
+    /// Record every model request and answer, tool call and result of this run in FILE
+    /// (JSON lines, replaced if it exists), for `hearth replay`.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
     /// Print the run as one JSON object (answer, stop reason, tool calls, iterations).
     #[arg(long)]
     pub json: bool,
@@ -67,6 +73,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         Some(name) => Some(Durable::open(name, args.db.clone())?),
         None => None,
     };
+    let recorder = args.record.as_deref().map(Recorder::create).transpose()?;
     let engine = Arc::new(
         Engine::load(&args.model.model, &args.model.load_options()?)
             .with_context(|| format!("loading model `{}`", args.model.model))?,
@@ -88,12 +95,28 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     if let Some(d) = &durable {
         d.restore(&agent)?;
     }
+    if let Some(r) = &recorder {
+        r.attach(&mut agent);
+        let mut header = RunHeader::of(&agent, &args.task, &session);
+        // What `hearth replay --live` needs to build the same tools again.
+        header
+            .extra
+            .insert("tools".into(), serde_json::json!(args.tools));
+        header
+            .extra
+            .insert("workspace".into(), serde_json::json!(args.workspace));
+        r.write(Entry::Run(header));
+    }
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     let result = run_turn(&rt, &agent, &args.task, &session, args.json);
     let run = result?;
+    if let Some(r) = &recorder {
+        r.write(Entry::End { run: run.clone() });
+        r.check()?;
+    }
     if let Some(d) = &mut durable {
         // A failed turn wrote no memory: there is nothing new to save.
         if run.stop_reason != StopReason::Error {

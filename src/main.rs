@@ -8,6 +8,7 @@ mod graph;
 mod model_args;
 mod models;
 mod parity;
+mod replay;
 mod run;
 mod template;
 
@@ -38,6 +39,8 @@ enum Command {
     Chat(chat::ChatArgs),
     /// Run a task through the tool loop (calculator, time, files, python).
     Agent(agent::AgentArgs),
+    /// Run a recorded agent run again and report the first step that differs.
+    Replay(replay::ReplayArgs),
     /// Print the exact prompt a model would see for a conversation.
     Template(template::TemplateArgs),
     /// Validate, visualise or compare node contracts.
@@ -75,6 +78,7 @@ fn main() -> std::process::ExitCode {
         Command::Chat(args) => chat::run(args),
         Command::Template(args) => template::run(args),
         Command::Agent(args) => agent::run(args),
+        Command::Replay(args) => replay::run(args),
         Command::Models => models::run(),
         Command::Graph(cmd) => graph::run(cmd),
         Command::Bench(args) => bench::run(args),

@@ -22,6 +22,8 @@ pub mod llm;
 pub mod memory;
 pub mod message;
 pub mod parser;
+pub mod record;
+pub mod replay;
 pub mod schema;
 pub mod store;
 pub mod tool;
