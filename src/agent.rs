@@ -105,7 +105,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         header
             .extra
             .insert("workspace".into(), serde_json::json!(args.workspace));
-        r.write(Entry::Run(header));
+        r.write(Entry::Run(Box::new(header)));
     }
 
     let rt = tokio::runtime::Builder::new_multi_thread()

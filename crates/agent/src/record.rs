@@ -115,7 +115,8 @@ impl RunHeader {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Entry {
-    Run(RunHeader),
+    /// Boxed: the header is large and there is one per recording.
+    Run(Box<RunHeader>),
     ModelRequest {
         step: usize,
         messages: Vec<ChatMessage>,
@@ -392,7 +393,7 @@ impl Recording {
                             h.version
                         )));
                     }
-                    header = Some(h);
+                    header = Some(*h);
                 }
                 (Entry::Run(_), false) => {
                     return Err(err(format!("line {number}: a second run header")))

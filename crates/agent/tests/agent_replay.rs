@@ -29,7 +29,11 @@ async fn record(path: &Path) -> TestResult {
         .add("s", AgentMessage::new("assistant", "earlier answer"));
     let rec = Recorder::create(path)?;
     rec.attach(&mut agent);
-    rec.write(Entry::Run(RunHeader::of(&agent, "What is 6*7?", "s")));
+    rec.write(Entry::Run(Box::new(RunHeader::of(
+        &agent,
+        "What is 6*7?",
+        "s",
+    ))));
     let run = agent
         .run("What is 6*7?", "s", RunOptions::default(), None)
         .await?;
