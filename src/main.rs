@@ -10,6 +10,7 @@ mod models;
 mod parity;
 mod replay;
 mod run;
+mod serve;
 mod template;
 
 use clap::{Parser, Subcommand};
@@ -39,6 +40,8 @@ enum Command {
     Chat(chat::ChatArgs),
     /// Run a task through the tool loop (calculator, time, files, python).
     Agent(agent::AgentArgs),
+    /// Serve the model over OpenAI's API (chat completions, completions, models).
+    Serve(serve::ServeArgs),
     /// Run a recorded agent run again and report the first step that differs.
     Replay(replay::ReplayArgs),
     /// Print the exact prompt a model would see for a conversation.
@@ -79,6 +82,7 @@ fn main() -> std::process::ExitCode {
         Command::Template(args) => template::run(args),
         Command::Agent(args) => agent::run(args),
         Command::Replay(args) => replay::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::Models => models::run(),
         Command::Graph(cmd) => graph::run(cmd),
         Command::Bench(args) => bench::run(args),

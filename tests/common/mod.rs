@@ -119,3 +119,24 @@ pub fn real_gguf() -> Option<PathBuf> {
         None
     }
 }
+
+/// A Python with the official `openai` client: `HEARTH_OPENAI_PYTHON`, else the virtual
+/// environment `scripts/fetch-openai-client.sh` makes (`$HEARTH_CACHE/venv-openai`).
+pub fn openai_python() -> Option<PathBuf> {
+    let python = std::env::var_os("HEARTH_OPENAI_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache_dir().join("venv-openai/bin/python"));
+    let works = std::process::Command::new(&python)
+        .args(["-c", "import openai"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if works {
+        Some(python)
+    } else {
+        missing(format!(
+            "{} cannot import openai; run scripts/fetch-openai-client.sh",
+            python.display()
+        ));
+        None
+    }
+}

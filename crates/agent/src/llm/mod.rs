@@ -1,11 +1,14 @@
 //! The language model an agent talks to: messages, tools and generation parameters in, a
-//! stream of events out. [`LocalLlm`] is Hearth's engine in the same process; [`ScriptedLlm`]
-//! answers from a script, for tests of agent logic.
+//! stream of events out. [`LocalLlm`] is Hearth's engine in the same process; [`OpenAiLlm`]
+//! any OpenAI-compatible server; [`ScriptedLlm`] answers from a script, for tests of agent
+//! logic.
 
 mod local;
+mod openai;
 mod scripted;
 
 pub use local::LocalLlm;
+pub use openai::OpenAiLlm;
 pub use scripted::ScriptedLlm;
 
 use crate::error::Result;

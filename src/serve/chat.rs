@@ -1,0 +1,270 @@
+//! `POST /v1/chat/completions`: one answer as JSON, or a stream of server-sent chunks.
+//! Tool calls come back in OpenAI's `tool_calls`, reasoning as `reasoning_content`.
+
+use super::error::ApiError;
+use super::request::{chat_call, json_object, ChatCall, ToolChoice};
+use super::tool_stream::{Piece, ToolCallSplitter};
+use super::{body_bytes, finish_reason, unix_now, usage_json, App, RequestId};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::response::sse::{Event as Sse, KeepAlive};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use hearth_engine::{ChatRequest, ChatStream, Event, Summary, ToolCall};
+use serde_json::{json, Value};
+use std::convert::Infallible;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+pub async fn chat_completions(
+    State(app): State<Arc<App>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    match start(&app, body) {
+        Ok((call, stream, splitter)) => {
+            let reply = Reply::new(&app, call.include_usage);
+            if call.stream {
+                streamed(reply, stream, splitter)
+            } else {
+                match whole(reply, stream, splitter).await {
+                    Ok(v) => Json(v).into_response(),
+                    Err(e) => e.into_response(),
+                }
+            }
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Checks the request and queues it on the engine.
+fn start(
+    app: &App,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(ChatCall, ChatStream, ToolCallSplitter), ApiError> {
+    let body = json_object(&body_bytes(body, app.body_limit)?)?;
+    let info = app.engine.info();
+    let call = chat_call(&body, &info.sampling)?;
+    let offered = call.tool_choice != ToolChoice::None && !call.tools.is_empty();
+    // Without constrained decoding, a required call is forced by starting the answer with
+    // the call's opening (and, for a named tool, its name).
+    let prefill = match &call.tool_choice {
+        ToolChoice::Named(name) => Some(named_opening(name)),
+        ToolChoice::Required if call.tool_names.len() == 1 => {
+            Some(named_opening(&call.tool_names[0]))
+        }
+        ToolChoice::Required => Some("<tool_call>\n{\"name\": \"".to_string()),
+        ToolChoice::Auto | ToolChoice::None => None,
+    };
+    let mut stop = info.stop_strings.clone();
+    stop.extend(call.stop.iter().cloned());
+    let stream = app.engine.chat(ChatRequest {
+        messages: call.messages.clone(),
+        tools: offered.then(|| call.tools.clone()),
+        max_tokens: call.max_tokens.unwrap_or(info.max_positions),
+        sampling: Some(call.sampling.clone()),
+        stop: Some(stop),
+        enable_thinking: call.enable_thinking,
+        session: None,
+        prefill: prefill.clone(),
+    })?;
+    let mut splitter = ToolCallSplitter::new(if offered {
+        call.tool_names.clone()
+    } else {
+        vec![]
+    });
+    if let Some(p) = &prefill {
+        // The opening is inside a call: nothing comes out until the call closes.
+        splitter.push(p);
+    }
+    Ok((call, stream, splitter))
+}
+
+fn named_opening(name: &str) -> String {
+    let quoted = serde_json::to_string(name).unwrap_or_else(|_| format!("\"{name}\""));
+    format!("<tool_call>\n{{\"name\": {quoted}, \"arguments\": {{")
+}
+
+/// What every chunk and the final answer share.
+struct Reply {
+    id: String,
+    created: u64,
+    model: String,
+    include_usage: bool,
+    calls: usize,
+}
+
+impl Reply {
+    fn new(app: &App, include_usage: bool) -> Self {
+        Self {
+            id: format!("chatcmpl-{}", RequestId::next()),
+            created: unix_now(),
+            model: app.model_id.clone(),
+            include_usage,
+            calls: 0,
+        }
+    }
+
+    fn chunk(&self, delta: Value, finish: Option<&str>) -> Value {
+        json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": super::FINGERPRINT,
+            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+        })
+    }
+
+    /// A call in OpenAI's form: an id of its own, arguments as a JSON string.
+    fn call_json(&mut self, call: &ToolCall) -> Value {
+        let index = self.calls;
+        self.calls += 1;
+        json!({
+            "index": index,
+            "id": call.id.clone().unwrap_or_else(|| format!("call_{}", RequestId::next())),
+            "type": "function",
+            "function": {
+                "name": call.function.name,
+                "arguments": call.function.arguments.to_string(),
+            },
+        })
+    }
+
+    fn finish(&self, summary: &Summary) -> &'static str {
+        finish_reason(&summary.reason, self.calls > 0)
+    }
+}
+
+/// The whole answer as one `chat.completion`.
+async fn whole(
+    mut reply: Reply,
+    mut stream: ChatStream,
+    mut splitter: ToolCallSplitter,
+) -> Result<Value, ApiError> {
+    let (mut content, mut reasoning, mut calls) = (String::new(), String::new(), vec![]);
+    let mut take = |pieces: Vec<Piece>, reply: &mut Reply, content: &mut String| {
+        for p in pieces {
+            match p {
+                Piece::Text(t) => content.push_str(&t),
+                Piece::Call(c) => {
+                    let mut call = reply.call_json(&c);
+                    // `index` belongs to streamed deltas only.
+                    if let Some(o) = call.as_object_mut() {
+                        o.remove("index");
+                    }
+                    calls.push(call)
+                }
+            }
+        }
+    };
+    let summary = loop {
+        match stream.next().await {
+            Some(Event::Text { text }) => take(splitter.push(&text), &mut reply, &mut content),
+            Some(Event::Reasoning { text }) => reasoning.push_str(&text),
+            Some(Event::Token { .. }) => {}
+            Some(Event::Finished(s)) => break s,
+            Some(Event::Error { message }) => return Err(ApiError::internal(message)),
+            None => return Err(ApiError::internal("the engine stopped")),
+        }
+    };
+    take(splitter.finish(), &mut reply, &mut content);
+    let mut message = json!({"role": "assistant", "content": content});
+    if !reasoning.is_empty() {
+        message["reasoning_content"] = Value::String(reasoning);
+    }
+    if !calls.is_empty() {
+        // OpenAI's shape: content is null when the answer is only calls.
+        if content.trim().is_empty() {
+            message["content"] = Value::Null;
+        }
+        message["tool_calls"] = Value::Array(calls);
+    }
+    Ok(json!({
+        "id": reply.id,
+        "object": "chat.completion",
+        "created": reply.created,
+        "model": reply.model,
+        "system_fingerprint": super::FINGERPRINT,
+        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": reply.finish(&summary)}],
+        "usage": usage_json(&summary),
+        "timings": super::timings_json(&summary),
+    }))
+}
+
+/// Chunks as server-sent events. A client that goes away cancels the generation: the
+/// task sees the channel close and drops the engine's stream.
+fn streamed(mut reply: Reply, mut stream: ChatStream, mut splitter: ToolCallSplitter) -> Response {
+    let (tx, rx) = mpsc::channel::<Value>(64);
+    tokio::spawn(async move {
+        let first = reply.chunk(json!({"role": "assistant", "content": ""}), None);
+        if tx.send(first).await.is_err() {
+            return;
+        }
+        loop {
+            let event = tokio::select! {
+                _ = tx.closed() => return,
+                e = stream.next() => e,
+            };
+            let mut out = vec![];
+            let pieces = |pieces: Vec<Piece>, reply: &mut Reply, out: &mut Vec<Value>| {
+                for p in pieces {
+                    let delta = match p {
+                        Piece::Text(t) => json!({"content": t}),
+                        Piece::Call(c) => json!({"tool_calls": [reply.call_json(&c)]}),
+                    };
+                    out.push(reply.chunk(delta, None));
+                }
+            };
+            let mut done = false;
+            match event {
+                Some(Event::Text { text }) => pieces(splitter.push(&text), &mut reply, &mut out),
+                Some(Event::Reasoning { text }) => {
+                    out.push(reply.chunk(json!({"reasoning_content": text}), None))
+                }
+                Some(Event::Token { .. }) => {}
+                Some(Event::Finished(summary)) => {
+                    pieces(splitter.finish(), &mut reply, &mut out);
+                    out.push(reply.chunk(json!({}), Some(reply.finish(&summary))));
+                    if reply.include_usage {
+                        let mut last = reply.chunk(json!({}), None);
+                        last["choices"] = json!([]);
+                        last["usage"] = usage_json(&summary);
+                        out.push(last);
+                    }
+                    done = true;
+                }
+                Some(Event::Error { message }) => {
+                    out.push(ApiError::internal(message).body());
+                    done = true;
+                }
+                None => {
+                    out.push(ApiError::internal("the engine stopped").body());
+                    done = true;
+                }
+            }
+            for v in out {
+                if tx.send(v).await.is_err() {
+                    return;
+                }
+            }
+            if done {
+                return;
+            }
+        }
+    });
+    let events = futures::stream::unfold(Some(rx), |rx| async move {
+        let mut rx = rx?;
+        match rx.recv().await {
+            Some(v) => Some((
+                Ok::<_, Infallible>(Sse::default().data(v.to_string())),
+                Some(rx),
+            )),
+            // OpenAI's end marker, then the end of the body.
+            None => Some((Ok(Sse::default().data("[DONE]")), None)),
+        }
+    });
+    axum::response::Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}

@@ -1,0 +1,219 @@
+//! `hearth serve`: an OpenAI-compatible HTTP server on the engine, in the same process.
+//! Requests go to the engine's scheduler, so concurrent clients are decoded together, and
+//! a client that resends a growing conversation reuses the cached prefix of its last turn.
+
+mod chat;
+mod completions;
+mod error;
+mod request;
+mod tool_stream;
+
+use crate::model_args::ModelArgs;
+use anyhow::Context;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, StatusCode, Uri};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use error::ApiError;
+use hearth_engine::{Engine, FinishReason, Summary};
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Sent as `system_fingerprint`: which server answered.
+const FINGERPRINT: &str = concat!("hearth-", env!("CARGO_PKG_VERSION"));
+
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Address to listen on; 0.0.0.0 serves other machines too.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (0 picks a free one; the address is printed).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Require `Authorization: Bearer KEY` on /v1 routes.
+    #[arg(long, env = "HEARTH_API_KEY")]
+    pub api_key: Option<String>,
+    /// The model name /v1/models lists and answers carry (default: the model argument).
+    #[arg(long)]
+    pub alias: Option<String>,
+    /// Largest request body in MiB.
+    #[arg(long, default_value_t = 8)]
+    pub max_body_mb: usize,
+}
+
+/// What every handler shares.
+pub struct App {
+    pub engine: Arc<Engine>,
+    pub model_id: String,
+    pub api_key: Option<String>,
+    pub body_limit: usize,
+    pub created: u64,
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let opts = args.model.load_options()?;
+    let engine = Engine::load(&args.model.model, &opts)?;
+    let app = Arc::new(App {
+        engine: Arc::new(engine),
+        model_id: args
+            .alias
+            .clone()
+            .unwrap_or_else(|| args.model.model.clone()),
+        api_key: args.api_key.clone().filter(|k| !k.is_empty()),
+        body_limit: args.max_body_mb.saturating_mul(1 << 20),
+        created: unix_now(),
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
+            .await
+            .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
+        let addr = listener.local_addr()?;
+        // Tests and scripts read this line to find a port picked with --port 0.
+        eprintln!("listening on http://{addr}");
+        axum::serve(listener, router(app))
+            .with_graceful_shutdown(async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await
+            .context("server failed")
+    })
+}
+
+pub fn router(app: Arc<App>) -> Router {
+    let v1 = Router::new()
+        .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/completions", post(completions::completions))
+        .route("/v1/models", get(models))
+        .route_layer(axum::middleware::from_fn_with_state(app.clone(), auth));
+    Router::new()
+        .merge(v1)
+        .route("/health", get(health))
+        .fallback(not_found)
+        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+        // The handlers read the body themselves and answer an oversized one in OpenAI's shape.
+        .layer(DefaultBodyLimit::max(app.body_limit))
+        .with_state(app)
+}
+
+async fn auth(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    if let Some(key) = &app.api_key {
+        let sent = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if sent != Some(key.as_str()) {
+            return ApiError::unauthorized().into_response();
+        }
+    }
+    next.run(request).await
+}
+
+/// Liveness, and what the scheduler holds: a client that left must not keep a sequence.
+async fn health(State(app): State<Arc<App>>) -> Response {
+    let engine = app.engine.clone();
+    match tokio::task::spawn_blocking(move || engine.stats()).await {
+        Ok(Ok(s)) => Json(json!({
+            "status": "ok",
+            "running": s.running,
+            "waiting": s.waiting,
+        }))
+        .into_response(),
+        Ok(Err(e)) => ApiError::from(e).into_response(),
+        Err(e) => ApiError::internal(e.to_string()).into_response(),
+    }
+}
+
+async fn models(State(app): State<Arc<App>>) -> Json<Value> {
+    let info = app.engine.info();
+    Json(json!({
+        "object": "list",
+        "data": [{
+            "id": app.model_id,
+            "object": "model",
+            "created": app.created,
+            "owned_by": "hearth",
+            "meta": {"origin": info.origin, "family": info.family, "n_ctx": info.max_positions, "dtype": info.dtype, "device": info.device},
+        }],
+    }))
+}
+
+async fn not_found(uri: Uri) -> ApiError {
+    ApiError::not_found(uri.path())
+}
+
+/// The request body, or an error in OpenAI's shape (413 past the limit).
+fn body_bytes(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes, ApiError> {
+    body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::too_large(limit)
+        } else {
+            ApiError::bad_body(format!("cannot read the request body: {e}"))
+        }
+    })
+}
+
+fn finish_reason(reason: &FinishReason, called: bool) -> &'static str {
+    match reason {
+        FinishReason::MaxTokens | FinishReason::ContextFull => "length",
+        _ if called => "tool_calls",
+        _ => "stop",
+    }
+}
+
+fn usage_json(s: &Summary) -> Value {
+    let u = &s.usage;
+    json!({
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "total_tokens": u.prompt_tokens + u.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": u.cached_prompt_tokens},
+    })
+}
+
+/// llama-server's `timings`: where the time of a request went.
+fn timings_json(s: &Summary) -> Value {
+    let t = &s.timings;
+    json!({
+        "prompt_n": s.usage.prompt_tokens - s.usage.cached_prompt_tokens,
+        "prompt_ms": t.prefill_s * 1e3,
+        "prompt_per_second": t.prefill_tok_s,
+        "predicted_n": s.usage.completion_tokens,
+        "predicted_ms": t.decode_s * 1e3,
+        "predicted_per_second": t.decode_tok_s,
+        "first_token_ms": t.first_token_s * 1e3,
+    })
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Unique ids for answers and tool calls: the process start time and a counter.
+struct RequestId;
+
+impl RequestId {
+    fn next() -> String {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        static START: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        let start = *START.get_or_init(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+        });
+        format!("{start:x}{:06x}", COUNTER.fetch_add(1, Ordering::Relaxed))
+    }
+}

@@ -1,0 +1,489 @@
+//! `hearth serve` end to end on the tiny fixture: OpenAI's shapes, streaming, errors,
+//! keys, cancellation of a client that leaves, many clients at once, prefix reuse, and
+//! `OpenAiLlm` against it.
+
+mod common;
+
+use hearth_agent::llm::{complete, Llm, LlmRequest, OpenAiLlm};
+use hearth_engine::{ChatMessage, SamplingParams};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+/// A server on a free loopback port, stopped when dropped.
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Result<Self, Box<dyn std::error::Error>> {
+        Self::start_model(&common::tiny("qwen2"), extra)
+    }
+
+    fn start_model(
+        model: &std::path::Path,
+        extra: &[&str],
+    ) -> Result<Self, Box<dyn std::error::Error>> {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hearth"))
+            .args(["serve", "--model"])
+            .arg(model)
+            .args(["--device", "cpu", "--port", "0", "--alias", "tiny"])
+            .args(extra)
+            .env("HF_HUB_OFFLINE", "1")
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()?;
+        let stderr = child.stderr.take().ok_or("no stderr")?;
+        let mut lines = BufReader::new(stderr).lines();
+        let addr = loop {
+            let line = lines.next().ok_or("the server exited before listening")??;
+            if let Some(a) = line.split("listening on http://").nth(1) {
+                break a.trim().to_string();
+            }
+        };
+        // Keep draining stderr so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Ok(Self { child, addr })
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::new()
+}
+
+async fn post(s: &Server, path: &str, body: Value) -> Result<(u16, Value), reqwest::Error> {
+    let r = client().post(s.url(path)).json(&body).send().await?;
+    let status = r.status().as_u16();
+    Ok((status, r.json().await?))
+}
+
+fn hello(max_tokens: usize) -> Value {
+    json!({
+        "model": "tiny",
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+    })
+}
+
+/// The `data:` payloads of an event stream, `[DONE]` included.
+async fn sse(s: &Server, body: Value) -> Result<Vec<String>, Box<dyn std::error::Error>> {
+    let r = client()
+        .post(s.url("/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await?;
+    assert_eq!(r.status().as_u16(), 200);
+    let ctype = r
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    assert!(ctype.starts_with("text/event-stream"), "{ctype}");
+    let text = r.text().await?;
+    Ok(text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: ").map(str::to_owned))
+        .collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_answers_in_openai_shape_whole_and_streamed() -> TestResult {
+    let s = Server::start(&[])?;
+    let (status, health) = {
+        let r = client().get(s.url("/health")).send().await?;
+        (r.status().as_u16(), r.json::<Value>().await?)
+    };
+    assert_eq!((status, health["status"].as_str()), (200, Some("ok")));
+    let models: Value = client()
+        .get(s.url("/v1/models"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(models["data"][0]["id"], json!("tiny"));
+
+    let (status, whole) = post(&s, "/v1/chat/completions", hello(6)).await?;
+    assert_eq!(status, 200, "{whole}");
+    assert_eq!(whole["object"], json!("chat.completion"));
+    let choice = &whole["choices"][0];
+    assert_eq!(choice["message"]["role"], json!("assistant"));
+    let content = choice["message"]["content"].as_str().ok_or("no content")?;
+    let usage = &whole["usage"];
+    let completion = usage["completion_tokens"].as_u64().ok_or("no usage")?;
+    assert!((1..=6).contains(&completion), "{usage}");
+    assert_eq!(
+        usage["total_tokens"].as_u64(),
+        Some(usage["prompt_tokens"].as_u64().unwrap_or(0) + completion)
+    );
+    assert!(usage["prompt_tokens_details"]["cached_tokens"].is_u64());
+    let finish = choice["finish_reason"].as_str().ok_or("no finish_reason")?;
+    assert!(finish == "length" || finish == "stop", "{finish}");
+
+    // Streamed, greedy: the same text, one choice per chunk, usage last, then [DONE].
+    let mut body = hello(6);
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let events = sse(&s, body).await?;
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e))
+        .collect::<Result<_, _>>()?;
+    let (last, rest) = chunks.split_last().ok_or("no chunks")?;
+    assert_eq!(last["choices"], json!([]));
+    assert_eq!(
+        last["usage"]["completion_tokens"].as_u64(),
+        Some(completion)
+    );
+    assert_eq!(rest[0]["choices"][0]["delta"]["role"], json!("assistant"));
+    let mut streamed = String::new();
+    for c in rest {
+        assert_eq!(c["object"], json!("chat.completion.chunk"));
+        assert_eq!(c["choices"].as_array().map(Vec::len), Some(1), "{c}");
+        assert_eq!(c["id"], rest[0]["id"]);
+        streamed.push_str(c["choices"][0]["delta"]["content"].as_str().unwrap_or(""));
+    }
+    assert_eq!(streamed, content);
+    assert_eq!(
+        rest.last().ok_or("no chunk")?["choices"][0]["finish_reason"],
+        json!(finish)
+    );
+
+    // Raw completions.
+    let (status, c) = post(
+        &s,
+        "/v1/completions",
+        json!({"prompt": "Once upon", "max_tokens": 4, "temperature": 0}),
+    )
+    .await?;
+    assert_eq!(status, 200, "{c}");
+    assert_eq!(c["object"], json!("text_completion"));
+    assert!(c["choices"][0]["text"].is_string());
+    assert_eq!(c["usage"]["completion_tokens"].as_u64(), Some(4));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_openai_errors_and_the_server_keeps_serving() -> TestResult {
+    let s = Server::start(&["--max-body-mb", "1"])?;
+    let user = json!({"role": "user", "content": "hi"});
+    let cases: Vec<(Value, u16, Option<&str>)> = vec![
+        (json!({"messages": []}), 400, Some("messages")),
+        (json!({"messages": "hi"}), 400, Some("messages")),
+        (
+            json!({"messages": [user], "temperature": "hot"}),
+            400,
+            Some("temperature"),
+        ),
+        (
+            json!({"messages": [{"role": "wizard", "content": "x"}]}),
+            400,
+            Some("messages[0].role"),
+        ),
+        (
+            json!({"messages": [user, {"role": "tool", "content": "4", "tool_call_id": "nope"}]}),
+            400,
+            Some("messages[1].tool_call_id"),
+        ),
+        (
+            json!({"messages": [user], "tools": [{"type": "function", "function": {"name": "f", "parameters": 7}}]}),
+            400,
+            Some("tools[0].function.parameters"),
+        ),
+        (
+            json!({"messages": [user], "tool_choice": "required"}),
+            400,
+            Some("tool_choice"),
+        ),
+        (json!({"messages": [user], "n": 3}), 400, Some("n")),
+        (
+            json!({"messages": [user], "max_tokens": 0}),
+            400,
+            Some("max_tokens"),
+        ),
+        (
+            json!({"messages": [user], "presence_penalty": 0.5}),
+            400,
+            Some("presence_penalty"),
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": "word ".repeat(600)}]}),
+            400,
+            Some("messages"),
+        ),
+    ];
+    for (body, status, param) in cases {
+        let (got, err) = post(&s, "/v1/chat/completions", body.clone()).await?;
+        assert_eq!(got, status, "{body}: {err}");
+        assert_eq!(err["error"]["param"].as_str(), param, "{body}: {err}");
+        assert!(err["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()));
+        assert!(err["error"]["type"].is_string());
+    }
+    // Over the context: OpenAI's code.
+    let (_, err) = post(
+        &s,
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": "word ".repeat(600)}]}),
+    )
+    .await?;
+    assert_eq!(err["error"]["code"], json!("context_length_exceeded"));
+
+    let raw = |body: Vec<u8>| {
+        let url = s.url("/v1/chat/completions");
+        async move {
+            let r = client()
+                .post(url)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await?;
+            let status = r.status().as_u16();
+            Ok::<_, reqwest::Error>((status, r.json::<Value>().await?))
+        }
+    };
+    let (status, err) = raw(b"{\"messages\": [".to_vec()).await?;
+    assert_eq!(status, 400);
+    assert!(err["error"]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("malformed JSON")));
+    let (status, err) = raw(vec![b' '; 2 << 20]).await?;
+    assert_eq!(status, 413, "{err}");
+    assert!(err["error"]["message"].is_string());
+
+    let r = client().get(s.url("/v1/nowhere")).send().await?;
+    assert_eq!(r.status().as_u16(), 404);
+    assert!(r.json::<Value>().await?["error"]["message"].is_string());
+
+    // Still serving.
+    let (status, _) = post(&s, "/v1/chat/completions", hello(2)).await?;
+    assert_eq!(status, 200);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_key_guards_v1_but_not_health() -> TestResult {
+    let s = Server::start(&["--api-key", "sesame"])?;
+    let r = client()
+        .post(s.url("/v1/chat/completions"))
+        .json(&hello(2))
+        .send()
+        .await?;
+    assert_eq!(r.status().as_u16(), 401);
+    assert_eq!(
+        r.json::<Value>().await?["error"]["type"],
+        json!("authentication_error")
+    );
+    let r = client()
+        .post(s.url("/v1/chat/completions"))
+        .bearer_auth("sesame")
+        .json(&hello(2))
+        .send()
+        .await?;
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(
+        client()
+            .get(s.url("/health"))
+            .send()
+            .await?
+            .status()
+            .as_u16(),
+        200
+    );
+    Ok(())
+}
+
+async fn running(s: &Server) -> Result<u64, Box<dyn std::error::Error>> {
+    let h: Value = client().get(s.url("/health")).send().await?.json().await?;
+    Ok(h["running"].as_u64().ok_or("no running count")? + h["waiting"].as_u64().unwrap_or(0))
+}
+
+async fn wait_idle(s: &Server) -> Result<(), Box<dyn std::error::Error>> {
+    let start = Instant::now();
+    while running(s).await? > 0 {
+        if start.elapsed() > Duration::from_secs(10) {
+            return Err("a generation kept running for a client that left".into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// Sends `body` on a raw connection and returns it once `wanted` bytes came back.
+fn raw_request(addr: &str, body: &Value, wanted: usize) -> std::io::Result<TcpStream> {
+    let mut conn = TcpStream::connect(addr)?;
+    let body = body.to_string();
+    write!(
+        conn,
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut got = vec![0u8; wanted];
+    if wanted > 0 {
+        conn.read_exact(&mut got)?;
+    }
+    Ok(conn)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_cancels_its_generation() -> TestResult {
+    // The real model: slow enough that a long answer is still running when the client leaves.
+    let Some(model) = common::real_gguf() else {
+        return Ok(());
+    };
+    let s = Server::start_model(&model, &[])?;
+    let mut long = hello(100_000);
+    long["temperature"] = json!(1.0);
+    long["stream"] = json!(true);
+    let conn = raw_request(&s.addr, &long, 200)?;
+    assert!(running(&s).await? > 0, "the stream should be generating");
+    drop(conn);
+    wait_idle(&s).await?;
+
+    // Not streamed: the answer is only written at the end, but the server still notices.
+    long["stream"] = json!(false);
+    let conn = raw_request(&s.addr, &long, 0)?;
+    let start = Instant::now();
+    while running(&s).await? == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the request never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        running(&s).await? > 0,
+        "the answer should still be generating"
+    );
+    drop(conn);
+    wait_idle(&s).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_clients_at_once_all_get_answers() -> TestResult {
+    let s = Server::start(&["--max-seqs", "8"])?;
+    let mut tasks = vec![];
+    for i in 0..50 {
+        let url = s.url("/v1/chat/completions");
+        let mut body = hello(3);
+        body["messages"][1]["content"] = json!(format!("Hello number {i}"));
+        tasks.push(tokio::spawn(async move {
+            let r = client().post(url).json(&body).send().await?;
+            let status = r.status().as_u16();
+            Ok::<_, reqwest::Error>((status, r.json::<Value>().await?))
+        }));
+    }
+    for t in tasks {
+        let (status, v) = t.await??;
+        // Served, or refused in OpenAI's shape when the queue is full.
+        assert!(status == 200 || status == 503, "{status}: {v}");
+        if status == 200 {
+            assert_eq!(
+                v["usage"]["completion_tokens"].as_u64().map(|n| n <= 3),
+                Some(true)
+            );
+        } else {
+            assert!(v["error"]["message"].is_string());
+        }
+    }
+    wait_idle(&s).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_conversation_reuses_its_cached_prefix() -> TestResult {
+    let s = Server::start(&[])?;
+    let mut body = hello(4);
+    let (_, first) = post(&s, "/v1/chat/completions", body.clone()).await?;
+    let answer = first["choices"][0]["message"]["content"].clone();
+    let messages = body["messages"].as_array_mut().ok_or("messages")?;
+    messages.push(json!({"role": "assistant", "content": answer}));
+    messages.push(json!({"role": "user", "content": "And then?"}));
+    let (status, second) = post(&s, "/v1/chat/completions", body).await?;
+    assert_eq!(status, 200);
+    let cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap_or(0);
+    let first_prompt = first["usage"]["prompt_tokens"].as_u64().unwrap_or(0);
+    assert!(
+        cached >= first_prompt / 2 && cached > 0,
+        "{cached} of {first_prompt}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_llm_talks_to_hearth_serve() -> TestResult {
+    let s = Server::start(&["--api-key", "k"])?;
+    let (_, whole) = {
+        let r = client()
+            .post(s.url("/v1/chat/completions"))
+            .bearer_auth("k")
+            .json(&hello(6))
+            .send()
+            .await?;
+        (r.status().as_u16(), r.json::<Value>().await?)
+    };
+    let llm = OpenAiLlm::new(&format!("http://{}", s.addr), "")?
+        .with_api_key(Some("k".into()))
+        .discover_model()
+        .await?;
+    assert_eq!(llm.model(), "tiny");
+    let out = complete(
+        &llm,
+        LlmRequest {
+            messages: vec![
+                ChatMessage::new("system", "Be brief."),
+                ChatMessage::new("user", "Hello there"),
+            ],
+            max_tokens: Some(6),
+            sampling: Some(SamplingParams::default()),
+            ..Default::default()
+        },
+    )
+    .await?;
+    assert_eq!(
+        Some(out.text.as_str()),
+        whole["choices"][0]["message"]["content"].as_str()
+    );
+    assert_eq!(
+        Some(out.completion_tokens as u64),
+        whole["usage"]["completion_tokens"].as_u64()
+    );
+    // A wrong key is an error that says so, not a retry loop.
+    let bad = OpenAiLlm::new(&format!("http://{}", s.addr), "tiny")?.with_api_key(Some("x".into()));
+    let err = complete(
+        &bad,
+        LlmRequest {
+            messages: vec![ChatMessage::new("user", "hi")],
+            ..Default::default()
+        },
+    )
+    .await
+    .err()
+    .ok_or("a wrong key must fail")?;
+    assert!(err.to_string().contains("401"), "{err}");
+    assert!(!bad.name().is_empty());
+    Ok(())
+}
