@@ -105,3 +105,63 @@ impl ContractFile {
         s
     }
 }
+
+#[cfg(test)]
+mod tests {
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+    use super::*;
+    use crate::state::{State, INTERNAL, RESPONSE};
+    use crate::supervisor::DecisionKind;
+
+    const FILE: &str = r#"
+[[nodes]]
+name = "a"
+trigger_conditions = [{ priority = 1 }]
+[[nodes]]
+name = "b"
+"#;
+
+    #[tokio::test]
+    async fn the_supervisor_table_sets_terminal_types_and_explicit_routing() -> TestResult {
+        let mut state = State::new();
+        state.set(INTERNAL, "next_node", "b".into());
+        state.set(RESPONSE, "response_type", "done".into());
+
+        let hearth: ContractFile = toml::from_str(FILE)?;
+        let r = hearth.registry()?;
+        let t = hearth
+            .supervisor("main")
+            .decide_with_trace(&state, &r, None)
+            .await;
+        assert_eq!(t.decision_type, DecisionKind::TerminalState);
+
+        let bare: ContractFile = toml::from_str(&format!(
+            "{FILE}[supervisor]\nterminal_response_types = []\nexplicit_routing = \"none\"\n"
+        ))?;
+        let t = bare
+            .supervisor("main")
+            .decide_with_trace(&state, &r, None)
+            .await;
+        assert_eq!(
+            (t.selected_node.as_str(), t.decision_type),
+            ("a", DecisionKind::RuleMatch)
+        );
+
+        let routed: ContractFile = toml::from_str(&format!(
+            "{FILE}[supervisor]\nterminal_response_types = [\"error\"]\n"
+        ))?;
+        let t = routed
+            .supervisor("main")
+            .decide_with_trace(&state, &r, None)
+            .await;
+        assert_eq!(
+            (t.selected_node.as_str(), t.decision_type),
+            ("b", DecisionKind::ExplicitRouting)
+        );
+
+        let typo = toml::from_str::<ContractFile>(&format!("{FILE}[supervisor]\nexplicit = 1\n"));
+        assert!(typo.is_err_and(|e| e.to_string().contains("explicit")));
+        Ok(())
+    }
+}

@@ -288,6 +288,10 @@ mod tests {
             "text that merely contains a long run stays"
         );
         assert_eq!(sanitize_str(&"ab".repeat(65), 10), "[BASE64_DATA]");
+        assert_eq!(
+            sanitize_str(&"a ".repeat(MAX_INPUT_LENGTH / 2 + 1), 10),
+            "[OVERSIZED_DATA]"
+        );
         assert_eq!(sanitize_str(&"f".repeat(130), 10), "[BASE64_DATA]");
         assert_eq!(
             sanitize_str(&"f".repeat(129), 10),
