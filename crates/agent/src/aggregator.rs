@@ -95,6 +95,10 @@ pub struct ToolAggregator;
 /// The `kind` of messages holding a tool's result.
 pub const TOOL_RESULT: &str = "tool_result";
 
+/// The `kind` of messages that go to the model as system messages where they stand (a
+/// summary of older turns, knowledge for the next message).
+pub const SYSTEM_NOTE: &str = "system_note";
+
 impl Aggregator for ToolAggregator {
     fn aggregate(
         &self,
@@ -115,7 +119,14 @@ impl Aggregator for ToolAggregator {
             out.push(ChatMessage::system(s));
         }
         for m in memory {
-            if m.kind.as_deref() == Some(TOOL_RESULT) {
+            if m.kind.as_deref() == Some(SYSTEM_NOTE) {
+                out.push(ChatMessage::system(m.text()));
+            } else if m.kind.as_deref() == Some(TOOL_RESULT) {
+                // Formats without a tool role (ReAct) write results as they read them.
+                if let Some(text) = parser.and_then(|p| p.observation(&m.text())) {
+                    push_user(&mut out, text);
+                    continue;
+                }
                 let mut t = ChatMessage::tool(m.text());
                 if let Some(id) = m
                     .extra_info
@@ -133,10 +144,11 @@ impl Aggregator for ToolAggregator {
                     .and_then(|f| serde_json::from_value::<ParsedOutput>(f).ok());
                 match parsed {
                     Some(p) if p.status == ParseStatus::ParsingError => continue,
-                    Some(p) if !p.tool_calls.is_empty() => out.push(
-                        ChatMessage::assistant(p.text.clone())
+                    Some(p) if !p.tool_calls.is_empty() => out.push(match parser {
+                        Some(parser) => parser.assistant_turn(&p),
+                        None => ChatMessage::assistant(p.text.clone())
                             .with_tool_calls(p.tool_calls.clone()),
-                    ),
+                    }),
                     _ => out.push(ChatMessage::assistant(m.text())),
                 }
             } else {

@@ -19,6 +19,7 @@ pub mod aggregator;
 pub mod error;
 pub mod hooks;
 pub mod llm;
+pub mod loop_policy;
 pub mod memory;
 pub mod message;
 pub mod parser;

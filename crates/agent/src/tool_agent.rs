@@ -3,17 +3,21 @@
 //! model, run the tool calls it makes (concurrently), feed the results back, and repeat until
 //! it answers without calling a tool or `max_iterations` is reached.
 //!
-//! Small models loop: given a calculator's result they may call the calculator again with it.
-//! A call identical to one already made is not run again; the agent asks for the final answer
-//! with the tools withheld instead.
+//! The prompt is the [`Aggregator`]'s (by default [`ToolAggregator`]: the system prompt with the
+//! output parser's format instruction, the history, the turn so far); the [`OutputParser`]
+//! reads each answer and words the correction for a call it cannot read; a [`LoopPolicy`]
+//! says what to do with calls to unknown tools and repeated calls. Any format works: Qwen's
+//! `<tool_call>` on its chat template, ReAct on a meta-template, ….
 
 use crate::agent::Agent;
+use crate::aggregator::{Aggregator, ToolAggregator, SYSTEM_NOTE, TOOL_RESULT};
 use crate::error::{AgentError, Result};
 use crate::hooks::{Hook, Hooks};
 use crate::llm::{complete, Llm, LlmEvent, LlmRequest};
+use crate::loop_policy::{attempted_call, LoopPolicy};
 use crate::memory::MemoryManager;
 use crate::message::AgentMessage;
-use crate::parser::{OutputParser, ParseStatus, QwenToolParser};
+use crate::parser::{OutputParser, ParseStatus, ParsedOutput, QwenToolParser};
 use crate::tool::{Tool, ToolRegistry, ToolResult};
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -102,6 +106,9 @@ pub struct ToolAgent {
     pub llm: Arc<dyn Llm>,
     pub tools: ToolRegistry,
     pub parser: Box<dyn OutputParser>,
+    /// Builds each prompt from the system prompt, the history and the turn so far.
+    pub aggregator: Box<dyn Aggregator>,
+    pub policy: LoopPolicy,
     pub persona: String,
     pub instructions: Option<String>,
     pub max_iterations: usize,
@@ -125,6 +132,8 @@ impl ToolAgent {
             llm,
             tools,
             parser: Box::new(QwenToolParser),
+            aggregator: Box::new(ToolAggregator),
+            policy: LoopPolicy::default(),
             persona: "You are a helpful assistant.".into(),
             instructions: None,
             max_iterations: 10,
@@ -152,12 +161,11 @@ impl ToolAgent {
         s
     }
 
-    /// The session's history as chat messages, older turns summarised.
-    async fn history(&self, session: &str) -> Result<Vec<ChatMessage>> {
+    /// The session's history, older turns summarised (a system note in their place).
+    async fn history(&self, session: &str) -> Result<Vec<AgentMessage>> {
         let all = self.memory.get(session);
-        let to_chat = |m: &AgentMessage| self.to_chat(m);
         if all.len() <= self.history_window {
-            return Ok(all.iter().map(to_chat).collect());
+            return Ok(all);
         }
         let split = all.len() - self.history_window;
         let cached = self
@@ -190,11 +198,11 @@ impl ToolAgent {
                 out.text
             }
         };
-        let mut msgs = vec![ChatMessage::system(format!(
+        let mut msgs = vec![note(format!(
             "Summary of the earlier conversation: {}",
             summary.trim()
         ))];
-        msgs.extend(all[split..].iter().map(to_chat));
+        msgs.extend(all[split..].iter().cloned());
         Ok(msgs)
     }
 
@@ -254,10 +262,10 @@ impl ToolAgent {
         Ok(run)
     }
 
-    /// The loop itself over `history` (chat messages before the task). Writes no memory.
+    /// The loop itself over `history` (the messages before the task). Writes no memory.
     async fn turn(
         &self,
-        history: Vec<ChatMessage>,
+        history: Vec<AgentMessage>,
         task: &str,
         session: &str,
         hooks: &[Arc<dyn Hook>],
@@ -284,20 +292,29 @@ impl ToolAgent {
             }
             _ => registry.clone(),
         };
-        let mut messages = vec![ChatMessage::system(self.system_prompt(&offered))];
-        messages.extend(history);
+        let names = offered.names();
+        let specs = offered.specs();
+        let system = self.system_prompt(&offered);
+        // The chat template lists the tools, unless the format's own instruction does.
+        let template_tools = self.parser.format_instruction(&specs).is_none();
+        let mut stop = self.request.stop.clone();
+        let words = self.parser.stop_words();
+        if !words.is_empty() {
+            stop.get_or_insert_with(Vec::new).extend(words);
+        }
+        let mut msgs = history;
         if let Some(k) = &self.knowledge {
             let snippets = k.retrieve(task, KNOWLEDGE_PASSAGES);
             if !snippets.is_empty() {
-                messages.push(ChatMessage::system(format!(
+                msgs.push(note(format!(
                     "Relevant knowledge:\n- {}",
                     snippets.join("\n- ")
                 )));
             }
         }
-        messages.push(ChatMessage::user(task));
+        msgs.push(AgentMessage::user(task));
+        let tell = |msgs: &mut Vec<AgentMessage>, text: &str| msgs.push(AgentMessage::user(text));
 
-        let names = offered.names();
         let mut results: Vec<ToolResult> = vec![];
         let mut withhold_tools = offered.is_empty();
         let mut asked_again = false;
@@ -310,13 +327,21 @@ impl ToolAgent {
             run
         };
         for iteration in 1..=self.max_iterations {
+            let messages = self.aggregator.aggregate(
+                &msgs,
+                &self.name,
+                Some(self.parser.as_ref()),
+                Some(&system),
+                &specs,
+            );
             let request = LlmRequest {
-                messages: messages.clone(),
-                tools: if withhold_tools {
+                messages,
+                tools: if withhold_tools || !template_tools {
                     vec![]
                 } else {
-                    offered.specs()
+                    specs.clone()
                 },
+                stop: stop.clone(),
                 session: Some(self.kv_session(session)),
                 ..self.request.clone()
             };
@@ -333,17 +358,17 @@ impl ToolAgent {
                 }
             };
             let parsed = if withhold_tools {
-                crate::parser::ParsedOutput::text(&text)
+                ParsedOutput::text(&text)
             } else {
                 self.parser.parse(&text, &names)
             };
+            let mut answer = AgentMessage::new(self.name.clone(), text.clone());
+            answer.formatted = serde_json::to_value(&parsed).ok();
             if parsed.status == ParseStatus::ParsingError {
-                // Keep the raw answer; tell the model what was wrong and let it try again.
-                messages.push(ChatMessage::assistant(text.clone()));
-                messages.push(ChatMessage::user(format!(
-                    "Your tool call could not be read ({}). Write it again as <tool_call>{{\"name\": …, \"arguments\": {{…}}}}</tool_call>, or answer directly.",
-                    parsed.error.clone().unwrap_or_default()
-                )));
+                // The unreadable turn stays out of the prompt; the parser says how to write it.
+                msgs.push(answer);
+                let error = parsed.error.as_deref().unwrap_or("no detail");
+                tell(&mut msgs, &self.parser.correction(error));
                 last_text = text;
                 continue;
             }
@@ -351,24 +376,22 @@ impl ToolAgent {
                 if options.tool_choice == ToolChoice::Required && results.is_empty() && !asked_again
                 {
                     asked_again = true;
-                    messages.push(ChatMessage::assistant(text.clone()));
-                    messages.push(ChatMessage::user("Call one of the tools to do this."));
+                    msgs.push(answer);
+                    tell(&mut msgs, self.policy.call_required());
                     continue;
                 }
                 // A tool call the parser would not take (an unknown tool, or tools withheld) is
                 // not an answer: say what is wrong, a bounded number of times.
                 if let Some(name) = attempted_call(&text) {
-                    if corrections < MAX_CORRECTIONS {
+                    if corrections < self.policy.max_corrections {
                         corrections += 1;
-                        messages.push(ChatMessage::assistant(text.clone()));
-                        messages.push(ChatMessage::user(if withhold_tools {
-                            "Do not call tools now. Answer the original question in plain words, using the tool results above.".to_string()
+                        msgs.push(answer);
+                        let why = if withhold_tools {
+                            self.policy.tools_withheld().to_string()
                         } else {
-                            format!(
-                                "There is no tool named `{name}`. The tools are: {}. Call one of them, or answer in plain words.",
-                                names.join(", ")
-                            )
-                        }));
+                            self.policy.unknown_tool(&name, &names)
+                        };
+                        tell(&mut msgs, &why);
                         continue;
                     }
                 }
@@ -387,26 +410,14 @@ impl ToolAgent {
                 });
             }
             last_text = parsed.text.clone();
-            // A call already made gets the same answer: run each distinct call once, and when
-            // nothing new is asked, withhold the tools and ask for the answer.
-            let mut calls: Vec<ToolCall> = vec![];
-            for c in &parsed.tool_calls {
-                let same = |name: &str, args: &Value| {
-                    name == c.function.name && normalized(args) == normalized(&c.function.arguments)
-                };
-                let seen = results.iter().any(|r| same(&r.name, &r.arguments))
-                    || calls
-                        .iter()
-                        .any(|k| same(&k.function.name, &k.function.arguments));
-                if !seen {
-                    calls.push(c.clone());
-                }
-            }
+            let made: Vec<(String, Value)> = results
+                .iter()
+                .map(|r| (r.name.clone(), r.arguments.clone()))
+                .collect();
+            let mut calls = self.policy.fresh_calls(&parsed.tool_calls, &made);
             if calls.is_empty() {
                 withhold_tools = true;
-                messages.push(ChatMessage::user(
-                    "You already have the tool results above. Do not call tools again: answer the original question now.",
-                ));
+                tell(&mut msgs, self.policy.repeated_calls());
                 continue;
             }
             for (i, c) in calls.iter_mut().enumerate() {
@@ -420,19 +431,20 @@ impl ToolAgent {
             });
             let outs: Vec<ToolResult> =
                 futures::future::join_all(calls.iter().map(|c| registry.execute(c))).await;
-            messages
-                .push(ChatMessage::assistant(parsed.text.clone()).with_tool_calls(calls.clone()));
+            // The turn as it ran: only the calls made, with their ids.
+            let mut ran = parsed.clone();
+            ran.tool_calls = calls;
+            answer.formatted = serde_json::to_value(&ran).ok();
+            msgs.push(answer);
             for mut r in outs {
                 for h in hooks {
                     r = h.after_action(&self.name, r, session);
                 }
                 emit(ToolAgentEvent::ToolResult { result: r.clone() });
-                let mut m = ChatMessage::tool(r.for_model());
-                if let Some(id) = &r.id {
-                    m.extra
-                        .insert("tool_call_id".into(), Value::String(id.clone()));
-                }
-                messages.push(m);
+                let mut m = AgentMessage::new(r.name.clone(), r.for_model());
+                m.kind = Some(TOOL_RESULT.into());
+                m.extra_info = Some(json!({ "id": r.id }));
+                msgs.push(m);
                 results.push(r);
             }
             emit(ToolAgentEvent::ToolCallsComplete);
@@ -486,38 +498,11 @@ impl ToolAgent {
     }
 }
 
-/// Corrections a run may give for tool calls it cannot take.
-const MAX_CORRECTIONS: usize = 2;
-
-/// The tool name of an answer that is a JSON tool call (bare, or fenced), whatever the name.
-fn attempted_call(text: &str) -> Option<String> {
-    let t = text.trim();
-    let body = t
-        .strip_prefix("```json")
-        .or_else(|| t.strip_prefix("```"))
-        .map(|b| b.trim_end_matches('`').trim())
-        .unwrap_or(t);
-    if !body.starts_with('{') {
-        return None;
-    }
-    let first = serde_json::Deserializer::from_str(body)
-        .into_iter::<Value>()
-        .next()?
-        .ok()?;
-    first.get("arguments").or_else(|| first.get("parameters"))?;
-    first.get("name")?.as_str().map(str::to_owned)
-}
-
-/// Arguments compared as JSON values, strings like "2+2" and "2 + 2" alike.
-fn normalized(v: &Value) -> Value {
-    match v {
-        Value::String(s) => Value::String(s.split_whitespace().collect::<String>()),
-        Value::Object(o) => {
-            Value::Object(o.iter().map(|(k, v)| (k.clone(), normalized(v))).collect())
-        }
-        Value::Array(a) => Value::Array(a.iter().map(normalized).collect()),
-        other => other.clone(),
-    }
+/// A message the aggregator gives the model as a system message where it stands.
+fn note(text: String) -> AgentMessage {
+    let mut m = AgentMessage::new("system", text);
+    m.kind = Some(SYSTEM_NOTE.into());
+    m
 }
 
 #[async_trait]
@@ -549,10 +534,9 @@ impl Agent for ToolAgent {
         let Some((last, earlier)) = history.split_last() else {
             return Err(AgentError::invalid("message", "no message to answer"));
         };
-        let earlier: Vec<ChatMessage> = earlier.iter().map(|m| self.to_chat(m)).collect();
         let run = self
             .turn(
-                earlier,
+                earlier.to_vec(),
                 &last.text(),
                 session,
                 &self.hooks.snapshot(),
@@ -620,14 +604,6 @@ impl Agent for ToolAgent {
 }
 
 impl ToolAgent {
-    fn to_chat(&self, m: &AgentMessage) -> ChatMessage {
-        if m.sender == self.name {
-            ChatMessage::assistant(m.text())
-        } else {
-            ChatMessage::user(m.text())
-        }
-    }
-
     fn answer_message(&self, run: &ToolAgentRun) -> AgentMessage {
         let mut msg = AgentMessage::new(self.name.clone(), run.answer.clone());
         msg.extra_info = serde_json::to_value(run).ok();

@@ -13,7 +13,7 @@ pub use mixed::MixedParser;
 pub use qwen::QwenToolParser;
 pub use react::ReActParser;
 
-use hearth_engine::ToolCall;
+use hearth_engine::{ChatMessage, ToolCall};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -117,6 +117,25 @@ pub trait OutputParser: Send + Sync {
     /// Stop words the format needs (ReAct stops before `Observation:`).
     fn stop_words(&self) -> Vec<String> {
         vec![]
+    }
+
+    /// What the model is told when its tool call could not be read: how to write it again.
+    fn correction(&self, error: &str) -> String {
+        format!(
+            "Your tool call could not be read ({error}). Write it again in the format described, or answer directly."
+        )
+    }
+
+    /// A turn of the model that called tools, as the prompt shows it again: by default the
+    /// text with the calls beside it, for a chat template that renders tool calls.
+    fn assistant_turn(&self, parsed: &ParsedOutput) -> ChatMessage {
+        ChatMessage::assistant(parsed.text.clone()).with_tool_calls(parsed.tool_calls.clone())
+    }
+
+    /// A tool's result as the format writes it, as a user turn; `None` gives it to the chat
+    /// template's tool role instead.
+    fn observation(&self, _result: &str) -> Option<String> {
+        None
     }
 }
 

@@ -74,6 +74,12 @@ fn parse_block(body: &str) -> Result<ToolCall, String> {
 }
 
 impl OutputParser for QwenToolParser {
+    fn correction(&self, error: &str) -> String {
+        format!(
+            "Your tool call could not be read ({error}). Write it again as <tool_call>{{\"name\": …, \"arguments\": {{…}}}}</tool_call>, or answer directly."
+        )
+    }
+
     fn parse(&self, raw: &str, tools: &[String]) -> ParsedOutput {
         if raw.contains(OPEN) || raw.contains(FUNCTION) {
             let mut calls = vec![];

@@ -1,7 +1,7 @@
 //! ReAct: `Thought:` / `Action:` / `Action Input:` lines, and `Final Answer:`.
 
 use super::{OutputParser, ParsedOutput};
-use hearth_engine::ToolCall;
+use hearth_engine::{ChatMessage, ToolCall};
 use serde_json::{json, Value};
 
 #[derive(Debug, Clone, Default)]
@@ -82,6 +82,21 @@ impl OutputParser for ReActParser {
 
     fn stop_words(&self) -> Vec<String> {
         vec!["Observation:".into()]
+    }
+
+    fn correction(&self, error: &str) -> String {
+        format!(
+            "Your action could not be read ({error}). Write it again as\nAction: the tool's name\nAction Input: the arguments as a JSON object\nor give the Final Answer."
+        )
+    }
+
+    /// The model's own words: no chat template renders ReAct calls.
+    fn assistant_turn(&self, parsed: &ParsedOutput) -> ChatMessage {
+        ChatMessage::assistant(parsed.raw.trim())
+    }
+
+    fn observation(&self, result: &str) -> Option<String> {
+        Some(format!("Observation: {result}"))
     }
 }
 
