@@ -30,7 +30,13 @@ pub enum GraphCommand {
         file: PathBuf,
     },
     /// The graph as a Mermaid flowchart.
-    Visualize { file: PathBuf },
+    Visualize {
+        /// A Markdown architecture document (slices, hierarchy, data flow, trigger
+        /// priorities, node reference) instead.
+        #[arg(long)]
+        doc: bool,
+        file: PathBuf,
+    },
     /// Nodes added, removed and changed from A to B, as breaking, behavioral or nonbreaking;
     /// exits with 2 on a breaking change.
     Diff {
@@ -93,9 +99,17 @@ pub fn run(cmd: GraphCommand) -> anyhow::Result<()> {
                 bail!("{}: the contracts have errors", file.display());
             }
         }
-        GraphCommand::Visualize { file } => {
+        GraphCommand::Visualize { doc, file } => {
             let f = ContractFile::load(&file)?;
-            print!("{}", registry(&f, &file)?.mermaid())
+            let r = registry(&f, &file)?;
+            print!(
+                "{}",
+                if doc {
+                    r.architecture_doc()
+                } else {
+                    r.mermaid()
+                }
+            )
         }
         GraphCommand::Diff { json, a, b } => {
             let (fa, fb) = (ContractFile::load(&a)?, ContractFile::load(&b)?);

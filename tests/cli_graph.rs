@@ -40,6 +40,15 @@ fn validate_visualize_and_diff() -> TestResult {
         "{out}"
     );
     assert!(out.contains("node_trend --> END"), "{out}");
+    let (code, out, _) = hearth(&["graph", "visualize", "--doc", SHOP])?;
+    assert!(
+        code == Some(0) && out.starts_with("# 🏗️ Agent Architecture"),
+        "{out}"
+    );
+    assert!(
+        out.contains("| 80 | `to_fashion` | request.action=trends |  |"),
+        "{out}"
+    );
 
     let tmp = tempfile::tempdir()?;
     let shop = std::fs::read_to_string(SHOP)?;
