@@ -29,6 +29,10 @@ struct RawCompletion {
     echo: Option<bool>,
     #[serde(default)]
     suffix: Option<String>,
+    /// llama.cpp's and vLLM's extension: generate `max_tokens` whatever the model's end
+    /// tokens (for benchmarks).
+    #[serde(default)]
+    ignore_eos: Option<bool>,
 }
 
 pub async fn completions(
@@ -79,6 +83,7 @@ fn start(
     let stream = app.engine.generate(GenerateRequest {
         sampling: params,
         stop_strings: sampling.stop()?,
+        stop_token_ids: (raw.ignore_eos == Some(true)).then(Vec::new),
         ..GenerateRequest::new(prompt, max_tokens)
     })?;
     Ok((stream, raw.stream.unwrap_or(false), include_usage))

@@ -144,7 +144,14 @@ async fn models(State(app): State<Arc<App>>) -> Json<Value> {
             "object": "model",
             "created": app.created,
             "owned_by": "hearth",
-            "meta": {"origin": info.origin, "family": info.family, "n_ctx": info.max_positions, "dtype": info.dtype, "device": info.device},
+            "meta": {
+                "origin": info.origin,
+                "family": info.family,
+                "n_ctx": info.max_positions,
+                "n_vocab": app.engine.tokenizer().vocab_size(),
+                "dtype": info.dtype,
+                "device": info.device,
+            },
         }],
     }))
 }
