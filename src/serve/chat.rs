@@ -67,6 +67,7 @@ fn start(
         enable_thinking: call.enable_thinking,
         session: None,
         prefill: prefill.clone(),
+        constraint: None,
     })?;
     let mut splitter = ToolCallSplitter::new(if offered {
         call.tool_names.clone()

@@ -94,6 +94,10 @@ pub enum EngineError {
     )]
     NonFinite { origin: String, position: usize },
 
+    /// A constrained sequence that cannot go on (its grammar reached a dead end).
+    #[error("constraint: {0}")]
+    Constraint(String),
+
     #[error("KV cache budget: {message}")]
     KvBudget { message: String },
 

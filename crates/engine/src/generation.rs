@@ -1,6 +1,7 @@
 //! What a generation request is and what it streams back: the request, its events, why it
 //! finished, and the model interface the scheduler drives.
 
+use crate::constraint::Constraint;
 use crate::error::Result;
 use crate::kv_cache::KvCache;
 use crate::sampling::SamplingParams;
@@ -54,6 +55,12 @@ pub struct GenerateRequest {
     /// Keep this sequence's KV cache after the request and reuse its longest common prefix
     /// with the next request of the same session.
     pub session: Option<String>,
+    /// The language the output must stay in (JSON schema, regex, Lark grammar): tokens that
+    /// leave it are never sampled, and the sequence ends only where the text is complete —
+    /// then with [`FinishReason::StopToken`] (the model's end-of-sequence id) at the latest
+    /// when the grammar admits nothing more. A grammar that cannot be compiled, or admits no
+    /// text, is refused by [`crate::Engine::generate`] (invalid `constraint`).
+    pub constraint: Option<Constraint>,
 }
 
 impl GenerateRequest {
@@ -65,6 +72,7 @@ impl GenerateRequest {
             stop_token_ids: None,
             stop_strings: Vec::new(),
             session: None,
+            constraint: None,
         }
     }
 }

@@ -8,6 +8,7 @@
 pub mod card;
 pub mod chat;
 pub mod config;
+pub mod constraint;
 pub mod cpu_attention;
 mod cpu_matmul;
 pub mod cpu_quant;
@@ -33,6 +34,7 @@ pub mod weights;
 pub use card::ModelCard;
 pub use chat::{ChatFormat, ChatInput, ChatMessage, ToolCall};
 pub use config::{Family, QwenConfig};
+pub use constraint::{Constraint, Grammars};
 pub use device::DeviceSpec;
 pub use engine::Engine;
 pub use error::{EngineError, Result};

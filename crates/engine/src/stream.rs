@@ -49,6 +49,9 @@ pub struct ChatRequest {
     /// Text the answer starts with: appended to the prompt after the generation prompt, so
     /// the model continues it (a forced `<tool_call>` opening, say). It is not streamed back.
     pub prefill: Option<String>,
+    /// The language the answer must stay in (see [`crate::GenerateRequest::constraint`]);
+    /// it applies to what the model writes after the prompt and `prefill`.
+    pub constraint: Option<crate::constraint::Constraint>,
 }
 
 /// Events of a chat answer: [`Event::Reasoning`] and [`Event::Text`] kept apart.

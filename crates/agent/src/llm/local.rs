@@ -46,6 +46,7 @@ impl Llm for LocalLlm {
             enable_thinking: r.enable_thinking,
             session: r.session,
             prefill: None,
+            constraint: None,
         })?;
         let events = futures::stream::unfold(Some(stream), |state| async move {
             let mut stream = state?;

@@ -38,7 +38,8 @@ enum Source {
 }
 
 pub(crate) enum Command {
-    Generate(Job),
+    /// Boxed: a request (with its grammar) is far larger than the other commands.
+    Generate(Box<Job>),
     /// Forget the session's cache.
     DropSession(String),
     /// The session is over: its cache stays, unnamed, for any prompt with its prefix, until
@@ -132,7 +133,7 @@ impl Scheduler {
 
     fn command(&mut self, c: Command) {
         match c {
-            Command::Generate(job) => self.waiting.push_back(job),
+            Command::Generate(job) => self.waiting.push_back(*job),
             Command::DropSession(id) => {
                 self.pool.remove(&id);
                 for s in &mut self.running {

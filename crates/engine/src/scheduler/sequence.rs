@@ -1,6 +1,7 @@
 //! One request while the scheduler runs it: its cache, sampler, stop words, text decoder and
 //! event channel, from its first prompt chunk to its finish.
 
+use crate::constraint::Guide;
 use crate::error::Result;
 use crate::generation::{Event, FinishReason, GenerateRequest, Summary, Timings, Usage};
 use crate::kv_cache::KvCache;
@@ -13,6 +14,8 @@ use tokio::sync::mpsc::UnboundedSender;
 /// A request as it arrives at the worker.
 pub(crate) struct Job {
     pub request: GenerateRequest,
+    /// The matcher of `request.constraint`, compiled when it was queued.
+    pub guide: Option<Guide>,
     pub events: UnboundedSender<Event>,
     pub arrived: Instant,
 }
@@ -24,6 +27,7 @@ pub(crate) struct Sequence {
     sampler: Sampler,
     stop_strings: StopStrings,
     stop_ids: Vec<u32>,
+    guide: Option<Guide>,
     decoder: StreamDecoder,
     pub cache: KvCache,
     /// The tokens whose keys and values `cache` holds.
@@ -45,12 +49,22 @@ pub(crate) struct Sequence {
 impl Sequence {
     /// The sequence of `job`, starting from `cache` (which holds `tokens`, a prefix of the
     /// prompt); `None` after reporting a bad request on its stream.
-    pub fn new(job: Job, stop_ids: Vec<u32>, cache: KvCache, tokens: Vec<u32>) -> Option<Self> {
+    pub fn new(job: Job, mut stop_ids: Vec<u32>, cache: KvCache, tokens: Vec<u32>) -> Option<Self> {
         let Job {
             request,
+            guide,
             events,
             arrived,
         } = job;
+        // Where the grammar accepts, the model's end-of-sequence ends it whatever the request
+        // listed: it is the only way out of a complete text.
+        if let Some(g) = &guide {
+            for &t in g.eos_tokens() {
+                if !stop_ids.contains(&t) {
+                    stop_ids.push(t);
+                }
+            }
+        }
         let parts = Sampler::new(request.sampling.clone())
             .and_then(|s| Ok((s, StopStrings::new(request.stop_strings.clone())?)));
         let (sampler, stop_strings) = match parts {
@@ -66,6 +80,7 @@ impl Sequence {
             sampler,
             stop_strings,
             stop_ids,
+            guide,
             decoder: StreamDecoder::new(),
             cached: tokens.len(),
             cache,
@@ -119,19 +134,39 @@ impl Sequence {
     }
 
     /// Chooses the next token from this sequence's logits (`argmax` precomputed for greedy
-    /// sequences, so that only ids cross from a GPU).
+    /// sequences, so that only ids cross from a GPU). A constrained sequence keeps the sample
+    /// if its grammar allows it; otherwise the logits are masked to what the grammar allows
+    /// and it samples again (from the same random state's next draw).
     pub fn choose(
         &mut self,
         argmax: Option<u32>,
         logits: impl FnOnce() -> Result<Vec<f32>>,
     ) -> Result<u32> {
-        match argmax {
-            Some(id) if self.wants_greedy() => Ok(id),
+        let mut logits = Some(logits);
+        let mut host = None;
+        let first = match argmax {
+            Some(id) if self.wants_greedy() => id,
             _ => {
-                let mut host = logits()?;
-                Ok(self.sampler.sample(&mut host, &self.history))
+                let original = logits.take().map_or(Ok(Vec::new()), |f| f())?;
+                let mut work = original.clone();
+                let t = self.sampler.sample(&mut work, &self.history);
+                host = Some(original);
+                t
             }
+        };
+        let Some(guide) = &mut self.guide else {
+            return Ok(first);
+        };
+        if guide.allows(first)? {
+            return Ok(first);
         }
+        let mut host = match (host, logits.take()) {
+            (Some(h), _) => h,
+            (None, Some(f)) => f()?,
+            (None, None) => Vec::new(),
+        };
+        guide.mask(&mut host)?;
+        Ok(self.sampler.sample(&mut host, &self.history))
     }
 
     /// Takes a sampled token: streams it, or finishes. Returns why it finished, if it did.
@@ -144,6 +179,9 @@ impl Sequence {
         self.first_token.get_or_insert_with(Instant::now);
         if self.stop_ids.contains(&next) {
             return Ok(Some(FinishReason::StopToken { id: next }));
+        }
+        if let Some(g) = &mut self.guide {
+            g.consume(next)?;
         }
         self.generated += 1;
         self.history.push(next);
@@ -158,6 +196,15 @@ impl Sequence {
         }
         if let Some(text) = matched {
             return Ok(Some(FinishReason::StopString { text }));
+        }
+        // A complete text that admits nothing more: the model could only end it.
+        if let Some(eos) = self
+            .guide
+            .as_ref()
+            .filter(|g| g.is_complete())
+            .and_then(|g| g.eos_tokens().first().copied())
+        {
+            return Ok(Some(FinishReason::StopToken { id: eos }));
         }
         if self.generated >= self.request.max_tokens {
             return Ok(Some(FinishReason::MaxTokens));

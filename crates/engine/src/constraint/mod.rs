@@ -1,0 +1,16 @@
+//! Constrained decoding: a request may require its output to match a JSON schema, a regex or
+//! a Lark grammar ([`Constraint`]). llguidance compiles it against the model's token trie
+//! ([`Grammars`], built once per model from Hearth's tokenizer); each constrained sequence
+//! carries a matcher ([`Guide`]) that the scheduler asks before it keeps a sampled token.
+
+mod byte_level;
+mod grammars;
+mod guide;
+mod spec;
+mod token_env;
+
+pub use byte_level::ByteLevel;
+pub use grammars::Grammars;
+pub use guide::Guide;
+pub use spec::Constraint;
+pub use token_env::TokenEnv;
