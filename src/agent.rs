@@ -6,6 +6,7 @@
 
 use crate::model_args::{check_max_tokens, ModelArgs, SamplingArgs};
 use anyhow::{bail, Context};
+use hearth_agent::knowledge::FolderKnowledge;
 use hearth_agent::record::{Entry, Recorder, RunHeader};
 use hearth_agent::tool_agent::{RunOptions, StopReason, ToolAgentRun};
 use hearth_agent::{Agent, LlmRequest, LocalLlm, SessionStore, ToolAgent, ToolAgentEvent};
@@ -43,6 +44,9 @@ pub struct AgentArgs {
     /// The agent's persona (system prompt).
     #[arg(long)]
     pub system: Option<String>,
+    /// A folder of text files: the passages most relevant to the task are added to the prompt.
+    #[arg(long, value_name = "DIR")]
+    pub knowledge: Option<PathBuf>,
     /// Record every model request and answer, tool call and result of this run in FILE
     /// (JSON lines, replaced if it exists), for `hearth replay`.
     #[arg(long, value_name = "FILE")]
@@ -73,6 +77,11 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         Some(name) => Some(Durable::open(name, args.db.clone())?),
         None => None,
     };
+    let knowledge = args
+        .knowledge
+        .as_deref()
+        .map(FolderKnowledge::open)
+        .transpose()?;
     let recorder = args.record.as_deref().map(Recorder::create).transpose()?;
     let engine = Arc::new(
         Engine::load(&args.model.model, &args.model.load_options()?)
@@ -90,6 +99,9 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     };
     if let Some(s) = &args.system {
         agent.persona = s.clone();
+    }
+    if let Some(k) = knowledge {
+        agent.knowledge = Some(Arc::new(k));
     }
     let session = args.session.clone().unwrap_or_else(|| "default".into());
     if let Some(d) = &durable {

@@ -18,6 +18,7 @@ pub mod agent;
 pub mod aggregator;
 pub mod error;
 pub mod hooks;
+pub mod knowledge;
 pub mod llm;
 pub mod loop_policy;
 pub mod memory;

@@ -20,8 +20,9 @@ pub const BUILT_IN: &[&str] = &["calculator", "time", "files", "python"];
 /// A registry with the named built-ins (`files` adds `list_files` and `read_file`).
 pub fn registry(names: &[String], workspace: Option<PathBuf>) -> Result<ToolRegistry, String> {
     let mut reg = ToolRegistry::new();
-    for name in names {
-        match name.as_str() {
+    // `--tools ""` offers none.
+    for name in names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
+        match name {
             "calculator" => reg.add(Arc::new(Calculator)),
             "time" => reg.add(Arc::new(CurrentTime)),
             "files" => {
