@@ -1,10 +1,16 @@
 //! `hearth chat`: an interactive terminal chat with streaming output and multi-turn history.
-//! Reads one user message per line; piped stdin works for scripting.
+//! Reads one user message per line; piped stdin works for scripting. With `--tools`,
+//! `--knowledge` or `--session` each message goes through the agent's tool loop, showing tool
+//! calls and results as they happen; `--session` keeps the conversation across runs.
 
+use crate::agent::{run_turn, Durable};
 use crate::model_args::{ModelArgs, SamplingArgs};
 use anyhow::{bail, Context};
+use hearth_agent::knowledge::FolderKnowledge;
+use hearth_agent::{Agent, LlmRequest, LocalLlm, ToolAgent};
 use hearth_engine::{ChatInput, ChatMessage, ChatRequest, Engine, Event, SamplingParams};
 use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -23,6 +29,26 @@ pub struct ChatArgs {
     /// Qwen3 thinking: on or off (default: the template's default).
     #[arg(long)]
     pub think: Option<String>,
+    /// Tools the model may call (calculator, time, files, python; comma-separated): each
+    /// message runs the tool loop.
+    #[arg(long, value_delimiter = ',')]
+    pub tools: Vec<String>,
+    /// The directory the file tools may read (default: the current one).
+    #[arg(long)]
+    pub workspace: Option<PathBuf>,
+    /// A folder of text files: the passages most relevant to each message join the prompt.
+    #[arg(long, value_name = "DIR")]
+    pub knowledge: Option<PathBuf>,
+    /// Keep the conversation as session NAME in the session database (as `hearth agent`).
+    #[arg(long, value_name = "NAME")]
+    pub session: Option<String>,
+    /// The session database (default: $XDG_DATA_HOME/hearth/agents.db, or
+    /// ~/.local/share/hearth/agents.db).
+    #[arg(long, value_name = "FILE", requires = "session")]
+    pub db: Option<PathBuf>,
+    /// Most model calls per message in the tool loop.
+    #[arg(long, default_value_t = 10)]
+    pub max_iterations: usize,
 }
 
 const HELP: &str =
@@ -39,6 +65,9 @@ fn parse_think(v: &str) -> anyhow::Result<bool> {
 pub fn run(args: ChatArgs) -> anyhow::Result<()> {
     args.sampling.check()?;
     let mut thinking = args.think.as_deref().map(parse_think).transpose()?;
+    if !args.tools.is_empty() || args.knowledge.is_some() || args.session.is_some() {
+        return agent_chat(args);
+    }
     let engine = Engine::load(&args.model.model, &args.model.load_options()?)
         .with_context(|| format!("loading model `{}`", args.model.model))?;
     let sampling = args.sampling.apply(&engine.info().sampling);
@@ -239,7 +268,6 @@ impl Turn<'_> {
             enable_thinking: self.thinking,
             session: Some(self.session.clone()),
             prefill: None,
-            constraint: None,
         })?;
         self.answering.store(true, Ordering::SeqCst);
         self.interrupted.store(false, Ordering::SeqCst);
@@ -293,4 +321,130 @@ impl Turn<'_> {
         history.push(reply);
         Ok(())
     }
+}
+
+const AGENT_HELP: &str = "commands: /reset, /system <text>, /exit";
+
+/// The chat as a multi-turn agent: every line is a turn of the tool loop.
+fn agent_chat(args: ChatArgs) -> anyhow::Result<()> {
+    if args.session.as_deref().is_some_and(|s| s.trim().is_empty()) {
+        bail!("invalid --session: empty name");
+    }
+    if args.max_iterations == 0 {
+        bail!("invalid --max-iterations: 0 (must be at least 1)");
+    }
+    let tools = hearth_agent::tools::registry(&args.tools, args.workspace.clone())
+        .map_err(anyhow::Error::msg)?;
+    let knowledge = args
+        .knowledge
+        .as_deref()
+        .map(FolderKnowledge::open)
+        .transpose()?;
+    let mut durable = match &args.session {
+        Some(name) => Some(Durable::open(name, args.db.clone())?),
+        None => None,
+    };
+    let engine = Arc::new(
+        Engine::load(&args.model.model, &args.model.load_options()?)
+            .with_context(|| format!("loading model `{}`", args.model.model))?,
+    );
+    // Tool use is most reliable greedy; flags still override.
+    let sampling = args.sampling.apply(&SamplingParams::greedy());
+    let origin = engine.info().origin.clone();
+    let llm = LocalLlm::new(engine).with_max_tokens(args.max_tokens);
+    let mut agent = ToolAgent::new(Arc::new(llm), tools);
+    agent.max_iterations = args.max_iterations;
+    agent.request = LlmRequest {
+        sampling: Some(sampling),
+        max_tokens: Some(args.max_tokens),
+        enable_thinking: args.think.as_deref().map(parse_think).transpose()?,
+        ..Default::default()
+    };
+    if let Some(s) = &args.system {
+        agent.persona = s.clone();
+    }
+    if let Some(k) = knowledge {
+        agent.knowledge = Some(Arc::new(k));
+    }
+    let session = durable
+        .as_ref()
+        .map_or("chat".to_string(), |d| d.name().to_string());
+    if let Some(d) = &durable {
+        d.restore(&agent)?;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let interactive = std::io::stdin().is_terminal();
+    if interactive {
+        eprintln!(
+            "{origin} — tools: {} — {AGENT_HELP}",
+            agent.tools.names().join(", ")
+        );
+    }
+    let mut input = std::io::stdin().lock();
+    let (mut raw, mut number, mut failed) = (Vec::new(), 0usize, Vec::<usize>::new());
+    loop {
+        if interactive {
+            eprint!("> ");
+            std::io::stderr().flush()?;
+        }
+        raw.clear();
+        if input.read_until(b'\n', &mut raw).context("reading stdin")? == 0 {
+            break;
+        }
+        number += 1;
+        let Ok(line) = std::str::from_utf8(&raw) else {
+            eprintln!("error: line {number}: not valid UTF-8; line skipped");
+            failed.push(number);
+            continue;
+        };
+        let line = line.trim_end_matches(['\r', '\n']);
+        if line.trim().is_empty() {
+            continue;
+        }
+        if let Some(cmd) = line.strip_prefix('/') {
+            let (name, rest) = cmd.split_once(' ').unwrap_or((cmd, ""));
+            match name {
+                "exit" | "quit" => break,
+                "reset" => {
+                    agent.reset(&session, true);
+                    if let Some(d) = &mut durable {
+                        d.save(&agent)?;
+                    }
+                    eprintln!("[history cleared]");
+                }
+                "system" => {
+                    agent.persona = rest.trim().to_string();
+                    eprintln!("[system message set]");
+                }
+                "help" => eprintln!("{AGENT_HELP}"),
+                other => eprintln!("unknown command /{other}; {AGENT_HELP}"),
+            }
+            continue;
+        }
+        match run_turn(&rt, &agent, line, &session, false) {
+            Ok(run) => {
+                if let Some(e) = &run.error {
+                    eprintln!("error: line {number}: {e}");
+                    failed.push(number);
+                } else if let Some(d) = &mut durable {
+                    d.save(&agent)?;
+                }
+            }
+            Err(e) => {
+                eprintln!("error: line {number}: {e}");
+                failed.push(number);
+            }
+        }
+    }
+    if !failed.is_empty() {
+        let list: Vec<String> = failed.iter().map(|n| n.to_string()).collect();
+        bail!(
+            "{} input line(s) failed (line {}); the others were answered",
+            failed.len(),
+            list.join(", ")
+        );
+    }
+    Ok(())
 }
