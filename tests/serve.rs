@@ -281,6 +281,49 @@ async fn bad_requests_get_openai_errors_and_the_server_keeps_serving() -> TestRe
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_format_makes_even_a_random_model_answer_in_schema() -> TestResult {
+    // The tiny model is random weights: only the mask can make its answer valid JSON.
+    let s = Server::start(&[])?;
+    let schema = json!({"type": "object", "properties": {
+        "city": {"type": "string", "maxLength": 12},
+        "sunny": {"type": "boolean"},
+        "kind": {"enum": ["rain", "sun"]}},
+        "required": ["city", "sunny", "kind"], "additionalProperties": false});
+    let mut body = hello(96);
+    body["temperature"] = json!(1.0);
+    body["response_format"] =
+        json!({"type": "json_schema", "json_schema": {"name": "w", "schema": schema}});
+    for seed in 0..3 {
+        body["seed"] = json!(seed);
+        let (status, v) = post(&s, "/v1/chat/completions", body.clone()).await?;
+        assert_eq!(status, 200, "{v}");
+        let content = v["choices"][0]["message"]["content"]
+            .as_str()
+            .ok_or("no content")?;
+        let answer: Value = serde_json::from_str(content)?;
+        assert!(
+            answer["city"].is_string() && answer["sunny"].is_boolean(),
+            "{answer}"
+        );
+        assert!(
+            answer["kind"] == json!("rain") || answer["kind"] == json!("sun"),
+            "{answer}"
+        );
+        assert_eq!(v["choices"][0]["finish_reason"], json!("stop"));
+    }
+    body["response_format"] = json!({"type": "json_object"});
+    let (_, v) = post(&s, "/v1/chat/completions", body).await?;
+    let content = v["choices"][0]["message"]["content"]
+        .as_str()
+        .ok_or("no content")?;
+    assert!(
+        serde_json::from_str::<Value>(content)?.is_object(),
+        "{content}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_key_guards_v1_but_not_health() -> TestResult {
     let s = Server::start(&["--api-key", "sesame"])?;
     let r = client()

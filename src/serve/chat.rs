@@ -11,7 +11,7 @@ use axum::extract::State;
 use axum::response::sse::{Event as Sse, KeepAlive};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use hearth_engine::{ChatRequest, ChatStream, Event, Summary, ToolCall};
+use hearth_engine::{ChatRequest, ChatStream, EngineError, Event, Summary, ToolCall};
 use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -58,17 +58,27 @@ fn start(
     };
     let mut stop = info.stop_strings.clone();
     stop.extend(call.stop.iter().cloned());
-    let stream = app.engine.chat(ChatRequest {
-        messages: call.messages.clone(),
-        tools: offered.then(|| call.tools.clone()),
-        max_tokens: call.max_tokens.unwrap_or(info.max_positions),
-        sampling: Some(call.sampling.clone()),
-        stop: Some(stop),
-        enable_thinking: call.enable_thinking,
-        session: None,
-        prefill: prefill.clone(),
-        constraint: None,
-    })?;
+    let stream = app
+        .engine
+        .chat(ChatRequest {
+            messages: call.messages.clone(),
+            tools: offered.then(|| call.tools.clone()),
+            max_tokens: call.max_tokens.unwrap_or(info.max_positions),
+            sampling: Some(call.sampling.clone()),
+            stop: Some(stop),
+            enable_thinking: call.enable_thinking,
+            session: None,
+            prefill: prefill.clone(),
+            constraint: call.response_format.clone(),
+        })
+        .map_err(|e| match e {
+            // The schema is the client's: say which field it came from.
+            EngineError::InvalidArgument {
+                arg: "constraint",
+                message,
+            } => ApiError::invalid("response_format", message),
+            e => ApiError::from(e),
+        })?;
     let mut splitter = ToolCallSplitter::new(if offered {
         call.tool_names.clone()
     } else {

@@ -2,6 +2,7 @@
 //! tools and parameters out, or an error that names the field at fault.
 
 use super::error::ApiError;
+use hearth_engine::constraint::Constraint;
 use hearth_engine::{ChatMessage, SamplingParams, ToolCall};
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -29,6 +30,8 @@ pub struct ChatCall {
     pub sampling: SamplingParams,
     pub stop: Vec<String>,
     pub enable_thinking: Option<bool>,
+    /// `response_format`: the answer must be JSON (of a schema).
+    pub response_format: Option<Constraint>,
 }
 
 #[derive(Deserialize)]
@@ -206,16 +209,7 @@ pub fn chat_call(body: &Value, defaults: &SamplingParams) -> Result<ChatCall, Ap
     let tools = raw.tools.unwrap_or_default();
     let tool_names = tool_names(&tools)?;
     let tool_choice = tool_choice(raw.tool_choice.as_ref(), &tool_names)?;
-    match raw.response_format.as_ref().and_then(|f| f.get("type")) {
-        None => {}
-        Some(t) if t == "text" => {}
-        Some(t) => {
-            return Err(ApiError::unsupported(
-                "response_format",
-                format!("response_format type {t} is not supported; only \"text\""),
-            ))
-        }
-    }
+    let response_format = response_format(raw.response_format.as_ref())?;
     if raw.parallel_tool_calls == Some(false) {
         tracing::debug!("parallel_tool_calls = false: the model may still call several tools");
     }
@@ -251,7 +245,37 @@ pub fn chat_call(body: &Value, defaults: &SamplingParams) -> Result<ChatCall, Ap
         sampling: sampling.apply(defaults)?,
         stop: sampling.stop()?,
         enable_thinking,
+        response_format,
     })
+}
+
+/// `{"type": "text"}`, `{"type": "json_object"}` or
+/// `{"type": "json_schema", "json_schema": {"name": …, "schema": {…}}}`.
+fn response_format(v: Option<&Value>) -> Result<Option<Constraint>, ApiError> {
+    let Some(v) = v.filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    match v.get("type").and_then(Value::as_str) {
+        Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(Constraint::json_object())),
+        Some("json_schema") => {
+            let schema = v
+                .get("json_schema")
+                .and_then(|s| s.get("schema"))
+                .filter(|s| s.is_object() || s.is_boolean())
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        "response_format.json_schema.schema",
+                        "a json_schema response format needs a `schema` object",
+                    )
+                })?;
+            Ok(Some(Constraint::JsonSchema(schema.clone())))
+        }
+        other => Err(ApiError::invalid(
+            "response_format.type",
+            format!("{other:?}: expected text, json_object or json_schema"),
+        )),
+    }
 }
 
 /// Text content: a string, or a list of `{"type": "text", "text": …}` parts.
