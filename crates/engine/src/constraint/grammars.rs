@@ -4,6 +4,7 @@
 use super::guide::Guide;
 use super::spec::Constraint;
 use super::token_env::TokenEnv;
+use super::tool_call::{tool_call_grammar, TagStyle, ToolChoice, ToolSpec};
 use crate::error::{EngineError, Result};
 use crate::tokenizer::Tokenizer;
 use llguidance::toktrie::TokEnv;
@@ -46,6 +47,41 @@ impl Grammars {
     /// The raw bytes of token `id` (added tokens start with toktrie's marker byte 0xFF).
     pub fn token_bytes(&self, id: u32) -> &[u8] {
         self.env.trie().token(id)
+    }
+
+    /// How this vocabulary spells Qwen's `<tool_call>` tags: single tokens, or text.
+    pub fn tag_style(&self) -> TagStyle {
+        let trie = self.env.trie();
+        let special = |tag: &str| trie.token_id_at_bytes(&[b"\xff", tag.as_bytes()].concat());
+        if special("<tool_call>").is_some() && special("</tool_call>").is_some() {
+            TagStyle::SpecialTokens
+        } else {
+            TagStyle::Text
+        }
+    }
+
+    /// The constraint that keeps an answer's tool calls valid: calls of the offered `tools`
+    /// (OpenAI's format) as `choice` allows, each with arguments valid against its tool's
+    /// schema; `None` where nothing needs constraining (`auto` with no tools). A tool whose
+    /// parameters llguidance cannot compile is refused (invalid `tools`, naming the tool
+    /// and why) rather than left unconstrained.
+    pub fn tool_calls(
+        &self,
+        tools: &[serde_json::Value],
+        choice: &ToolChoice,
+    ) -> Result<Option<Constraint>> {
+        let specs = ToolSpec::from_openai(tools)?;
+        for s in &specs {
+            self.factory
+                .create_parser(Constraint::JsonSchema(s.call_schema()).grammar())
+                .map_err(|e| {
+                    EngineError::invalid(
+                        "tools",
+                        format!("tool `{}`: its parameters are not a schema constrained decoding supports: {e}", s.name),
+                    )
+                })?;
+        }
+        tool_call_grammar(&specs, choice, self.tag_style())
     }
 
     /// Compiles `constraint` into a fresh matcher. A grammar llguidance cannot compile, or

@@ -2,15 +2,20 @@
 //! a Lark grammar ([`Constraint`]). llguidance compiles it against the model's token trie
 //! ([`Grammars`], built once per model from Hearth's tokenizer); each constrained sequence
 //! carries a matcher ([`Guide`]) that the scheduler asks before it keeps a sampled token.
+//!
+//! For tool calls, [`Grammars::tool_calls`] builds the constraint that keeps Qwen's
+//! `<tool_call>` blocks valid against the offered tools ([`tool_call_grammar`]).
 
 mod byte_level;
 mod grammars;
 mod guide;
 mod spec;
 mod token_env;
+mod tool_call;
 
 pub use byte_level::ByteLevel;
 pub use grammars::Grammars;
 pub use guide::Guide;
 pub use spec::Constraint;
 pub use token_env::TokenEnv;
+pub use tool_call::{tool_call_grammar, TagStyle, ToolChoice, ToolSpec};

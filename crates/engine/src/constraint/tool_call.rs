@@ -1,0 +1,168 @@
+//! Tool calls valid by construction: a Lark grammar for Qwen's tool-call format over the
+//! tools a request offers.
+//!
+//! Qwen writes a call as `<tool_call>\n{"name": …, "arguments": {…}}\n</tool_call>`, several
+//! calls one per line. The grammar leaves text free until the model opens a call (in `auto`
+//! mode), then holds the call to `{"name": <an offered tool>, "arguments": <that tool's
+//! parameter schema>}` and the closing tag. `required` opens a call from the first token, a
+//! named tool allows only that one, and `none` never lets a call open. The JSON is written
+//! as Python's `json.dumps` writes it (`", "` and `": "`), as the chat template shows calls.
+
+use super::spec::Constraint;
+use crate::error::{EngineError, Result};
+use serde_json::{json, Map, Value};
+
+/// Which calls the model may make (OpenAI's `tool_choice`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// Text, then any number of calls of offered tools (or none).
+    #[default]
+    Auto,
+    /// At least one call, from the first token; no text.
+    Required,
+    /// Calls of this tool only, from the first token.
+    Named(String),
+    /// No call can open: text only.
+    None,
+}
+
+/// How the tags that open and close a call are spelled in the vocabulary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TagStyle {
+    /// `<tool_call>` and `</tool_call>` are single added tokens (Qwen2.5, Qwen3): text can
+    /// never spell them, so a call opens only by its token.
+    SpecialTokens,
+    /// The tags are plain text (a vocabulary without them as tokens).
+    Text,
+}
+
+/// An offered tool: its name and the JSON schema of its arguments.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    pub name: String,
+    pub parameters: Value,
+}
+
+impl ToolSpec {
+    /// Reads tools in OpenAI's format (`{"type": "function", "function": {"name", "parameters"}}`)
+    /// or bare (`{"name", "parameters"}`). A tool without `parameters` takes any object.
+    /// Names must be non-empty and distinct; errors name the tool's index in `tools`.
+    pub fn from_openai(tools: &[Value]) -> Result<Vec<Self>> {
+        let mut specs: Vec<ToolSpec> = Vec::with_capacity(tools.len());
+        for (i, tool) in tools.iter().enumerate() {
+            let f = tool.get("function").unwrap_or(tool);
+            let bad = |why: &str| EngineError::invalid("tools", format!("tool {i}: {why}"));
+            let name = f
+                .get("name")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty())
+                .ok_or_else(|| bad("no `function.name`"))?;
+            if specs.iter().any(|s| s.name == name) {
+                return Err(bad(&format!("`{name}` is offered twice")));
+            }
+            let parameters = match f.get("parameters") {
+                None | Some(Value::Null) => json!({"type": "object"}),
+                Some(p @ (Value::Object(_) | Value::Bool(true))) => p.clone(),
+                Some(_) => {
+                    return Err(bad(&format!(
+                        "`{name}`: `parameters` is not a JSON schema object"
+                    )))
+                }
+            };
+            specs.push(ToolSpec {
+                name: name.to_string(),
+                parameters,
+            });
+        }
+        Ok(specs)
+    }
+
+    /// The schema of one call of this tool: `{"name": <const>, "arguments": <parameters>}`,
+    /// with the parameters' `$defs` lifted to the top so that their `#/$defs/…` refs resolve.
+    pub fn call_schema(&self) -> Value {
+        let mut arguments = self.parameters.clone();
+        let mut schema = Map::new();
+        if let Value::Object(params) = &mut arguments {
+            for key in ["$defs", "definitions"] {
+                if let Some(defs) = params.remove(key) {
+                    schema.insert(key.into(), defs);
+                }
+            }
+        }
+        schema.insert("type".into(), json!("object"));
+        schema.insert(
+            "properties".into(),
+            json!({"name": {"const": self.name}, "arguments": arguments}),
+        );
+        schema.insert("required".into(), json!(["name", "arguments"]));
+        schema.insert("additionalProperties".into(), json!(false));
+        schema.insert(
+            "x-guidance".into(),
+            json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "}),
+        );
+        Value::Object(schema)
+    }
+}
+
+/// The grammar of an answer under `choice` with `tools` offered, or `None` where nothing
+/// needs constraining (`auto` with no tools). `required` or a named tool with nothing that
+/// matches is an error on `tool_choice`.
+pub fn tool_call_grammar(
+    tools: &[ToolSpec],
+    choice: &ToolChoice,
+    tags: TagStyle,
+) -> Result<Option<Constraint>> {
+    let offered: Vec<&ToolSpec> = match choice {
+        ToolChoice::Named(name) => {
+            let t = tools.iter().filter(|t| &t.name == name).collect::<Vec<_>>();
+            if t.is_empty() {
+                return Err(EngineError::invalid(
+                    "tool_choice",
+                    format!("names `{name}`, which is not among the offered tools"),
+                ));
+            }
+            t
+        }
+        _ => tools.iter().collect(),
+    };
+    if offered.is_empty() {
+        return match choice {
+            ToolChoice::Required => Err(EngineError::invalid(
+                "tool_choice",
+                "`required` with no tools offered",
+            )),
+            _ => Ok(None),
+        };
+    }
+    let (open, close) = match tags {
+        TagStyle::SpecialTokens => ("<tool_call>", "</tool_call>"),
+        TagStyle::Text => ("\"<tool_call>\"", "\"</tool_call>\""),
+    };
+    let mut g = String::new();
+    let start = match (choice, tags) {
+        (ToolChoice::None, TagStyle::SpecialTokens) => "start: TEXT\n",
+        // Text that never spells the opening tag.
+        (ToolChoice::None, TagStyle::Text) => "start: FREE\n",
+        (ToolChoice::Auto, TagStyle::SpecialTokens) => "start: TEXT calls?\n",
+        // The opening tag ends the text as soon as it is written (a lazy lexeme).
+        (ToolChoice::Auto, TagStyle::Text) => "start: (opened body_close)* FREE\n",
+        _ => "start: calls\n",
+    };
+    g.push_str(start);
+    g.push_str(&format!(
+        "calls: call (\"\\n\" call)*\ncall: {open} \"\\n\" body \"\\n\" {close}\n"
+    ));
+    if matches!((choice, tags), (ToolChoice::Auto, TagStyle::Text)) {
+        g.push_str("opened[lazy]: TEXT \"<tool_call>\"\n");
+        g.push_str(&format!("body_close: \"\\n\" body \"\\n\" {close}\n"));
+    }
+    let names: Vec<String> = (0..offered.len()).map(|i| format!("tool_{i}")).collect();
+    g.push_str(&format!("body: {}\n", names.join(" | ")));
+    for (name, tool) in names.iter().zip(&offered) {
+        g.push_str(&format!("{name}: %json {}\n", tool.call_schema()));
+    }
+    g.push_str("TEXT: /(?s:.*)/\n");
+    g.push_str("FREE: /(?s:.*)/ & ~/(?s:.*)<tool_call>(?s:.*)/\n");
+    Ok(Some(Constraint::Lark(g)))
+}

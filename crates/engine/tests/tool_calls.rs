@@ -1,0 +1,314 @@
+//! Tool calls valid by construction: the grammar of Qwen's `<tool_call>` blocks over the
+//! offered tools, on the tiny random model (which, free, never writes a call) and on the real
+//! Qwen vocabulary, where the tags are single tokens.
+
+use hearth_engine::constraint::{tool_call_grammar, TagStyle, ToolChoice, ToolSpec};
+use hearth_engine::{
+    Constraint, DTypeSpec, DeviceSpec, Engine, EngineError, Event, FinishReason, GenerateRequest,
+    Grammars, LoadOptions, SamplingParams, Tokenizer,
+};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+fn tiny() -> Result<Engine, EngineError> {
+    let opts = LoadOptions {
+        device: DeviceSpec::Cpu,
+        dtype: DTypeSpec::F32,
+        ..Default::default()
+    };
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny-qwen2");
+    Engine::load(&path.to_string_lossy(), &opts)
+}
+
+fn tools() -> Vec<Value> {
+    vec![
+        json!({"type": "function", "function": {
+            "name": "get_weather",
+            "description": "Weather of a city",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string", "maxLength": 6},
+                    "unit": {"enum": ["c", "f"]}
+                },
+                "required": ["city"],
+                "additionalProperties": false
+            }
+        }}),
+        json!({"type": "function", "function": {
+            "name": "add",
+            "parameters": {
+                "$defs": {"small": {"type": "integer", "minimum": 0, "maximum": 99}},
+                "type": "object",
+                "properties": {"a": {"$ref": "#/$defs/small"}, "b": {"$ref": "#/$defs/small"}},
+                "required": ["a", "b"],
+                "additionalProperties": false
+            }
+        }}),
+    ]
+}
+
+/// Whether `call` is a call of an offered tool with arguments valid for it.
+fn check_call(call: &Value) -> Result<String, String> {
+    let o = call.as_object().ok_or(format!("{call} is not an object"))?;
+    if o.len() != 2 {
+        return Err(format!("{call}: keys other than name and arguments"));
+    }
+    let args = o
+        .get("arguments")
+        .and_then(Value::as_object)
+        .ok_or(format!("{call}: arguments"))?;
+    let name = o.get("name").and_then(Value::as_str).unwrap_or_default();
+    match name {
+        "get_weather" => {
+            let city = args.get("city").and_then(Value::as_str);
+            if city.is_none_or(|c| c.chars().count() > 6) {
+                return Err(format!("{call}: city"));
+            }
+            if !matches!(
+                args.get("unit").map(|u| u.as_str()),
+                None | Some(Some("c" | "f"))
+            ) {
+                return Err(format!("{call}: unit"));
+            }
+            if args.keys().any(|k| k != "city" && k != "unit") {
+                return Err(format!("{call}: extra argument"));
+            }
+        }
+        "add" => {
+            for k in ["a", "b"] {
+                let n = args.get(k).and_then(Value::as_f64);
+                if !n.is_some_and(|n| n.fract() == 0.0 && (0.0..=99.0).contains(&n)) {
+                    return Err(format!("{call}: {k}"));
+                }
+            }
+            if args.len() != 2 {
+                return Err(format!("{call}: extra argument"));
+            }
+        }
+        _ => return Err(format!("{call}: no such tool")),
+    }
+    Ok(name.to_string())
+}
+
+/// Splits an answer into its leading text and its calls (each checked); `between` says
+/// whether text may stand between calls (else only a newline).
+fn parse(text: &str, between: bool) -> Result<(String, Vec<String>), String> {
+    const OPEN: &str = "<tool_call>\n";
+    const CLOSE: &str = "\n</tool_call>";
+    let Some(first) = text.find("<tool_call>") else {
+        return Ok((text.to_string(), vec![]));
+    };
+    let (lead, mut rest) = text.split_at(first);
+    let mut names = vec![];
+    while !rest.is_empty() {
+        let body = rest
+            .strip_prefix(OPEN)
+            .ok_or(format!("no opening tag at {rest:?}"))?;
+        let end = body
+            .find(CLOSE)
+            .ok_or(format!("an unclosed call in {text:?}"))?;
+        let call: Value =
+            serde_json::from_str(&body[..end]).map_err(|e| format!("{e}: {text:?}"))?;
+        names.push(check_call(&call)?);
+        rest = &body[end + CLOSE.len()..];
+        if rest.is_empty() {
+            break;
+        }
+        rest = match rest.find("<tool_call>") {
+            Some(i) if between || &rest[..i] == "\n" => &rest[i..],
+            _ => return Err(format!("text after a call: {rest:?}")),
+        };
+    }
+    Ok((lead.to_string(), names))
+}
+
+fn run(e: &Engine, c: Option<Constraint>, seed: u64) -> Result<(String, FinishReason), String> {
+    let prompt = e
+        .tokenizer()
+        .encode("Call a tool:")
+        .map_err(|e| e.to_string())?;
+    let mut s = e
+        .generate(GenerateRequest {
+            sampling: SamplingParams {
+                temperature: 1.0,
+                seed,
+                ..Default::default()
+            },
+            constraint: c,
+            ..GenerateRequest::new(prompt, 300)
+        })
+        .map_err(|e| e.to_string())?;
+    let (mut text, mut reason) = (String::new(), None);
+    while let Some(ev) = s.blocking_next() {
+        match ev {
+            Event::Text { text: t } => text.push_str(&t),
+            Event::Finished(sum) => reason = Some(sum.reason),
+            Event::Error { message } => return Err(message),
+            _ => {}
+        }
+    }
+    Ok((text, reason.ok_or("no Finished event")?))
+}
+
+#[test]
+fn every_call_names_an_offered_tool_with_valid_arguments() -> TestResult {
+    let e = tiny()?;
+    let g = e.grammars()?;
+    assert_eq!(
+        g.tag_style(),
+        TagStyle::Text,
+        "the tiny vocabulary has no <tool_call> token"
+    );
+    let (free, _) = run(&e, None, 1)?;
+    assert!(!free.contains("<tool_call>"), "{free:?}");
+
+    let required = g.tool_calls(&tools(), &ToolChoice::Required)?;
+    let named = g.tool_calls(&tools(), &ToolChoice::Named("add".into()))?;
+    let auto = g.tool_calls(&tools(), &ToolChoice::Auto)?;
+    let none = g.tool_calls(&tools(), &ToolChoice::None)?;
+    let mut called = std::collections::BTreeSet::new();
+    for seed in 1..6 {
+        let (text, reason) = run(&e, required.clone(), seed)?;
+        let (lead, names) = parse(&text, false)?;
+        assert!(lead.is_empty() && !names.is_empty(), "required: {text:?}");
+        if reason != FinishReason::MaxTokens {
+            assert!(text.ends_with("</tool_call>"), "{text:?}");
+        }
+        called.extend(names);
+
+        let (text, _) = run(&e, named.clone(), seed)?;
+        let (lead, names) = parse(&text, false)?;
+        assert!(lead.is_empty() && !names.is_empty(), "named: {text:?}");
+        assert!(names.iter().all(|n| n == "add"), "named: {text:?}");
+
+        let (text, reason) = run(&e, auto.clone(), seed)?;
+        if reason != FinishReason::MaxTokens {
+            parse(&text, true)?;
+        }
+
+        let (text, _) = run(&e, none.clone(), seed)?;
+        assert!(!text.contains("<tool_call>"), "none: {text:?}");
+    }
+    assert_eq!(called.len(), 2, "sampling reaches both tools: {called:?}");
+    Ok(())
+}
+
+#[test]
+fn bad_tools_and_choices_are_refused() -> TestResult {
+    let e = tiny()?;
+    let g = e.grammars()?;
+    let err = |r: Result<Option<Constraint>, EngineError>| match r {
+        Err(e) => e.to_string(),
+        Ok(c) => format!("accepted: {c:?}"),
+    };
+    let m = err(g.tool_calls(&tools(), &ToolChoice::Named("nope".into())));
+    assert!(m.contains("tool_choice") && m.contains("nope"), "{m}");
+    let m = err(g.tool_calls(&[], &ToolChoice::Required));
+    assert!(m.contains("tool_choice"), "{m}");
+    assert_eq!(g.tool_calls(&[], &ToolChoice::Auto)?, None);
+    let mut bad = tools();
+    bad[1]["function"]["parameters"] =
+        json!({"type": "object", "properties": {"x": {"$ref": "#/$defs/gone"}}});
+    let m = err(g.tool_calls(&bad, &ToolChoice::Auto));
+    assert!(
+        m.contains("tools") && m.contains("`add`") && m.contains("gone"),
+        "{m}"
+    );
+    let m = err(g.tool_calls(
+        &[json!({"type": "function", "function": {}})],
+        &ToolChoice::Auto,
+    ));
+    assert!(m.contains("tool 0"), "{m}");
+    let twice = vec![tools()[0].clone(), tools()[0].clone()];
+    let m = err(g.tool_calls(&twice, &ToolChoice::Auto));
+    assert!(m.contains("twice"), "{m}");
+    Ok(())
+}
+
+#[test]
+fn on_the_real_vocabulary_the_tags_are_tokens() -> TestResult {
+    let dirs = [
+        std::env::var_os("HEARTH_TOKENIZERS").map(PathBuf::from),
+        Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/tokenizers")),
+        std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/hearth/tokenizers")),
+    ];
+    let Some(path) = dirs
+        .into_iter()
+        .flatten()
+        .map(|d| d.join("qwen2.5/tokenizer.json"))
+        .find(|p| p.is_file())
+    else {
+        if std::env::var_os("HEARTH_REQUIRE_DATA").is_some_and(|v| !v.is_empty() && v != "0") {
+            return Err(
+                "the real Qwen2.5 tokenizer is missing (HEARTH_REQUIRE_DATA is set)".into(),
+            );
+        }
+        eprintln!("SKIPPED: the real Qwen2.5 tokenizer is missing");
+        return Ok(());
+    };
+    let tok = Tokenizer::from_file(&path)?;
+    let im_end = tok.token_id("<|im_end|>").ok_or("no <|im_end|>")?;
+    let g = Grammars::new(&tok, &[im_end])?;
+    assert_eq!(g.tag_style(), TagStyle::SpecialTokens);
+    // The answer Qwen writes, token by token: every token allowed, then the end allowed.
+    let good = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+    let walk = |c: &Constraint, text: &str| -> Result<(usize, bool), EngineError> {
+        let mut guide = g.guide(c)?;
+        let ids = tok.encode(text)?;
+        for (i, &id) in ids.iter().enumerate() {
+            if !guide.allows(id)? {
+                return Ok((i, false));
+            }
+            guide.consume(id)?;
+        }
+        Ok((ids.len(), guide.allows(im_end)?))
+    };
+    let n = tok.encode(good)?.len();
+    for choice in [
+        ToolChoice::Auto,
+        ToolChoice::Required,
+        ToolChoice::Named("get_weather".into()),
+    ] {
+        let c = g.tool_calls(&tools(), &choice)?.ok_or("no constraint")?;
+        assert_eq!(walk(&c, good)?, (n, true), "{choice:?}");
+        assert_eq!(
+            walk(&c, &format!("{good}\n{good}"))?,
+            (2 * n + 1, true),
+            "{choice:?}"
+        );
+        // A tool that was not offered is refused at its name.
+        let (at, _) = walk(&c, &good.replace("get_weather", "get_time"))?;
+        assert!(at < n, "{choice:?}");
+    }
+    let none = g
+        .tool_calls(&tools(), &ToolChoice::None)?
+        .ok_or("no constraint")?;
+    assert_eq!(walk(&none, good)?.0, 0, "`none` refuses the opening token");
+    assert!(walk(&none, "Hello")?.1);
+    let required = g
+        .tool_calls(&tools(), &ToolChoice::Required)?
+        .ok_or("no constraint")?;
+    assert_eq!(
+        walk(&required, "Hello")?.0,
+        0,
+        "`required` opens with a call"
+    );
+    let named = g
+        .tool_calls(&tools(), &ToolChoice::Named("add".into()))?
+        .ok_or("no constraint")?;
+    assert!(walk(&named, good)?.0 < n, "named `add` refuses get_weather");
+    // Text then a call in `auto`; and the grammar text itself is what the builder says.
+    let auto = g
+        .tool_calls(&tools(), &ToolChoice::Auto)?
+        .ok_or("no constraint")?;
+    assert!(walk(&auto, &format!("Let me check.\n{good}"))?.1);
+    let specs = ToolSpec::from_openai(&tools())?;
+    assert_eq!(
+        tool_call_grammar(&specs, &ToolChoice::Auto, TagStyle::SpecialTokens)?,
+        Some(auto)
+    );
+    Ok(())
+}
