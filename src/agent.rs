@@ -7,9 +7,10 @@
 use crate::model_args::{check_max_tokens, ModelArgs, SamplingArgs};
 use anyhow::{bail, Context};
 use hearth_agent::knowledge::FolderKnowledge;
+use hearth_agent::llm::OpenAiLlm;
 use hearth_agent::record::{Entry, Recorder, RunHeader};
 use hearth_agent::tool_agent::{RunOptions, StopReason, ToolAgentRun};
-use hearth_agent::{Agent, LlmRequest, LocalLlm, SessionStore, ToolAgent, ToolAgentEvent};
+use hearth_agent::{Agent, Llm, LlmRequest, LocalLlm, SessionStore, ToolAgent, ToolAgentEvent};
 use hearth_engine::{Engine, SamplingParams};
 use std::io::Write;
 use std::path::PathBuf;
@@ -54,8 +55,32 @@ pub struct AgentArgs {
     /// Print the run as one JSON object (answer, stop reason, tool calls, iterations).
     #[arg(long)]
     pub json: bool,
+    /// Run the agent on a model served over OpenAI's API (hearth serve, vLLM, SGLang,
+    /// llama-server) at this base URL, e.g. http://127.0.0.1:8000/v1, instead of loading
+    /// --model; the key comes from HEARTH_LLM_API_KEY or OPENAI_API_KEY.
+    #[arg(long, value_name = "URL")]
+    pub llm_url: Option<String>,
+    /// The model to ask the server at --llm-url for (default: the first it lists).
+    #[arg(long, value_name = "NAME", requires = "llm_url")]
+    pub llm_model: Option<String>,
     /// The task.
     pub task: String,
+}
+
+/// An OpenAI-compatible server as the agent's model; its model name asked for when not given.
+/// Asked on `rt`, the runtime the agent then runs on: the client's pooled connections belong
+/// to it.
+fn remote_llm(
+    rt: &tokio::runtime::Runtime,
+    url: &str,
+    model: Option<&str>,
+    max_tokens: usize,
+) -> anyhow::Result<OpenAiLlm> {
+    let llm = OpenAiLlm::new(url, model.unwrap_or_default())
+        .map_err(|e| anyhow::anyhow!("invalid --llm-url: {e}"))?
+        .with_max_tokens(max_tokens);
+    rt.block_on(llm.discover_model())
+        .map_err(|e| anyhow::anyhow!("--llm-url: {e}"))
 }
 
 pub fn run(args: AgentArgs) -> anyhow::Result<()> {
@@ -83,14 +108,27 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         .map(FolderKnowledge::open)
         .transpose()?;
     let recorder = args.record.as_deref().map(Recorder::create).transpose()?;
-    let engine = Arc::new(
-        Engine::load(&args.model.model, &args.model.load_options()?)
-            .with_context(|| format!("loading model `{}`", args.model.model))?,
-    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let llm: Arc<dyn Llm> = match &args.llm_url {
+        Some(url) => Arc::new(remote_llm(
+            &rt,
+            url,
+            args.llm_model.as_deref(),
+            args.max_tokens,
+        )?),
+        None => {
+            let engine = Arc::new(
+                Engine::load(&args.model.model, &args.model.load_options()?)
+                    .with_context(|| format!("loading model `{}`", args.model.model))?,
+            );
+            Arc::new(LocalLlm::new(engine).with_max_tokens(args.max_tokens))
+        }
+    };
     // Tool use is most reliable greedy; flags still override.
     let sampling = args.sampling.apply(&SamplingParams::greedy());
-    let llm = LocalLlm::new(engine).with_max_tokens(args.max_tokens);
-    let mut agent = ToolAgent::new(Arc::new(llm), tools);
+    let mut agent = ToolAgent::new(llm, tools);
     agent.max_iterations = args.max_iterations;
     agent.request = LlmRequest {
         sampling: Some(sampling),
@@ -120,9 +158,6 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         r.write(Entry::Run(Box::new(header)));
     }
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
     let result = run_turn(&rt, &agent, &args.task, &session, args.json);
     let run = result?;
     if let Some(r) = &recorder {

@@ -9,7 +9,7 @@ use hearth_engine::{
 pub struct ModelArgs {
     /// A checkpoint directory, a Hugging Face repo id (owner/name), or a model card name
     /// (`hearth models` lists them).
-    #[arg(short, long)]
+    #[arg(short, long, default_value = "", hide_default_value = true)]
     pub model: String,
     /// Hub revision (branch, tag or commit).
     #[arg(long)]
@@ -42,6 +42,9 @@ pub struct ModelArgs {
 
 impl ModelArgs {
     pub fn load_options(&self) -> anyhow::Result<LoadOptions> {
+        if self.model.trim().is_empty() {
+            bail!("invalid --model: none given; pass a checkpoint directory, a .gguf file, a hub repo id or a model card name");
+        }
         Ok(LoadOptions {
             device: self.device.parse::<DeviceSpec>()?,
             dtype: self.dtype.parse::<DTypeSpec>()?,

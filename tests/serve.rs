@@ -530,3 +530,41 @@ async fn openai_llm_talks_to_hearth_serve() -> TestResult {
     assert!(!bad.name().is_empty());
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hearth_agent_runs_on_a_served_model() -> TestResult {
+    let s = Server::start(&[])?;
+    let url = s.url("/v1");
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_hearth"))
+            .args(["agent", "--llm-url", &url, "--tools", "calculator"])
+            .args([
+                "--max-tokens",
+                "8",
+                "--max-iterations",
+                "2",
+                "--json",
+                "Say hi",
+            ])
+            .output()
+    })
+    .await??;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The random model's answer is noise; the run itself must be whole.
+    let run: Value =
+        serde_json::from_str(&stdout).map_err(|e| format!("{e}: {stdout} {stderr}"))?;
+    assert!(
+        run["stop_reason"].is_string() && run["iterations"].as_u64() >= Some(1),
+        "{run}"
+    );
+    assert_ne!(run["stop_reason"], json!("error"), "{run} {stderr}");
+
+    // Neither a model nor a server: a clear error.
+    let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(["agent", "Say hi"])
+        .output()?;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--model"));
+    Ok(())
+}
