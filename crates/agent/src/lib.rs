@@ -7,8 +7,12 @@
 //! - [`Aggregator`]s turn memory into chat messages, [`OutputParser`]s turn answers into
 //!   tool calls (Qwen `<tool_call>`, ReAct, code blocks, JSON);
 //! - [`Tool`]s with JSON schemas, a [`ToolRegistry`] with timeouts and argument checks;
-//! - [`ToolAgent`]: the tool loop; [`Llm`] with [`LocalLlm`] on the engine;
-//! - [`SessionStore`]: agent sessions in a SQLite file, one transaction per turn.
+//! - [`ToolAgent`]: the tool loop, built from an aggregator, an output parser and a
+//!   [`loop_policy::LoopPolicy`], with hooks around each turn and each tool call;
+//!   [`Llm`] with [`LocalLlm`] on the engine;
+//! - [`SessionStore`]: agent sessions in a SQLite file, one transaction per turn;
+//! - [`record`] and [`replay`]: a run as JSON lines, and re-running it step for step;
+//! - [`knowledge::FolderKnowledge`]: passages of a folder of text files, ranked by BM25.
 //!
 //! Deliberate differences from lagent: session ids are strings; hooks are trait objects
 //! rather than registered callables; there is no separate async twin of each class, since
