@@ -1,9 +1,11 @@
-//! `hearth run`: a plain completion streamed to stdout, timings to stderr.
+//! `hearth run`: a plain completion streamed to stdout, timings to stderr; optionally held to
+//! a JSON schema or a grammar.
 
 use crate::model_args::{check_max_tokens, ModelArgs, SamplingArgs};
 use anyhow::{bail, Context};
-use hearth_engine::{Engine, Event};
+use hearth_engine::{Constraint, Engine, Event, GenerateRequest};
 use std::io::Write;
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
@@ -14,8 +16,45 @@ pub struct RunArgs {
     /// Most tokens to generate.
     #[arg(long, default_value_t = 256)]
     pub max_tokens: usize,
+    /// Hold the completion to this JSON Schema (a .json file): the output is one compact
+    /// JSON document valid against it.
+    #[arg(long, value_name = "FILE", conflicts_with = "grammar")]
+    pub json_schema: Option<PathBuf>,
+    /// Hold the completion to a grammar: a `.lark` file is a Lark grammar (llguidance's
+    /// dialect, with `%json {…}` and special tokens such as `<|im_end|>`); any other file
+    /// holds one regular expression (Rust `regex` syntax) that the whole output must match.
+    #[arg(long, value_name = "FILE")]
+    pub grammar: Option<PathBuf>,
     /// The text to complete.
     pub prompt: String,
+}
+
+impl RunArgs {
+    /// The constraint the flags ask for, read before the model loads; errors name the file.
+    fn constraint(&self) -> anyhow::Result<Option<(Constraint, &Path)>> {
+        let read = |path: &Path| {
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+        };
+        if let Some(path) = &self.json_schema {
+            let schema = serde_json::from_str(&read(path)?)
+                .with_context(|| format!("--json-schema {}: not JSON", path.display()))?;
+            return Ok(Some((Constraint::JsonSchema(schema), path)));
+        }
+        let Some(path) = &self.grammar else {
+            return Ok(None);
+        };
+        let text = read(path)?;
+        let c = if path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("lark"))
+        {
+            Constraint::Lark(text)
+        } else {
+            // A file's last newline is not part of the expression.
+            Constraint::Regex(text.strip_suffix('\n').unwrap_or(&text).to_string())
+        };
+        Ok(Some((c, path)))
+    }
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -28,10 +67,25 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     check_max_tokens(args.max_tokens)?;
     args.sampling.check()?;
+    let constraint = args.constraint()?;
     let engine = Engine::load(&args.model.model, &args.model.load_options()?)
         .with_context(|| format!("loading model `{}`", args.model.model))?;
     let sampling = args.sampling.apply(&engine.info().sampling);
-    let mut events = engine.complete(&args.prompt, args.max_tokens, sampling)?;
+    let prompt = engine.tokenizer().encode(&args.prompt)?;
+    let (constraint, file) = match constraint {
+        Some((c, path)) => (Some(c), Some(path)),
+        None => (None, None),
+    };
+    let mut events = engine
+        .generate(GenerateRequest {
+            sampling,
+            constraint,
+            ..GenerateRequest::new(prompt, args.max_tokens)
+        })
+        .with_context(|| match file {
+            Some(path) => format!("with the constraint of {}", path.display()),
+            None => "queueing the request".into(),
+        })?;
     let mut out = std::io::stdout().lock();
     while let Some(event) = events.blocking_next() {
         match event {
