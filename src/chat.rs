@@ -268,6 +268,7 @@ impl Turn<'_> {
             enable_thinking: self.thinking,
             session: Some(self.session.clone()),
             prefill: None,
+            constraint: None,
         })?;
         self.answering.store(true, Ordering::SeqCst);
         self.interrupted.store(false, Ordering::SeqCst);
