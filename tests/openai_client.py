@@ -130,10 +130,11 @@ r = client.chat.completions.create(
     messages=[{"role": "user", "content": "Add 2 and 3."}],
     tools=[WEATHER, ADD],
     tool_choice="required",
+    parallel_tool_calls=False,
     temperature=0,
     max_tokens=64,
 )
-check(r.choices[0].message.tool_calls and r.choices[0].finish_reason == "tool_calls", r.choices[0])
+check(len(r.choices[0].message.tool_calls or []) == 1 and r.choices[0].finish_reason == "tool_calls", r.choices[0])
 check_call(r.choices[0].message.tool_calls[0], r.choices[0].message.tool_calls[0].function.name)
 r = client.chat.completions.create(
     model=model,

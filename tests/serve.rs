@@ -324,6 +324,67 @@ async fn response_format_makes_even_a_random_model_answer_in_schema() -> TestRes
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forced_tool_calls_are_valid_even_from_a_random_model() -> TestResult {
+    let s = Server::start(&[])?;
+    let tool = |name: &str, props: Value| {
+        json!({"type": "function", "function": {"name": name, "parameters": {
+            "type": "object", "properties": props,
+            "required": props.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()),
+            "additionalProperties": false}}})
+    };
+    let tools = json!([
+        tool(
+            "add",
+            json!({"a": {"type": "integer"}, "b": {"type": "integer"}})
+        ),
+        tool(
+            "shout",
+            json!({"text": {"type": "string", "maxLength": 10}})
+        ),
+    ]);
+    for (choice, seed) in [
+        (json!("required"), 1),
+        (
+            json!({"type": "function", "function": {"name": "shout"}}),
+            2,
+        ),
+    ] {
+        let mut body = hello(160);
+        body["temperature"] = json!(1.0);
+        body["seed"] = json!(seed);
+        body["tools"] = tools.clone();
+        body["tool_choice"] = choice.clone();
+        let (status, v) = post(&s, "/v1/chat/completions", body).await?;
+        assert_eq!(status, 200, "{v}");
+        let message = &v["choices"][0]["message"];
+        let calls = message["tool_calls"]
+            .as_array()
+            .ok_or(format!("no calls: {v}"))?;
+        assert!(!calls.is_empty());
+        for c in calls {
+            let name = c["function"]["name"].as_str().ok_or("no name")?;
+            let args: Value =
+                serde_json::from_str(c["function"]["arguments"].as_str().ok_or("no arguments")?)?;
+            match name {
+                "add" => assert!(args["a"].is_i64() && args["b"].is_i64(), "{args}"),
+                "shout" => assert!(
+                    args["text"]
+                        .as_str()
+                        .is_some_and(|t| t.chars().count() <= 10),
+                    "{args}"
+                ),
+                other => return Err(format!("called {other}, which was not offered").into()),
+            }
+            if choice.is_object() {
+                assert_eq!(name, "shout");
+            }
+        }
+        assert_eq!(v["choices"][0]["finish_reason"], json!("tool_calls"), "{v}");
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_key_guards_v1_but_not_health() -> TestResult {
     let s = Server::start(&["--api-key", "sesame"])?;
     let r = client()

@@ -11,7 +11,8 @@ use axum::extract::State;
 use axum::response::sse::{Event as Sse, KeepAlive};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use hearth_engine::{ChatRequest, ChatStream, EngineError, Event, Summary, ToolCall};
+use hearth_engine::constraint::ToolChoice as EngineChoice;
+use hearth_engine::{ChatRequest, ChatStream, Constraint, EngineError, Event, Summary, ToolCall};
 use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -46,18 +47,13 @@ fn start(
     let info = app.engine.info();
     let call = chat_call(&body, &info.sampling)?;
     let offered = call.tool_choice != ToolChoice::None && !call.tools.is_empty();
-    // Without constrained decoding, a required call is forced by starting the answer with
-    // the call's opening (and, for a named tool, its name).
-    let prefill = match &call.tool_choice {
-        ToolChoice::Named(name) => Some(named_opening(name)),
-        ToolChoice::Required if call.tool_names.len() == 1 => {
-            Some(named_opening(&call.tool_names[0]))
-        }
-        ToolChoice::Required => Some("<tool_call>\n{\"name\": \"".to_string()),
-        ToolChoice::Auto | ToolChoice::None => None,
-    };
+    let constraint = constraint(app, &call)?;
     let mut stop = info.stop_strings.clone();
     stop.extend(call.stop.iter().cloned());
+    if offered && !call.parallel_tool_calls {
+        // One call: the answer ends at its closing tag (the call is read without it).
+        stop.push("</tool_call>".into());
+    }
     let stream = app
         .engine
         .chat(ChatRequest {
@@ -68,8 +64,8 @@ fn start(
             stop: Some(stop),
             enable_thinking: call.enable_thinking,
             session: None,
-            prefill: prefill.clone(),
-            constraint: call.response_format.clone(),
+            prefill: None,
+            constraint,
         })
         .map_err(|e| match e {
             // The schema is the client's: say which field it came from.
@@ -79,21 +75,37 @@ fn start(
             } => ApiError::invalid("response_format", message),
             e => ApiError::from(e),
         })?;
-    let mut splitter = ToolCallSplitter::new(if offered {
+    let splitter = ToolCallSplitter::new(if offered {
         call.tool_names.clone()
     } else {
         vec![]
     });
-    if let Some(p) = &prefill {
-        // The opening is inside a call: nothing comes out until the call closes.
-        splitter.push(p);
-    }
     Ok((call, stream, splitter))
 }
 
-fn named_opening(name: &str) -> String {
-    let quoted = serde_json::to_string(name).unwrap_or_else(|_| format!("\"{name}\""));
-    format!("<tool_call>\n{{\"name\": {quoted}, \"arguments\": {{")
+/// What the answer is decoded under: the `response_format` schema, or with tools offered,
+/// the grammar of Qwen's tool calls as `tool_choice` allows them (calls always parse, name an
+/// offered tool and carry arguments valid against its schema; `required` and a named tool
+/// force a call).
+fn constraint(app: &App, call: &ChatCall) -> Result<Option<Constraint>, ApiError> {
+    let choice = match &call.tool_choice {
+        _ if call.tools.is_empty() => return Ok(call.response_format.clone()),
+        ToolChoice::Auto => EngineChoice::Auto,
+        ToolChoice::None => EngineChoice::None,
+        ToolChoice::Required => EngineChoice::Required,
+        ToolChoice::Named(n) => EngineChoice::Named(n.clone()),
+    };
+    match (&call.response_format, &choice) {
+        (Some(_), EngineChoice::Required | EngineChoice::Named(_)) => Err(ApiError::invalid(
+            "response_format",
+            "a forced tool call and a response_format cannot both hold",
+        )),
+        // The answer must be that JSON: no call can open.
+        (Some(format), _) => Ok(Some(format.clone())),
+        // Text only: nothing to constrain.
+        (None, EngineChoice::None) => Ok(None),
+        (None, _) => Ok(app.engine.grammars()?.tool_calls(&call.tools, &choice)?),
+    }
 }
 
 /// What every chunk and the final answer share.

@@ -32,6 +32,8 @@ pub struct ChatCall {
     pub enable_thinking: Option<bool>,
     /// `response_format`: the answer must be JSON (of a schema).
     pub response_format: Option<Constraint>,
+    /// `parallel_tool_calls` (default true): false ends the answer after its first call.
+    pub parallel_tool_calls: bool,
 }
 
 #[derive(Deserialize)]
@@ -210,9 +212,6 @@ pub fn chat_call(body: &Value, defaults: &SamplingParams) -> Result<ChatCall, Ap
     let tool_names = tool_names(&tools)?;
     let tool_choice = tool_choice(raw.tool_choice.as_ref(), &tool_names)?;
     let response_format = response_format(raw.response_format.as_ref())?;
-    if raw.parallel_tool_calls == Some(false) {
-        tracing::debug!("parallel_tool_calls = false: the model may still call several tools");
-    }
     let enable_thinking = match raw
         .chat_template_kwargs
         .as_ref()
@@ -246,6 +245,7 @@ pub fn chat_call(body: &Value, defaults: &SamplingParams) -> Result<ChatCall, Ap
         stop: sampling.stop()?,
         enable_thinking,
         response_format,
+        parallel_tool_calls: raw.parallel_tool_calls.unwrap_or(true),
     })
 }
 
