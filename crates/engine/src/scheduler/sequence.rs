@@ -147,11 +147,13 @@ impl Sequence {
         let first = match argmax {
             Some(id) if self.wants_greedy() => id,
             _ => {
-                let original = logits.take().map_or(Ok(Vec::new()), |f| f())?;
-                let mut work = original.clone();
-                let t = self.sampler.sample(&mut work, &self.history);
-                host = Some(original);
-                t
+                let mut work = logits.take().map_or(Ok(Vec::new()), |f| f())?;
+                // The sampler edits the logits it is given: a constrained sequence keeps the
+                // originals, in case its grammar refuses the sample.
+                if self.guide.is_some() {
+                    host = Some(work.clone());
+                }
+                self.sampler.sample(&mut work, &self.history)
             }
         };
         let Some(guide) = &mut self.guide else {
