@@ -3,13 +3,15 @@
 
 use super::{Llm, LlmEvent, LlmRequest, LlmStream};
 use crate::error::{AgentError, Result};
-use hearth_engine::{ChatRequest, Engine, Event, FinishReason};
+use hearth_engine::constraint::ToolChoice;
+use hearth_engine::{ChatRequest, Constraint, Engine, Event, FinishReason};
 use std::sync::Arc;
 
 #[derive(Clone)]
 pub struct LocalLlm {
     engine: Arc<Engine>,
     max_tokens: usize,
+    constrain_tool_calls: bool,
 }
 
 impl LocalLlm {
@@ -17,6 +19,34 @@ impl LocalLlm {
         Self {
             engine,
             max_tokens: 512,
+            constrain_tool_calls: true,
+        }
+    }
+
+    /// Whether answers with tools offered are decoded under the grammar of Qwen's tool calls
+    /// (default on): every `<tool_call>` then parses, names an offered tool and carries
+    /// arguments valid against its schema. Off for a chat format that writes calls otherwise.
+    pub fn with_constrained_tool_calls(mut self, on: bool) -> Self {
+        self.constrain_tool_calls = on;
+        self
+    }
+
+    /// The tool-call grammar for `tools`, or none (nothing offered, turned off, or a schema
+    /// the grammar compiler refuses: then the answer is free and the parser repairs it).
+    fn tool_constraint(&self, tools: &[serde_json::Value]) -> Option<Constraint> {
+        if tools.is_empty() || !self.constrain_tool_calls {
+            return None;
+        }
+        match self
+            .engine
+            .grammars()
+            .and_then(|g| g.tool_calls(tools, &ToolChoice::Auto))
+        {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("tool calls left unconstrained: {e}");
+                None
+            }
         }
     }
 
@@ -33,6 +63,7 @@ impl LocalLlm {
 
 impl Llm for LocalLlm {
     fn chat(&self, r: LlmRequest) -> Result<LlmStream> {
+        let constraint = self.tool_constraint(&r.tools);
         let stream = self.engine.chat(ChatRequest {
             messages: r.messages,
             tools: if r.tools.is_empty() {
@@ -46,7 +77,7 @@ impl Llm for LocalLlm {
             enable_thinking: r.enable_thinking,
             session: r.session,
             prefill: None,
-            constraint: None,
+            constraint,
         })?;
         let events = futures::stream::unfold(Some(stream), |state| async move {
             let mut stream = state?;
