@@ -89,7 +89,9 @@ fn start(
 /// force a call).
 fn constraint(app: &App, call: &ChatCall) -> Result<Option<Constraint>, ApiError> {
     let choice = match &call.tool_choice {
-        _ if call.tools.is_empty() => return Ok(call.response_format.clone()),
+        _ if call.tools.is_empty() || !app.constrain_tools => {
+            return Ok(call.response_format.clone())
+        }
         ToolChoice::Auto => EngineChoice::Auto,
         ToolChoice::None => EngineChoice::None,
         ToolChoice::Required => EngineChoice::Required,

@@ -46,6 +46,10 @@ pub struct ServeArgs {
     /// Largest request body in MiB.
     #[arg(long, default_value_t = 8)]
     pub max_body_mb: usize,
+    /// Leave tool calls free instead of decoding them under the tool-call grammar (what the
+    /// model writes is parsed as it comes; for comparisons). `required` is then not enforced.
+    #[arg(long)]
+    pub free_tool_calls: bool,
 }
 
 /// What every handler shares.
@@ -55,6 +59,8 @@ pub struct App {
     pub api_key: Option<String>,
     pub body_limit: usize,
     pub created: u64,
+    /// Tool calls decoded under the tool-call grammar.
+    pub constrain_tools: bool,
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -69,6 +75,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         api_key: args.api_key.clone().filter(|k| !k.is_empty()),
         body_limit: args.max_body_mb.saturating_mul(1 << 20),
         created: unix_now(),
+        constrain_tools: !args.free_tool_calls,
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
