@@ -305,6 +305,15 @@ fn on_the_real_vocabulary_the_tags_are_tokens() -> TestResult {
         .tool_calls(&tools(), &ToolChoice::Auto)?
         .ok_or("no constraint")?;
     assert!(walk(&auto, &format!("Let me check.\n{good}"))?.1);
+    assert!(walk(&auto, "  Hello {there}")?.1);
+    // An untagged call is held to the same schemas; text may not spell one.
+    let bare = "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}";
+    assert_eq!(walk(&auto, bare)?, (tok.encode(bare)?.len(), true));
+    let stranger = bare.replace("get_weather", "get_time");
+    assert!(walk(&auto, &stranger)?.0 < tok.encode(&stranger)?.len());
+    let prose = format!("Here: {bare}");
+    assert!(walk(&auto, &prose)?.0 < tok.encode(&prose)?.len());
+    assert!(walk(&auto, "```json")?.0 < tok.encode("```json")?.len());
     let specs = ToolSpec::from_openai(&tools())?;
     assert_eq!(
         tool_call_grammar(&specs, &ToolChoice::Auto, TagStyle::SpecialTokens)?,

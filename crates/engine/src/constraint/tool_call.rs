@@ -144,7 +144,10 @@ pub fn tool_call_grammar(
         (ToolChoice::None, TagStyle::SpecialTokens) => "start: TEXT\n",
         // Text that never spells the opening tag.
         (ToolChoice::None, TagStyle::Text) => "start: FREE\n",
-        (ToolChoice::Auto, TagStyle::SpecialTokens) => "start: TEXT calls?\n",
+        // Small models often write a call without its tags, as the whole answer: that form is
+        // held to the same schemas (`bare`). Text may neither open like JSON nor spell a call
+        // (`{"name"`) anywhere, so every call the answer holds is one of the two valid forms.
+        (ToolChoice::Auto, TagStyle::SpecialTokens) => "start: PROSE calls? | bare\n",
         // The opening tag ends the text as soon as it is written (a lazy lexeme).
         (ToolChoice::Auto, TagStyle::Text) => "start: (opened body_close)* FREE\n",
         _ => "start: calls\n",
@@ -163,6 +166,10 @@ pub fn tool_call_grammar(
         g.push_str(&format!("{name}: %json {}\n", tool.call_schema()));
     }
     g.push_str("TEXT: /(?s:.*)/\n");
+    if matches!((choice, tags), (ToolChoice::Auto, TagStyle::SpecialTokens)) {
+        g.push_str("bare: body (\"\\n\" body)*\n");
+        g.push_str("PROSE: /(?s:\\s*([^\\s{`].*)?)/ & ~/(?s:.*\\{\\s*\"name\".*)/\n");
+    }
     g.push_str("FREE: /(?s:.*)/ & ~/(?s:.*)<tool_call>(?s:.*)/\n");
     Ok(Some(Constraint::Lark(g)))
 }
