@@ -8,13 +8,11 @@ use super::{body_bytes, finish_reason, unix_now, usage_json, App, RequestId};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::response::sse::{Event as Sse, KeepAlive};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use hearth_engine::constraint::ToolChoice as EngineChoice;
 use hearth_engine::{ChatRequest, ChatStream, Constraint, EngineError, Event, Summary, ToolCall};
 use serde_json::{json, Value};
-use std::convert::Infallible;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -268,28 +266,13 @@ fn streamed(mut reply: Reply, mut stream: ChatStream, mut splitter: ToolCallSpli
                     done = true;
                 }
             }
-            for v in out {
-                if tx.send(v).await.is_err() {
-                    return;
-                }
+            if super::send_all(&tx, out).await.is_err() {
+                return;
             }
             if done {
                 return;
             }
         }
     });
-    let events = futures::stream::unfold(Some(rx), |rx| async move {
-        let mut rx = rx?;
-        match rx.recv().await {
-            Some(v) => Some((
-                Ok::<_, Infallible>(Sse::default().data(v.to_string())),
-                Some(rx),
-            )),
-            // OpenAI's end marker, then the end of the body.
-            None => Some((Ok(Sse::default().data("[DONE]")), None)),
-        }
-    });
-    axum::response::Sse::new(events)
-        .keep_alive(KeepAlive::default())
-        .into_response()
+    super::event_stream(rx)
 }

@@ -2,17 +2,15 @@
 
 use super::error::ApiError;
 use super::request::{json_object, typed, RawSampling};
-use super::{body_bytes, finish_reason, unix_now, usage_json, App, RequestId};
+use super::{body_bytes, finish_reason, send_all, unix_now, usage_json, App, RequestId};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::response::sse::{Event as Sse, KeepAlive};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use hearth_engine::{Event, EventStream, GenerateRequest};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use std::convert::Infallible;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -192,24 +190,5 @@ fn streamed(app: &App, id: String, mut stream: EventStream, include_usage: bool)
             }
         }
     });
-    let events = futures::stream::unfold(Some(rx), |rx| async move {
-        let mut rx = rx?;
-        match rx.recv().await {
-            Some(v) => Some((
-                Ok::<_, Infallible>(Sse::default().data(v.to_string())),
-                Some(rx),
-            )),
-            None => Some((Ok(Sse::default().data("[DONE]")), None)),
-        }
-    });
-    axum::response::Sse::new(events)
-        .keep_alive(KeepAlive::default())
-        .into_response()
-}
-
-async fn send_all(tx: &mpsc::Sender<Value>, values: Vec<Value>) -> Result<(), ()> {
-    for v in values {
-        tx.send(v).await.map_err(|_| ())?;
-    }
-    Ok(())
+    super::event_stream(rx)
 }

@@ -231,3 +231,30 @@ impl RequestId {
         format!("{start:x}{:06x}", COUNTER.fetch_add(1, Ordering::Relaxed))
     }
 }
+
+/// Sends `values` in order; an error once the client has gone.
+async fn send_all(tx: &tokio::sync::mpsc::Sender<Value>, values: Vec<Value>) -> Result<(), ()> {
+    for v in values {
+        tx.send(v).await.map_err(|_| ())?;
+    }
+    Ok(())
+}
+
+/// The chunks a generation task sends, as server-sent events: each one JSON, then OpenAI's
+/// `[DONE]` once the task has finished (or the body ends when the client goes).
+fn event_stream(rx: tokio::sync::mpsc::Receiver<Value>) -> Response {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    let events = futures::stream::unfold(Some(rx), |rx| async move {
+        let mut rx = rx?;
+        match rx.recv().await {
+            Some(v) => Some((
+                Ok::<_, std::convert::Infallible>(Event::default().data(v.to_string())),
+                Some(rx),
+            )),
+            None => Some((Ok(Event::default().data("[DONE]")), None)),
+        }
+    });
+    Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
