@@ -1,18 +1,31 @@
-//! Quantized matrix-vector products (decoding, one row): candle's `QMatMul` against Hearth's
-//! kernels, side by side, on Qwen2.5-0.5B's shapes for each block type of its Q4_K_M file
-//! (Q5_0 and Q8_0 for most matrices and the output, Q4_K and Q6_K for the feed-forward down);
-//! for Q4_0/Q5_0/Q8_0 also in 16-row tiles (`hearth_engine::interleaved`, AVX-512 VNNI), and
-//! those tiles against 128 activation rows (a prompt), in multiply-adds per second.
+//! Quantized matrix products on the CPU, each block type of Qwen2.5-0.5B's GGUF files on its
+//! shapes, at every kernel level this CPU runs (`portable`, `avx2`, `avx512`) beside candle's
+//! `QMatMul`: one activation row (decoding) in GB/s of weights read, and 32 rows (a short
+//! prompt) in multiply-adds per second; for Q4_0/Q5_0/Q8_0/Q4_1/Q5_1 on AVX-512 VNNI also in
+//! 16-row tiles (`hearth_engine::kernels::tiles`).
 //!
-//!     cargo bench --bench quant_kernels
+//!     cargo bench --bench quant_kernels [--profile dev]
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
-use hearth_engine::cpu_quant::{matmul_t, BlockType, QuantMatrix};
 use hearth_engine::huge_pages::back_with_huge_pages;
-use hearth_engine::interleaved;
+use hearth_engine::kernels::quant_matmul::matmul_t_at;
+use hearth_engine::kernels::tiles as interleaved;
+use hearth_engine::kernels::{cpu, matmul_t, BlockType, QuantMatrix};
 use std::sync::Arc;
 use std::time::Instant;
+
+/// Seconds per call of `f`, the best of `reps` after one warm-up call.
+fn time(reps: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
+}
 
 fn main() {
     // Each matrix is as tall as 24 layers' worth of its kind, so that it is read from memory as
@@ -23,7 +36,11 @@ fn main() {
         (GgmlDType::Q4_0, 24 * 4864, 896),
         (GgmlDType::Q6K, 24 * 896, 4864),
         (GgmlDType::Q4K, 24 * 896, 4864),
+        (GgmlDType::Q5K, 24 * 896, 4864),
+        (GgmlDType::Q4_1, 24 * 4864, 896),
+        (GgmlDType::Q5_1, 24 * 4864, 896),
     ];
+    println!("CPU levels: {:?}", cpu::runnable());
     for (dtype, n, k) in cases {
         let Some(kind) = BlockType::of(dtype) else {
             continue;
@@ -44,28 +61,45 @@ fn main() {
             rows: n,
             interleaved: false,
         }];
-        // Warm both paths (thread pools, caches) before timing.
-        std::hint::black_box(mm.forward(&x).unwrap());
-        std::hint::black_box(matmul_t(&xv, 1, k, &mat));
-        let t = Instant::now();
-        for _ in 0..reps {
-            std::hint::black_box(mm.forward(&x).unwrap());
-        }
-        let candle = t.elapsed().as_secs_f64() / reps as f64;
-        let t = Instant::now();
-        for _ in 0..reps {
-            std::hint::black_box(matmul_t(&xv, 1, k, &mat));
-        }
-        let hearth = t.elapsed().as_secs_f64() / reps as f64;
         let bytes = data.len() as f64;
+        let candle = time(reps, || {
+            std::hint::black_box(mm.forward(&x).unwrap());
+        });
         println!(
-            "{dtype:?} [{n} x {k}], 1 row: candle {:.3} ms ({:.1} GB/s), hearth {:.3} ms ({:.1} GB/s): {:.2}x",
+            "{dtype:?} [{n} x {k}], 1 row: candle {:.3} ms ({:.1} GB/s)",
             candle * 1e3,
-            bytes / candle / 1e9,
-            hearth * 1e3,
-            bytes / hearth / 1e9,
-            candle / hearth
+            bytes / candle / 1e9
         );
+        // A short prompt against one layer's worth of rows (which then stay in the caches).
+        let m = 32;
+        let xs: Vec<f32> = (0..m * k)
+            .map(|i| xv[i % k] * (1.0 + (i / k) as f32 * 1e-3))
+            .collect();
+        let rows = (n / 24).next_multiple_of(16);
+        let part = [QuantMatrix {
+            rows,
+            data: &data[..data.len() / n * rows],
+            ..mat[0]
+        }];
+        for level in cpu::runnable() {
+            let one = time(reps, || {
+                std::hint::black_box(matmul_t_at(level, &xv, 1, k, &mat, true));
+            });
+            let prompt = time(reps, || {
+                std::hint::black_box(matmul_t_at(level, &xs, m, k, &part, true));
+            });
+            println!(
+                "    {:<8} 1 row {:.3} ms ({:.1} GB/s, {:.2}x candle); {m} rows of [{rows} x {k}] {:.1} GMAC/s",
+                level.name(),
+                one * 1e3,
+                bytes / one / 1e9,
+                candle / one,
+                (m * rows * k) as f64 / prompt / 1e9
+            );
+        }
+        let hearth = time(reps, || {
+            std::hint::black_box(matmul_t(&xv, 1, k, &mat));
+        });
         if !interleaved::supported(kind, n) {
             continue;
         }

@@ -176,7 +176,11 @@ pub fn load(args: &ModelArgs) -> anyhow::Result<Loaded> {
         dtype: l.file_type,
         size_bytes: l.size_bytes,
         origin: l.info.origin,
-        backend: l.info.device,
+        // Which CPU kernels ran (`HEARTH_CPU` may force a lower level than the CPU has).
+        backend: match l.info.device.as_str() {
+            "cpu" => format!("cpu-{}", hearth_engine::kernels::cpu::active()),
+            other => other.to_string(),
+        },
     })
 }
 

@@ -62,6 +62,8 @@ impl ModelArgs {
                 max_waiting: None,
             },
             progress: load_progress(),
+            // HEARTH_CPU, read by the engine.
+            cpu: None,
         })
     }
 }

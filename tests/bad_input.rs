@@ -172,6 +172,7 @@ fn hub_layout_in_the_cache_loads_offline() {
         template: None,
         scheduler: Default::default(),
         progress: None,
+        cpu: None,
     };
     let e = Engine::load("hearth/tiny-qwen2", &opts).unwrap();
     assert_eq!(e.info().origin, "hearth/tiny-qwen2@v1");

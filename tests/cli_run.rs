@@ -203,3 +203,58 @@ fn quiet_drops_info_lines_and_pipes_get_no_colour() {
     let verbose = run(&["-vv"]);
     assert!(verbose.contains("loaded"), "{verbose}");
 }
+
+/// `HEARTH_CPU` forces the CPU kernels' level: a name it does not know, or a level this CPU
+/// lacks, is an error naming the variable (never an illegal instruction); every level the CPU
+/// runs answers with the real model.
+#[test]
+fn hearth_cpu_forces_a_kernel_level_or_says_why_not() {
+    use hearth_engine::kernels::{cpu, CpuLevel};
+    let tiny = common::tiny("qwen2");
+    let run = |level: &str, model: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
+            .args([
+                "run",
+                "--model",
+                model,
+                "--device",
+                "cpu",
+                "--temperature",
+                "0",
+            ])
+            .args(["--max-tokens", "6", "The capital of France is"])
+            .env("HF_HUB_OFFLINE", "1")
+            .env("HEARTH_CPU", level)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, _, stderr) = run("sse9", tiny.to_str().unwrap());
+    assert!(!ok);
+    assert!(
+        stderr.contains("HEARTH_CPU") && stderr.contains("\"sse9\"") && stderr.contains("avx2"),
+        "{stderr}"
+    );
+    if cpu::detected() < CpuLevel::Avx512 {
+        let (ok, _, stderr) = run("avx512", tiny.to_str().unwrap());
+        assert!(!ok);
+        assert!(
+            stderr.contains("HEARTH_CPU") && stderr.contains("lacks"),
+            "{stderr}"
+        );
+    }
+    let Some(gguf) = common::real_gguf() else {
+        return;
+    };
+    // Each level sums the same integer block products in its own order; over 24 layers that
+    // may flip a later near-tie, so each level is held to the answer, not to the others' text.
+    for level in cpu::runnable() {
+        let (ok, text, stderr) = run(level.name(), gguf.to_str().unwrap());
+        assert!(ok, "{level}: {stderr}");
+        assert!(text.trim_start().starts_with("Paris"), "{level}: {text:?}");
+    }
+}

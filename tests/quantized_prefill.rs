@@ -5,11 +5,14 @@
 mod common;
 
 use candle_core::Device;
-use hearth_engine::cpu_quant::set_many_rows_kernels;
 use hearth_engine::gguf::GgufFile;
+use hearth_engine::kernels::set_many_rows_kernels;
 use hearth_engine::linear::set_dequantize_from_rows;
 use hearth_engine::Qwen;
 use std::sync::Arc;
+
+/// The settings these tests change are process-wide; the tests take turns.
+static SETTINGS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter()
@@ -20,6 +23,7 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
 
 #[test]
 fn prefill_paths_agree_with_token_by_token_decoding() {
+    let _turn = SETTINGS.lock().unwrap_or_else(|e| e.into_inner());
     let Some(path) = common::real_gguf() else {
         return;
     };
@@ -47,7 +51,7 @@ fn prefill_paths_agree_with_token_by_token_decoding() {
     let top = |v: &[f32]| hearth_engine::sampling::argmax(v);
 
     // Many-row kernels (where the CPU has them): the same integer arithmetic summed in
-    // another order (exact to f32 rounding per product: the unit tests in cpu_quant). Over 24
+    // another order (exact to f32 rounding per product: the unit tests in kernels::quant_matmul). Over 24
     // layers, an activation that lands on the other side of an 8-bit rounding step changes
     // the next layer's input by a quantization step, so the logits drift by up to a few
     // percent of their scale (measured: the one-row kernels in a batched prefill drift as far).
@@ -78,4 +82,54 @@ fn prefill_paths_agree_with_token_by_token_decoding() {
     );
     set_many_rows_kernels(true);
     set_dequantize_from_rows(16);
+}
+
+/// Where the CPU has rows kernels for every block type of the file (AVX2: one weight row
+/// against a few activation rows, each row summed exactly as decoding sums it), the matrix
+/// products of a prefill equal decoding's bit for bit. Attention of up to 16 queries does too;
+/// past that its gemm sums in another order. So a resumed turn (a short prefill on top of a
+/// cached prefix) gives the logits of token-by-token decoding exactly.
+#[test]
+fn short_prefills_with_rows_kernels_equal_decoding_bit_for_bit() {
+    use hearth_engine::kernels::{cpu, CpuLevel};
+    let _turn = SETTINGS.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(path) = common::real_gguf() else {
+        return;
+    };
+    if cpu::active() != CpuLevel::Avx2 {
+        eprintln!(
+            "rows kernels for every block type: the AVX2 level; this one runs {}",
+            cpu::active()
+        );
+        return;
+    }
+    let file = Arc::new(GgufFile::open(&path).unwrap());
+    let cfg = file.config().unwrap();
+    let model = Qwen::load(&cfg, &file.weights(&Device::Cpu)).unwrap();
+    let tok = file.tokenizer().unwrap();
+    let prompt = tok
+        .encode("<|im_start|>user\nName three rivers of Europe and one fact about each.<|im_end|>\n<|im_start|>assistant\n")
+        .unwrap();
+    assert!(prompt.len() > 16, "{}", prompt.len());
+    let logits = |t: candle_core::Tensor| -> Vec<f32> { t.to_vec1().unwrap() };
+    set_dequantize_from_rows(usize::MAX);
+    let mut cache = model.new_cache();
+    let mut stepwise = vec![];
+    for &t in &prompt[..16] {
+        stepwise.push(logits(model.forward(&[t], &mut cache).unwrap()));
+    }
+    // 16 tokens in one prefill.
+    let whole = logits(
+        model
+            .forward(&prompt[..16], &mut model.new_cache())
+            .unwrap(),
+    );
+    // 6 tokens cached, then 10 prefilled on top (a resumed conversation).
+    let mut cache = model.new_cache();
+    let early = logits(model.forward(&prompt[..6], &mut cache).unwrap());
+    let resumed = logits(model.forward(&prompt[6..16], &mut cache).unwrap());
+    set_dequantize_from_rows(16);
+    assert_eq!(early, stepwise[5], "6-token prefill vs decoding");
+    assert_eq!(whole, stepwise[15], "16-token prefill vs decoding");
+    assert_eq!(resumed, stepwise[15], "10 tokens on a cached 6 vs decoding");
 }

@@ -2,9 +2,9 @@
 //! the chat template come from the metadata, the weights stay in their quantized blocks.
 
 use crate::config::{Declared, Family, Item, QwenConfig};
-use crate::cpu_quant::BlockType;
 use crate::error::{EngineError, Result};
-use crate::interleaved::TileMatrix;
+use crate::kernels::tiles::{self, TileMatrix};
+use crate::kernels::BlockType;
 use crate::tokenizer::Tokenizer;
 use crate::weights::{Matrix, WeightSource};
 use candle_core::quantized::gguf_file::{Content, TensorInfo, Value};
@@ -574,9 +574,7 @@ impl GgufWeights {
         let [rows, cols] = *shape else {
             return Ok(None);
         };
-        if !self.device.is_cpu()
-            || cols % kind.block_values() != 0
-            || !crate::interleaved::supported(kind, rows)
+        if !self.device.is_cpu() || cols % kind.block_values() != 0 || !tiles::supported(kind, rows)
         {
             return Ok(None);
         }
@@ -621,7 +619,9 @@ fn read_cpu(
     dims: &[usize],
 ) -> candle_core::Result<QTensor> {
     use candle_core::quantized::k_quants::*;
-    let elems: usize = dims.iter().product();
+    let Some(elems) = dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) else {
+        candle_core::bail!("shape {dims:?} has more elements than fit in memory");
+    };
     if !elems.is_multiple_of(dtype.block_size()) {
         candle_core::bail!(
             "{elems} elements do not fill whole {dtype:?} blocks of {}",
@@ -629,7 +629,10 @@ fn read_cpu(
         );
     }
     let blocks = elems / dtype.block_size();
-    seek_to_tensor(reader, start, blocks * dtype.type_size())?;
+    let Some(bytes) = blocks.checked_mul(dtype.type_size()) else {
+        candle_core::bail!("shape {dims:?} needs more bytes than fit in memory");
+    };
+    seek_to_tensor(reader, start, bytes)?;
     let storage = match dtype {
         GgmlDType::F32 => read_blocks::<f32>(reader, blocks)?,
         GgmlDType::F16 => read_blocks::<half::f16>(reader, blocks)?,
@@ -673,16 +676,22 @@ fn read_tiles(
     rows: usize,
     cols: usize,
 ) -> candle_core::Result<TileMatrix> {
-    let bytes = rows * cols / kind.block_values() * kind.block_bytes();
+    let bytes = rows
+        .checked_mul(cols / kind.block_values())
+        .and_then(|blocks| blocks.checked_mul(kind.block_bytes()))
+        .filter(|_| rows > 0 && cols.is_multiple_of(kind.block_values()));
+    let Some(bytes) = bytes else {
+        candle_core::bail!("{rows}×{cols} {kind:?} does not fit in memory as whole blocks");
+    };
     seek_to_tensor(reader, start, bytes)?;
     let mut data: Vec<u8> = Vec::with_capacity(bytes);
     crate::huge_pages::prefer_huge_pages(data.as_ptr(), bytes);
     data.resize(bytes, 0);
-    let group = bytes / rows * crate::interleaved::ROWS;
+    let group = bytes / rows * tiles::ROWS;
     let mut blocks = vec![0u8; group];
     for tiles in data.chunks_exact_mut(group) {
         reader.read_exact(&mut blocks)?;
-        crate::interleaved::interleave_group(kind, &blocks, cols, tiles);
+        tiles::interleave_group(kind, &blocks, cols, tiles);
     }
     Ok(TileMatrix {
         kind,

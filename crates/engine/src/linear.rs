@@ -1,19 +1,19 @@
 //! A linear layer, `y = x · Wᵀ + b`, that keeps its weight as stored: dense in its dtype, or in
 //! quantized GGUF blocks.
 //!
-//! Dense: on the CPU, activations are f32 and few-row products go to [`crate::cpu_matmul`],
+//! Dense: on the CPU, activations are f32 and few-row products go to [`crate::kernels::dense`],
 //! which reads bf16/f16 weights directly; longer prefills use candle's gemm on an f32 view of
 //! the weight. On GPUs candle's matmul runs in the model dtype. Quantized: on the CPU, Hearth's
-//! block kernels ([`crate::cpu_quant`]; Q4_0/Q5_0/Q8_0 rearranged at load into 16-row tiles
-//! where the CPU has AVX-512 VNNI, [`crate::interleaved`]), everything else candle's `QMatMul`.
+//! block kernels ([`crate::kernels`]; Q4_0/Q5_0/Q8_0/Q4_1/Q5_1 rearranged at load into 16-row tiles
+//! where the CPU has AVX-512 VNNI, [`crate::kernels::tiles`]), everything else candle's `QMatMul`.
 //!
 //! Several matrices that read the same input (q, k and v; gate and up) are fused: dense ones
 //! are concatenated into one matrix, quantized ones (often of different types) run in turn
 //! and their outputs are concatenated.
 
-use crate::cpu_matmul::{matmul_t, WeightRows};
-use crate::cpu_quant::{has_many_rows_kernel, has_rows_kernel, BlockType, QuantMatrix};
-use crate::interleaved::TileMatrix;
+use crate::kernels::dense::{matmul_t, WeightRows};
+use crate::kernels::tiles::{self, TileMatrix};
+use crate::kernels::{has_many_rows_kernel, has_rows_kernel, BlockType, QuantMatrix};
 use crate::weights::Matrix;
 use candle_core::quantized::ggml_file::qtensor_from_ggml;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
@@ -110,9 +110,9 @@ impl Linear {
         }
         // Tiles need every part's first row at a multiple of 16.
         let tiles_fit = mats.iter().all(|m| match m {
-            Matrix::Dense(t) => t.dim(0).is_ok_and(|r| r % crate::interleaved::ROWS == 0),
-            Matrix::Quantized(q) => q.shape().dims()[0] % crate::interleaved::ROWS == 0,
-            Matrix::Tiles(t) => t.rows % crate::interleaved::ROWS == 0,
+            Matrix::Dense(t) => t.dim(0).is_ok_and(|r| r % tiles::ROWS == 0),
+            Matrix::Quantized(q) => q.shape().dims()[0] % tiles::ROWS == 0,
+            Matrix::Tiles(t) => t.rows % tiles::ROWS == 0,
         });
         let parts = mats
             .into_iter()
@@ -225,7 +225,7 @@ fn short_with_rows_kernel(w: &QTensor, x: &Tensor) -> Result<bool> {
 }
 
 /// Few rows through quantized matrices on the CPU, all in one pass with Hearth's kernels
-/// ([`crate::cpu_quant`]), or `None` where some part has none (candle's then run).
+/// ([`crate::kernels::quant_matmul`]), or `None` where some part has none (candle's then run).
 fn quantized_rows(parts: &[Part], x: &Tensor) -> Result<Option<Tensor>> {
     if !x.device().is_cpu() || x.dtype() != DType::F32 {
         return Ok(None);
@@ -271,7 +271,7 @@ fn quantized_rows(parts: &[Part], x: &Tensor) -> Result<Option<Tensor>> {
         .collect();
     let n = mats.iter().map(|w| w.rows).sum();
     with_cpu_rows(x, n, |xv| {
-        crate::cpu_quant::matmul_t_with(xv, m, k, &mats, !apart)
+        crate::kernels::quant_matmul::matmul_t_with(xv, m, k, &mats, !apart)
     })
 }
 

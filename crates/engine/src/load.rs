@@ -75,6 +75,10 @@ pub struct LoadOptions {
     pub scheduler: SchedulerOptions,
     /// Called as the weights load; the library draws nothing itself.
     pub progress: Option<LoadProgress>,
+    /// The CPU kernels' instruction-set level (process-wide). Default: `HEARTH_CPU`
+    /// (`portable`, `avx2`, `avx512`), else the best this CPU runs. A level the CPU lacks is
+    /// an error, never an illegal instruction.
+    pub cpu: Option<crate::kernels::CpuLevel>,
 }
 
 /// `(layers loaded, layers)` as a model's weights load, for a caller's progress display.
@@ -85,6 +89,19 @@ impl std::fmt::Debug for LoadProgress {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("LoadProgress")
     }
+}
+
+/// Sets the CPU kernels' level before any weight is laid out for them (AVX-512 interleaves
+/// some block types into tiles at load).
+fn choose_cpu_level(asked: Option<crate::kernels::CpuLevel>) -> Result<()> {
+    use crate::kernels::cpu;
+    let level = match asked {
+        Some(level) => level,
+        None => cpu::from_env()
+            .map_err(|e| EngineError::invalid("HEARTH_CPU", e.to_string()))?
+            .unwrap_or_else(cpu::detected),
+    };
+    cpu::force(level).map_err(|e| EngineError::invalid("CPU level", e.to_string()))
 }
 
 /// What a loaded model is, for users and benchmark tables.
@@ -127,6 +144,7 @@ pub struct LoadedModel {
 /// such as `qwen2.5-0.5b-instruct`.
 pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
     let start = Instant::now();
+    choose_cpu_level(opts.cpu)?;
     let (card, checkpoint) = resolve_model(spec, opts)?;
     let device = opts.device.open()?;
     let progress = |done: usize, total: usize| {
@@ -229,7 +247,7 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
         info.load_s
     );
     if device.is_cpu() && matches!(checkpoint, Checkpoint::Gguf(_)) {
-        tracing::info!("CPU kernels: {}", crate::cpu_quant::kernel_path());
+        tracing::info!("CPU kernels: {}", crate::kernels::kernel_path());
     }
     Ok(LoadedModel {
         model,

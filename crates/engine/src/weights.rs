@@ -3,7 +3,7 @@
 //! source (memory-mapped, looked up by name across shards), `crate::gguf` the GGUF one.
 
 use crate::error::{EngineError, Result};
-use crate::interleaved::TileMatrix;
+use crate::kernels::tiles::TileMatrix;
 use candle_core::quantized::QTensor;
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Tensor};
@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// A weight matrix `[out, in]`: dense, still in its quantized blocks, or in the 16-row tiles
-/// of the CPU kernels ([`crate::interleaved`]).
+/// of the CPU kernels ([`crate::kernels::tiles`]).
 #[derive(Debug, Clone)]
 pub enum Matrix {
     Dense(Tensor),

@@ -2,8 +2,8 @@
 
 use super::rotary::Rotary;
 use crate::config::{Family, QwenConfig};
-use crate::cpu_attention::{attend, rotate, Cached, Heads};
 use crate::error::Result;
+use crate::kernels::attention::{attend, rotate, Cached, Heads};
 use crate::kv_cache::KvCache;
 use crate::linear::Linear;
 use crate::weights::WeightSource;
@@ -161,7 +161,7 @@ impl Attention {
             .reshape((b, len, h * d))
     }
 
-    /// The same on the CPU in f32 ([`crate::cpu_attention`]): q, k and v stay in the fused
+    /// The same on the CPU in f32 ([`crate::kernels::attention`]): q, k and v stay in the fused
     /// projection's rows, only the new keys and values are copied (into the cache). With one
     /// cache, the rows are consecutive positions of its sequence; with several, row `i` is the
     /// next position of `caches[i]`.

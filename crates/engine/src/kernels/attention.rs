@@ -6,9 +6,11 @@
 //! score and transpose the output back; at 512 positions that glue took as long as all the
 //! matrix products of the layer. Here each task takes one kv head and a few queries, scores
 //! only the keys a query sees, and writes its output rows in place; `exp` is a polynomial the
-//! compiler vectorises. Every loop is compiled for AVX-512 and AVX2 with run-time detection.
+//! compiler vectorises. Every loop is compiled for AVX-512 and AVX2, run at the level [`super::cpu`] chose.
 
-use crate::cpu_matmul::SharedOut;
+#[cfg(target_arch = "x86_64")]
+use super::cpu::{self, CpuLevel};
+use super::dense::SharedOut;
 use rayon::prelude::*;
 
 /// The shape of one layer's attention.
@@ -61,13 +63,12 @@ macro_rules! simd_dispatch {
                 unsafe fn avx2($($arg: $ty),*) {
                     $body($($arg),*)
                 }
-                if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") {
-                    // SAFETY: the features were detected at run time.
-                    return unsafe { avx512($($arg),*) };
-                }
-                if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-                    // SAFETY: as above.
-                    return unsafe { avx2($($arg),*) };
+                // SAFETY: `cpu::active()` never exceeds the detected level, whose features
+                // include these.
+                match cpu::active() {
+                    CpuLevel::Avx512 => return unsafe { avx512($($arg),*) },
+                    CpuLevel::Avx2 => return unsafe { avx2($($arg),*) },
+                    CpuLevel::Portable => {}
                 }
             }
             $body($($arg),*)

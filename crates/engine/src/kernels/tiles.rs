@@ -19,9 +19,10 @@
 //! - Q4_1, 320 bytes, and Q5_1, 384 bytes: as Q4_0 and Q5_0 with the 16 f16 minimums after the
 //!   scales (`value = d·q + m`, q unsigned, so no offset; the minimums meet `Σy`).
 
+use super::blocks::{BlockType, Q8Row};
+use super::cpu::{self, CpuLevel};
 #[cfg(target_arch = "x86_64")]
-use crate::cpu_quant::in_groups;
-use crate::cpu_quant::{BlockType, Q8Row};
+use super::quant_matmul::in_groups;
 
 /// Rows per tile.
 pub const ROWS: usize = 16;
@@ -38,7 +39,7 @@ pub fn supported(t: BlockType, rows: usize) -> bool {
         t,
         BlockType::Q4_0 | BlockType::Q5_0 | BlockType::Q8_0 | BlockType::Q4_1 | BlockType::Q5_1
     ) && rows.is_multiple_of(ROWS)
-        && crate::cpu_quant::has_avx512_vnni()
+        && cpu::active() >= CpuLevel::Avx512
 }
 
 fn tile_bytes(t: BlockType) -> usize {
@@ -83,8 +84,8 @@ impl std::fmt::Debug for TileMatrix {
 }
 
 impl TileMatrix {
-    pub fn matrix(&self) -> crate::cpu_quant::QuantMatrix<'_> {
-        crate::cpu_quant::QuantMatrix {
+    pub fn matrix(&self) -> super::quant_matmul::QuantMatrix<'_> {
+        super::quant_matmul::QuantMatrix {
             kind: self.kind,
             data: &self.data,
             rows: self.rows,
@@ -185,7 +186,7 @@ pub fn deinterleave(t: BlockType, tiles: &[u8], k: usize) -> Vec<u8> {
     out
 }
 
-/// The rows of `x` (`[m, k]`) quantized to Q8_0 (as `cpu_quant` does) and packed for the
+/// The rows of `x` (`[m, k]`) quantized to Q8_0 (as [`super::blocks::quantize_q8_0`] does) and packed for the
 /// kernels, in one pass. Returns the buffer and the words per row.
 pub fn quantize(x: &[f32], k: usize) -> (Vec<u32>, usize) {
     use rayon::prelude::*;
@@ -193,11 +194,11 @@ pub fn quantize(x: &[f32], k: usize) -> (Vec<u32>, usize) {
     let mut packed = vec![0u32; x.len() / k * stride];
     let row = |(x, out): (&[f32], &mut [u32])| {
         #[cfg(target_arch = "x86_64")]
-        if crate::cpu_quant::has_avx512_vnni() {
+        if cpu::detected() >= CpuLevel::Avx512 {
             // SAFETY: AVX-512 F/BW/VL were detected; `out` has a block's words per 32 values.
             return unsafe { avx512::quantize_row(x, out) };
         }
-        out.copy_from_slice(&pack(&[crate::cpu_quant::quantize_q8_0(x)]).0);
+        out.copy_from_slice(&pack(&[super::blocks::quantize_q8_0(x)]).0);
     };
     let rows = x
         .chunks_exact(k)
@@ -247,7 +248,8 @@ pub type GroupFn = fn(w: &[u8], cols: &[u32], stride: usize, out: &mut [f32]);
 
 /// The kernel for `t` (on CPUs where [`supported`]).
 pub fn kernel(t: BlockType) -> Option<GroupFn> {
-    if !crate::cpu_quant::has_avx512_vnni() {
+    // The hardware, not the active level: weights interleaved at load keep their kernels.
+    if cpu::detected() < CpuLevel::Avx512 {
         return None;
     }
     #[cfg(target_arch = "x86_64")]
@@ -426,7 +428,7 @@ mod tests {
     type TestResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
     use super::*;
-    use crate::cpu_quant::{assert_close, matmul_t, QuantMatrix};
+    use crate::kernels::quant_matmul::{assert_close, matmul_t, QuantMatrix};
     use candle_core::quantized::{GgmlDType, QTensor};
     use candle_core::{Device, Tensor};
 

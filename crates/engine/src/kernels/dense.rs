@@ -4,9 +4,10 @@
 //! Why not candle's matmul: at batch 1 the product is a matrix-vector product bound by memory
 //! bandwidth, and candle has no bf16 CPU matmul — it converts the whole weight to f32 on every
 //! call. Here each thread streams its own block of weight rows once, widening bf16 to f32 in
-//! registers, and the dot products are compiled for AVX-512 and AVX2 with runtime detection
-//! (plain Rust elsewhere).
+//! registers, and the dot products are compiled for AVX-512 and AVX2, run at the level
+//! [`super::cpu`] chose (plain Rust elsewhere).
 
+use super::cpu::{self, CpuLevel};
 use half::{bf16, f16};
 use rayon::prelude::*;
 
@@ -258,40 +259,46 @@ mod x86 {
         block_portable(x, m, k, w, first, out)
     }
 
-    pub fn best() -> BlockFn {
-        if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") {
-            // SAFETY: the features were detected at run time.
-            |x, m, k, w, f, o| unsafe { avx512(x, m, k, w, f, o) }
-        } else if is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c")
-        {
-            // SAFETY: as above.
-            |x, m, k, w, f, o| unsafe { avx2(x, m, k, w, f, o) }
-        } else {
-            block_portable
+    pub fn at(level: CpuLevel) -> BlockFn {
+        // SAFETY: `cpu::active()` never exceeds the detected level, whose features include
+        // these.
+        match level.min(cpu::detected()) {
+            CpuLevel::Avx512 => |x, m, k, w, f, o| unsafe { avx512(x, m, k, w, f, o) },
+            CpuLevel::Avx2 => |x, m, k, w, f, o| unsafe { avx2(x, m, k, w, f, o) },
+            CpuLevel::Portable => block_portable,
         }
     }
 }
 
-fn kernel() -> BlockFn {
-    static KERNEL: std::sync::OnceLock<BlockFn> = std::sync::OnceLock::new();
-    *KERNEL.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            x86::best()
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            block_portable
-        }
-    })
+fn kernel(level: CpuLevel) -> BlockFn {
+    #[cfg(target_arch = "x86_64")]
+    {
+        x86::at(level)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = level;
+        block_portable
+    }
 }
 
 /// `x` is `[m, k]`, `w` is `[n, k]`; returns `[m, n]`.
 pub fn matmul_t(x: &[f32], m: usize, k: usize, w: WeightRows<'_>, n: usize) -> Vec<f32> {
     debug_assert_eq!(x.len(), m * k);
-    let kernel = kernel();
+    matmul_t_at(cpu::active(), x, m, k, w, n)
+}
+
+/// [`matmul_t`] at `level` (capped to what this CPU runs).
+pub fn matmul_t_at(
+    level: CpuLevel,
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: WeightRows<'_>,
+    n: usize,
+) -> Vec<f32> {
+    debug_assert_eq!(x.len(), m * k);
+    let kernel = kernel(level);
     par_rows(n, m, |first, out| kernel(x, m, k, w, first, out))
 }
 

@@ -1,0 +1,454 @@
+//! AVX2 (with FMA and F16C) dot products of one weight row, as llama.cpp's x86 code computes
+//! them: the block products are byte dot products (`maddubs`) accumulated in eight f32 lanes.
+//! The `_rows` kernels take one weight row against up to four activation rows per pass,
+//! widening each block once, and give each row exactly what its one-row kernel gives.
+
+use super::blocks::*;
+use std::arch::x86_64::*;
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f16_at(p: *const u8) -> f32 {
+    // SAFETY: callers pass a pointer to two readable bytes.
+    let bits = unsafe { std::ptr::read_unaligned(p as *const u16) };
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+}
+
+/// Asks for the cache lines of the block `PREFETCH` bytes ahead of the `bytes` at `p`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn prefetch(p: *const u8, bytes: usize) {
+    let mut at = 0;
+    while at < bytes {
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH + at) as *const i8);
+        at += 64;
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load(p: *const u8) -> __m256i {
+    _mm256_loadu_si256(p as *const __m256i)
+}
+
+/// The 32 nibbles of a 16-byte run, low nibbles first, as bytes 0..16.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn nibbles(p: *const u8) -> __m256i {
+    let q = _mm_loadu_si128(p as *const __m128i);
+    _mm256_and_si256(
+        _mm256_set_m128i(_mm_srli_epi16(q, 4), q),
+        _mm256_set1_epi8(0x0F),
+    )
+}
+
+/// The 32 signed values of the Q5_0 block at `blk`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q5_0_weights(blk: *const u8) -> __m256i {
+    let bits = fifth_bits(blk.add(2));
+    // value - 16: where the fifth bit is clear, set the top nibble (0xF0 | v = v - 16).
+    _mm256_or_si256(
+        nibbles(blk.add(6)),
+        _mm256_andnot_si256(bits, _mm256_set1_epi8(0xF0u8 as i8)),
+    )
+}
+
+/// Calls `$pass::<N>` over `xs` four rows at a time (then the remainder), so that each pass
+/// keeps its rows' sums in registers.
+macro_rules! in_fours {
+    ($pass:ident, $w:expr, $xs:expr, $out:expr) => {{
+        let (w, xs, out): (&[u8], &[Q8Row], &mut [f32]) = ($w, $xs, $out);
+        let mut c = 0;
+        while c < xs.len() {
+            let n = (xs.len() - c).min(4);
+            let (x, o) = (&xs[c..c + n], &mut out[c..c + n]);
+            match n {
+                1 => $pass::<1>(w, x, o),
+                2 => $pass::<2>(w, x, o),
+                3 => $pass::<3>(w, x, o),
+                _ => $pass::<4>(w, x, o),
+            }
+            c += n;
+        }
+    }};
+}
+
+/// Defines the one-row dot product `$one` and the rows kernel `$rows` of a `$pass::<N>`: the
+/// one-row kernel is the pass for one row, so batched rows get its result bit for bit.
+macro_rules! one_and_rows {
+    ($pass:ident, $one:ident, $rows:ident) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub unsafe fn $one(w: &[u8], x: &Q8Row) -> f32 {
+            let mut out = [0f32];
+            $pass::<1>(w, std::slice::from_ref(x), &mut out);
+            out[0]
+        }
+
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub unsafe fn $rows(w: &[u8], xs: &[Q8Row], out: &mut [f32]) {
+            in_fours!($pass, w, xs, out)
+        }
+    };
+}
+
+/// Q4_1 and Q5_1 (`value = d·q + m`, q unsigned): per block `d·dy·Σq·y` in eight f32 lanes
+/// and `m·(dy·Σy)` (rounded to f16 as llama.cpp's Q8_1 activations store it) in one scalar.
+macro_rules! with_minimum_pass {
+    ($name:ident, $bytes:expr, |$blk:ident| $weights:expr) => {
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        #[allow(clippy::needless_range_loop)] // `c` indexes rows, sums and outputs together
+        unsafe fn $name<const N: usize>(w: &[u8], xs: &[Q8Row], out: &mut [f32]) {
+            let mut acc = [_mm256_setzero_ps(); N];
+            let mut mins = [0f32; N];
+            let wp = w.as_ptr();
+            let ones = _mm256_set1_epi16(1);
+            let nb = xs[0].d.len();
+            // In pairs of blocks, as `blocks32_pass`, then the odd one.
+            let mut b = 0;
+            while b < nb {
+                let pair = b + 2 <= nb;
+                let b0 = wp.add(b * $bytes);
+                _mm_prefetch::<_MM_HINT_T0>(b0.wrapping_add(PREFETCH) as *const i8);
+                let q0 = {
+                    let $blk = b0;
+                    $weights
+                };
+                let (dw0, m0) = (f16_at(b0), f16_at(b0.add(2)));
+                let b1 = wp.add((b + pair as usize) * $bytes);
+                let q1 = {
+                    let $blk = b1;
+                    $weights
+                };
+                let (dw1, m1) = (f16_at(b1), f16_at(b1.add(2)));
+                for c in 0..N {
+                    let x = xs.get_unchecked(c);
+                    let y = x.qs.as_ptr().add(b * QK) as *const u8;
+                    let dy0 = *x.d.get_unchecked(b);
+                    let s0 = _mm256_madd_epi16(_mm256_maddubs_epi16(q0, load(y)), ones);
+                    let t0 = _mm256_mul_ps(_mm256_set1_ps(dw0 * dy0), _mm256_cvtepi32_ps(s0));
+                    mins[c] += m0 * *x.d_sums.get_unchecked(b);
+                    if pair {
+                        let dy1 = *x.d.get_unchecked(b + 1);
+                        let s1 = _mm256_madd_epi16(_mm256_maddubs_epi16(q1, load(y.add(QK))), ones);
+                        let t =
+                            _mm256_fmadd_ps(_mm256_set1_ps(dw1 * dy1), _mm256_cvtepi32_ps(s1), t0);
+                        acc[c] = _mm256_add_ps(acc[c], t);
+                        mins[c] += m1 * *x.d_sums.get_unchecked(b + 1);
+                    } else {
+                        acc[c] = _mm256_add_ps(acc[c], t0);
+                    }
+                }
+                b += 1 + pair as usize;
+            }
+            for c in 0..N {
+                *out.get_unchecked_mut(c) = hsum(acc[c]) + mins[c];
+            }
+        }
+    };
+}
+
+with_minimum_pass!(q4_1_pass, 20, |blk| nibbles(blk.add(4)));
+with_minimum_pass!(q5_1_pass, 24, |blk| _mm256_or_si256(
+    nibbles(blk.add(8)),
+    _mm256_and_si256(fifth_bits(blk.add(4)), _mm256_set1_epi8(0x10))
+));
+one_and_rows!(q4_1_pass, q4_1, q4_1_rows);
+one_and_rows!(q5_1_pass, q5_1, q5_1_rows);
+
+/// Byte j is 0xFF where bit j of the 32 bits at `p` is set (Q5's fifth bits).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn fifth_bits(p: *const u8) -> __m256i {
+    let qh = std::ptr::read_unaligned(p as *const u32);
+    let shuf = _mm256_set_epi64x(
+        0x0303030303030303,
+        0x0202020202020202,
+        0x0101010101010101,
+        0,
+    );
+    let spread = _mm256_shuffle_epi8(_mm256_set1_epi32(qh as i32), shuf);
+    _mm256_cmpeq_epi8(
+        _mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe)),
+        _mm256_set1_epi64x(-1),
+    )
+}
+
+/// A Q4_K/Q5_K block's eight 6-bit scales (16-bit lanes 0..8, repeated in both halves) and
+/// eight minimums (a 128-bit vector of 16-bit lanes), from its 12 packed bytes at `p`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scales_and_mins_k4(p: *const u8) -> (__m256i, __m128i) {
+    const KMASK1: u32 = 0x3f3f3f3f;
+    const KMASK2: u32 = 0x0f0f0f0f;
+    const KMASK3: u32 = 0x03030303;
+    let mut u = [0u32; 4];
+    std::ptr::copy_nonoverlapping(p, u.as_mut_ptr() as *mut u8, 12);
+    u[3] = ((u[2] >> 4) & KMASK2) | (((u[1] >> 6) & KMASK3) << 4);
+    let mins_lo = u[1] & KMASK1;
+    u[1] = (u[2] & KMASK2) | (((u[0] >> 6) & KMASK3) << 4);
+    u[2] = mins_lo;
+    u[0] &= KMASK1;
+    let mins_scales = _mm256_cvtepu8_epi16(_mm_set_epi32(
+        u[3] as i32,
+        u[2] as i32,
+        u[1] as i32,
+        u[0] as i32,
+    ));
+    let sc = _mm256_castsi256_si128(mins_scales);
+    (
+        _mm256_set_m128i(sc, sc),
+        _mm256_extracti128_si256(mins_scales, 1),
+    )
+}
+
+/// Scales `2j` and `2j + 1` (of [`scales_and_mins_k4`]), each broadcast to every 16-bit lane.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scale_pair_k4(scales: __m256i, j: usize) -> (__m256i, __m256i) {
+    let lo = 4 * j as u8;
+    (
+        _mm256_shuffle_epi8(scales, _mm256_set1_epi16(i16::from_le_bytes([lo, lo + 1]))),
+        _mm256_shuffle_epi8(
+            scales,
+            _mm256_set1_epi16(i16::from_le_bytes([lo + 2, lo + 3])),
+        ),
+    )
+}
+
+/// The minimums' part of a Q4_K/Q5_K block for one activation row: `Σ min_j · Σy_j` over the
+/// eight 32-value sub-blocks, in four i32 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn mins_dot(mins: __m128i, x: &Q8Row, b: usize) -> __m128i {
+    let bsums = _mm256_loadu_si256(x.bsums.as_ptr().add(b * 16) as *const __m256i);
+    let sums32 = _mm_hadd_epi16(
+        _mm256_castsi256_si128(bsums),
+        _mm256_extracti128_si256(bsums, 1),
+    );
+    _mm_madd_epi16(mins, sums32)
+}
+
+/// Q4_K (`$bytes` 144, no fifth bits) and Q5_K (176, fifth bits at 16): per 64 values the low
+/// nibbles of 32 bytes are sub-block `2j`, the high ones `2j + 1`; each block's scales and
+/// weights are unpacked once for the `N` activation rows.
+macro_rules! k4_pass {
+    ($name:ident, $bytes:expr, $fifth:expr) => {
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        #[allow(clippy::needless_range_loop)] // `c` indexes rows, sums and outputs together
+        unsafe fn $name<const N: usize>(w: &[u8], xs: &[Q8Row], out: &mut [f32]) {
+            let m4 = _mm256_set1_epi8(0x0F);
+            let mut acc = [_mm256_setzero_ps(); N];
+            let mut acc_m = [_mm_setzero_ps(); N];
+            let nibbles_at = if $fifth { 48 } else { 16 };
+            for b in 0..xs[0].d.len() {
+                let blk = w.as_ptr().add(b * $bytes);
+                prefetch(blk, $bytes);
+                let (dw, dmin) = (f16_at(blk), f16_at(blk.add(2)));
+                let (scales, mins) = scales_and_mins_k4(blk.add(4));
+                for c in 0..N {
+                    let x = xs.get_unchecked(c);
+                    let prod = mins_dot(mins, x, b);
+                    let neg = -*x.d.get_unchecked(b) * dmin;
+                    acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(neg), _mm_cvtepi32_ps(prod), acc_m[c]);
+                }
+                let high = if $fifth {
+                    load(blk.add(16))
+                } else {
+                    _mm256_setzero_si256()
+                };
+                let mut sumi = [_mm256_setzero_si256(); N];
+                for j in 0..4 {
+                    let (scale_l, scale_h) = scale_pair_k4(scales, j);
+                    let bits = load(blk.add(nibbles_at + 32 * j));
+                    let mut q_l = _mm256_and_si256(bits, m4);
+                    let mut q_h = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+                    if $fifth {
+                        // Bit 2j of each qh byte is the fifth bit of sub-block 2j, bit 2j+1 of 2j+1.
+                        let bit = |s: usize| {
+                            let mask = _mm256_set1_epi8(1i8 << s);
+                            let set = _mm256_cmpeq_epi8(_mm256_and_si256(high, mask), mask);
+                            _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+                        };
+                        q_l = _mm256_or_si256(q_l, bit(2 * j));
+                        q_h = _mm256_or_si256(q_h, bit(2 * j + 1));
+                    }
+                    for c in 0..N {
+                        let q8 =
+                            xs.get_unchecked(c).qs.as_ptr().add(b * QK_K + 64 * j) as *const u8;
+                        let p_l = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(q_l, load(q8)));
+                        let p_h =
+                            _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(q_h, load(q8.add(32))));
+                        sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(p_l, p_h));
+                    }
+                }
+                for c in 0..N {
+                    let d = *xs.get_unchecked(c).d.get_unchecked(b) * dw;
+                    acc[c] =
+                        _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+                }
+            }
+            for c in 0..N {
+                let m = _mm_add_ps(acc_m[c], _mm_movehl_ps(acc_m[c], acc_m[c]));
+                let m = _mm_add_ss(m, _mm_movehdup_ps(m));
+                *out.get_unchecked_mut(c) = hsum(acc[c]) + _mm_cvtss_f32(m);
+            }
+        }
+    };
+}
+
+k4_pass!(q4k_pass, 144, false);
+k4_pass!(q5k_pass, 176, true);
+one_and_rows!(q4k_pass, q4k, q4k_rows);
+one_and_rows!(q5k_pass, q5k, q5k_rows);
+
+/// Q6_K: per half of a block, 64 bytes of low nibbles and 32 of high bit pairs make four runs
+/// of 32 values (offset by 32), unpacked once for the `N` activation rows.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)] // `c` indexes rows, sums and outputs together
+unsafe fn q6k_pass<const N: usize>(w: &[u8], xs: &[Q8Row], out: &mut [f32]) {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m2 = _mm256_set1_epi8(3);
+    let m32s = _mm256_set1_epi8(32);
+    let mut acc = [_mm256_setzero_ps(); N];
+    for b in 0..xs[0].d.len() {
+        let blk = w.as_ptr().add(b * 210);
+        prefetch(blk, 210);
+        let dw = f16_at(blk.add(208));
+        let scales = _mm_loadu_si128(blk.add(192) as *const __m128i);
+        let mut sumi = [_mm256_setzero_si256(); N];
+        for half in 0..2usize {
+            let bits1 = load(blk.add(64 * half));
+            let bits2 = load(blk.add(64 * half + 32));
+            let high = load(blk.add(128 + 32 * half));
+            let h0 = _mm256_slli_epi16(_mm256_and_si256(high, m2), 4);
+            let h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 2), m2), 4);
+            let h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 4), m2), 4);
+            let h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 6), m2), 4);
+            let q = [
+                _mm256_or_si256(_mm256_and_si256(bits1, m4), h0),
+                _mm256_or_si256(_mm256_and_si256(bits2, m4), h1),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits1, 4), m4), h2),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits2, 4), m4), h3),
+            ];
+            for (i, q) in q.into_iter().enumerate() {
+                // Scales 2s and 2s+1 of this 32-value run, each for 8 16-bit lanes.
+                let s = (half * 8 + 2 * i) as u8;
+                let pick =
+                    _mm_set_epi64x(i64::from_le_bytes([s + 1; 8]), i64::from_le_bytes([s; 8]));
+                let sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
+                for c in 0..N {
+                    let q8 = xs.get_unchecked(c).qs.as_ptr();
+                    let y = load(q8.add(b * QK_K + 128 * half + 32 * i) as *const u8);
+                    // (q - 32)·y = q·y - 32·y, since maddubs needs the unsigned operand.
+                    let p =
+                        _mm256_sub_epi16(_mm256_maddubs_epi16(q, y), _mm256_maddubs_epi16(m32s, y));
+                    sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(sc, p));
+                }
+            }
+        }
+        for c in 0..N {
+            let d = *xs.get_unchecked(c).d.get_unchecked(b) * dw;
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+        }
+    }
+    for c in 0..N {
+        *out.get_unchecked_mut(c) = hsum(acc[c]);
+    }
+}
+
+one_and_rows!(q6k_pass, q6k, q6k_rows);
+
+/// Blocks of 32 signed weights (`$weights`: the bytes of the block at `$blk`) against `N`
+/// activation rows. Blocks go in pairs whose two products are summed before they meet the
+/// accumulator, so that its additions do not wait on one another block after block.
+macro_rules! blocks32_pass {
+    ($name:ident, $bytes:expr, |$blk:ident| $weights:expr) => {
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        #[allow(clippy::needless_range_loop)] // `c` indexes rows, sums and outputs together
+        unsafe fn $name<const N: usize>(w: &[u8], xs: &[Q8Row], out: &mut [f32]) {
+            let mut acc = [_mm256_setzero_ps(); N];
+            let wp = w.as_ptr();
+            let nb = xs[0].d.len();
+            let ones = _mm256_set1_epi16(1);
+            let mut b = 0;
+            while b + 2 <= nb {
+                let (b0, b1) = (wp.add(b * $bytes), wp.add((b + 1) * $bytes));
+                _mm_prefetch::<_MM_HINT_T0>(b0.wrapping_add(PREFETCH) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(b1.wrapping_add(PREFETCH + $bytes - 1) as *const i8);
+                let w0 = {
+                    let $blk = b0;
+                    $weights
+                };
+                let w1 = {
+                    let $blk = b1;
+                    $weights
+                };
+                // maddubs multiplies unsigned by signed bytes: w's sign moves onto y.
+                let (u0, u1) = (_mm256_sign_epi8(w0, w0), _mm256_sign_epi8(w1, w1));
+                let (s0, s1) = (f16_at(b0), f16_at(b1));
+                for c in 0..N {
+                    let x = xs.get_unchecked(c);
+                    let y = x.qs.as_ptr().add(b * QK) as *const u8;
+                    let p0 = _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(u0, _mm256_sign_epi8(load(y), w0)),
+                        ones,
+                    );
+                    let p1 = _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(u1, _mm256_sign_epi8(load(y.add(QK)), w1)),
+                        ones,
+                    );
+                    let d0 = _mm256_set1_ps(s0 * *x.d.get_unchecked(b));
+                    let d1 = _mm256_set1_ps(s1 * *x.d.get_unchecked(b + 1));
+                    let pair = _mm256_fmadd_ps(
+                        d0,
+                        _mm256_cvtepi32_ps(p0),
+                        _mm256_mul_ps(d1, _mm256_cvtepi32_ps(p1)),
+                    );
+                    acc[c] = _mm256_add_ps(acc[c], pair);
+                }
+                b += 2;
+            }
+            if b < nb {
+                let $blk = wp.add(b * $bytes);
+                let wq = $weights;
+                let u = _mm256_sign_epi8(wq, wq);
+                let scale = f16_at($blk);
+                for c in 0..N {
+                    let x = xs.get_unchecked(c);
+                    let y = load(x.qs.as_ptr().add(b * QK) as *const u8);
+                    let p =
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(y, wq)), ones);
+                    let d = _mm256_set1_ps(scale * *x.d.get_unchecked(b));
+                    acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[c]);
+                }
+            }
+            for c in 0..N {
+                *out.get_unchecked_mut(c) = hsum(acc[c]);
+            }
+        }
+    };
+}
+
+blocks32_pass!(q4_0_pass, 18, |blk| _mm256_sub_epi8(
+    nibbles(blk.add(2)),
+    _mm256_set1_epi8(8)
+));
+blocks32_pass!(q5_0_pass, 22, |blk| q5_0_weights(blk));
+blocks32_pass!(q8_0_pass, 34, |blk| load(blk.add(2)));
+one_and_rows!(q4_0_pass, q4_0, q4_0_rows);
+one_and_rows!(q5_0_pass, q5_0, q5_0_rows);
+one_and_rows!(q8_0_pass, q8_0, q8_0_rows);

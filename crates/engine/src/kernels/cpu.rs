@@ -1,0 +1,225 @@
+//! The one CPU-feature decision every kernel follows: the SIMD level detected once, or forced
+//! lower with `HEARTH_CPU` / [`force`] so that every path can be tested and measured on one
+//! machine.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::OnceLock;
+
+/// The instruction-set levels the kernels are compiled for, lowest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum CpuLevel {
+    /// Plain Rust (what the compiler vectorises for the build target).
+    Portable = 0,
+    /// x86-64 with AVX2, FMA and F16C (Intel Haswell on, AMD Zen 1–3).
+    Avx2 = 1,
+    /// AVX2 plus AVX-512 F, BW, VL and VNNI (Intel Ice Lake / Sapphire Rapids, AMD Zen 4 on).
+    Avx512 = 2,
+}
+
+/// The accepted `HEARTH_CPU` values, for messages.
+pub const LEVEL_NAMES: &str = "portable, avx2, avx512 (or native)";
+
+impl CpuLevel {
+    pub const ALL: [CpuLevel; 3] = [CpuLevel::Portable, CpuLevel::Avx2, CpuLevel::Avx512];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Portable => "portable",
+            Self::Avx2 => "avx2",
+            Self::Avx512 => "avx512",
+        }
+    }
+
+    /// `portable`, `avx2` or `avx512`; `native` (or `auto`) is the detected level.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "portable" | "scalar" | "generic" => Some(Self::Portable),
+            "avx2" => Some(Self::Avx2),
+            "avx512" | "avx-512" | "avx512vnni" => Some(Self::Avx512),
+            "native" | "auto" | "" => Some(detected()),
+            _ => None,
+        }
+    }
+
+    /// The CPU features this level runs on.
+    pub fn features(self) -> &'static [&'static str] {
+        match self {
+            Self::Portable => &[],
+            Self::Avx2 => &["avx2", "fma", "f16c"],
+            Self::Avx512 => &[
+                "avx2",
+                "fma",
+                "f16c",
+                "avx512f",
+                "avx512bw",
+                "avx512vl",
+                "avx512vnni",
+            ],
+        }
+    }
+
+    fn from_u8(v: u8) -> Self {
+        match v {
+            2 => Self::Avx512,
+            1 => Self::Avx2,
+            _ => Self::Portable,
+        }
+    }
+}
+
+impl std::fmt::Display for CpuLevel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn has_feature(name: &str) -> bool {
+    match name {
+        "avx2" => is_x86_feature_detected!("avx2"),
+        "fma" => is_x86_feature_detected!("fma"),
+        "f16c" => is_x86_feature_detected!("f16c"),
+        "avx512f" => is_x86_feature_detected!("avx512f"),
+        "avx512bw" => is_x86_feature_detected!("avx512bw"),
+        "avx512vl" => is_x86_feature_detected!("avx512vl"),
+        "avx512vnni" => is_x86_feature_detected!("avx512vnni"),
+        _ => false,
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn has_feature(_: &str) -> bool {
+    false
+}
+
+/// The features of `level` this CPU lacks (none: it can run that level).
+pub fn missing_features(level: CpuLevel) -> Vec<&'static str> {
+    level
+        .features()
+        .iter()
+        .copied()
+        .filter(|f| !has_feature(f))
+        .collect()
+}
+
+/// The highest level this CPU runs.
+pub fn detected() -> CpuLevel {
+    static DETECTED: OnceLock<CpuLevel> = OnceLock::new();
+    *DETECTED.get_or_init(|| {
+        CpuLevel::ALL
+            .into_iter()
+            .rev()
+            .find(|&l| missing_features(l).is_empty())
+            .unwrap_or(CpuLevel::Portable)
+    })
+}
+
+/// Every level this CPU runs, lowest first (what the kernel tests compare).
+pub fn runnable() -> Vec<CpuLevel> {
+    CpuLevel::ALL
+        .into_iter()
+        .filter(|&l| l <= detected())
+        .collect()
+}
+
+/// Why a level cannot be used: an unknown name, or features this CPU lacks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CpuLevelError {
+    Unknown(String),
+    Unsupported {
+        level: CpuLevel,
+        missing: Vec<&'static str>,
+    },
+}
+
+impl std::fmt::Display for CpuLevelError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Unknown(s) => write!(f, "unknown CPU level {s:?}; expected {LEVEL_NAMES}"),
+            Self::Unsupported { level, missing } => write!(
+                f,
+                "this CPU cannot run the {level} kernels: it lacks {} (it runs up to {})",
+                missing.join(", "),
+                detected()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for CpuLevelError {}
+
+/// `name` as a level this CPU runs.
+pub fn checked(name: &str) -> Result<CpuLevel, CpuLevelError> {
+    let level = CpuLevel::parse(name).ok_or_else(|| CpuLevelError::Unknown(name.to_string()))?;
+    let missing = missing_features(level);
+    if missing.is_empty() {
+        Ok(level)
+    } else {
+        Err(CpuLevelError::Unsupported { level, missing })
+    }
+}
+
+/// The level `HEARTH_CPU` asks for, if set.
+pub fn from_env() -> Result<Option<CpuLevel>, CpuLevelError> {
+    match std::env::var("HEARTH_CPU") {
+        Ok(v) => checked(&v).map(Some),
+        Err(_) => Ok(None),
+    }
+}
+
+const UNSET: u8 = u8::MAX;
+static ACTIVE: AtomicU8 = AtomicU8::new(UNSET);
+
+/// The level the kernels run at now: the one [`force`]d, else `HEARTH_CPU` (a value this CPU
+/// cannot run is reported when a model loads; here it falls back to the detected level), else
+/// the detected one.
+pub fn active() -> CpuLevel {
+    match ACTIVE.load(Ordering::Relaxed) {
+        UNSET => {
+            let level = from_env().ok().flatten().unwrap_or_else(detected);
+            // A concurrent `force` wins.
+            let _ =
+                ACTIVE.compare_exchange(UNSET, level as u8, Ordering::Relaxed, Ordering::Relaxed);
+            CpuLevel::from_u8(ACTIVE.load(Ordering::Relaxed))
+        }
+        v => CpuLevel::from_u8(v),
+    }
+}
+
+/// Runs every later kernel call at `level` (process-wide), if this CPU can.
+pub fn force(level: CpuLevel) -> Result<(), CpuLevelError> {
+    let missing = missing_features(level);
+    if !missing.is_empty() {
+        return Err(CpuLevelError::Unsupported { level, missing });
+    }
+    ACTIVE.store(level as u8, Ordering::Relaxed);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_parse_and_the_cpu_runs_what_it_detects() {
+        assert_eq!(CpuLevel::parse("AVX2"), Some(CpuLevel::Avx2));
+        assert_eq!(CpuLevel::parse("portable"), Some(CpuLevel::Portable));
+        assert_eq!(CpuLevel::parse("native"), Some(detected()));
+        assert_eq!(CpuLevel::parse("sse9"), None);
+        assert!(matches!(checked("sse9"), Err(CpuLevelError::Unknown(_))));
+        for level in CpuLevel::ALL {
+            assert_eq!(
+                checked(level.name()).is_ok(),
+                level <= detected(),
+                "{level}"
+            );
+        }
+        if detected() < CpuLevel::Avx512 {
+            let err = checked("avx512").err().map(|e| e.to_string());
+            let err = err.unwrap_or_default();
+            assert!(err.contains("avx512") && err.contains("lacks"), "{err}");
+            assert!(force(CpuLevel::Avx512).is_err());
+        }
+        assert_eq!(runnable().first(), Some(&CpuLevel::Portable));
+    }
+}
