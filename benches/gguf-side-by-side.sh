@@ -6,16 +6,34 @@
 # e.g. `pip install cmake`).
 # Writes benches/results/<date>-cpu.json and prints a markdown table with ratios.
 #
-#   benches/gguf-side-by-side.sh [threads] model.gguf [more.gguf ...]
+#   benches/gguf-side-by-side.sh [--cpu avx2|portable] [threads] model.gguf [more.gguf ...]
+#
+# --cpu avx2 races at the AVX2 level on any x86 machine: llama.cpp is built a second time
+# (build-avx2) with GGML_NATIVE=OFF and only AVX2/FMA/F16C on, and Hearth runs with
+# HEARTH_CPU=avx2, so an AVX-512 machine measures the AVX2 race honestly.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+level=native
+if [ "${1:-}" = "--cpu" ]; then level=$2; shift 2; fi
 threads=${1:-2}; shift
 [ $# -gt 0 ] || set -- "$("$repo/scripts/fetch-test-models.sh")"
 cache=${HEARTH_CACHE:-$HOME/.cache/hearth}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/hearth-target}
 
-llama=$cache/llama.cpp/build/bin/llama-bench
-if [ ! -x "$llama" ]; then
+build=build
+cmake_cpu=(-DGGML_NATIVE=ON)
+case $level in
+  native) ;;
+  avx2) build=build-avx2
+        cmake_cpu=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+                   -DGGML_AVX512=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF) ;;
+  portable) build=build-portable
+        cmake_cpu=(-DGGML_NATIVE=OFF -DGGML_AVX=OFF -DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF -DGGML_AVX512=OFF) ;;
+  *) echo "--cpu: expected avx2 or portable, got $level" >&2; exit 2 ;;
+esac
+[ "$level" = native ] || export HEARTH_CPU=$level
+llama=$cache/llama.cpp/$build/bin/llama-bench
+if [ ! -f "$cache/llama.cpp/CMakeLists.txt" ]; then
   tmp=$(mktemp -d)
   python3 - "$tmp/sdist.tar.gz" <<'PY'
 import hashlib, re, sys, urllib.request
@@ -29,14 +47,16 @@ PY
   mkdir -p "$cache/llama.cpp"
   tar xzf "$tmp/sdist.tar.gz" -C "$tmp"
   cp -r "$tmp"/llama_cpp_python-0.3.16/vendor/llama.cpp/. "$cache/llama.cpp/"
-  (cd "$cache/llama.cpp" && cmake -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_CURL=OFF >&2 \
-     && cmake --build build -j"$threads" --target llama-bench >&2)
+fi
+if [ ! -x "$llama" ]; then
+  (cd "$cache/llama.cpp" && cmake -B "$build" -DCMAKE_BUILD_TYPE=Release "${cmake_cpu[@]}" -DLLAMA_BUILD_TESTS=OFF -DLLAMA_CURL=OFF >&2 \
+     && cmake --build "$build" -j"$threads" --target llama-bench >&2)
 fi
 (cd "$repo" && cargo build --release >&2 && cargo bench --no-run --bench candle_quantized >&2)
 hearth=$CARGO_TARGET_DIR/release/hearth
 candle=$(ls -t "$CARGO_TARGET_DIR"/release/deps/candle_quantized-* | grep -v '\.d$' | head -1)
 
-out="$repo/benches/results/$(date +%F)-cpu.json"
+out="$repo/benches/results/$(date +%F)-cpu$([ "$level" = native ] || echo "-$level").json"
 python3 - "$out" "$threads" "$hearth" "$llama" "$candle" "$@" <<'PY'
 import json, os, subprocess, sys, pathlib
 out, threads, hearth, llama, candle, *models = sys.argv[1:]
@@ -65,7 +85,10 @@ for m in models:
         rows.append({"model": pathlib.Path(m).name, "test": test, "threads": int(threads), "hearth_ts": hv,
                      "llama_cpp_ts": lv, "candle_transformers_ts": cv, "hearth_over_llama_cpp": hv / lv,
                      "hearth_over_candle": hv / cv if cv else None})
-pathlib.Path(out).write_text(json.dumps({"command": "benches/gguf-side-by-side.sh " + " ".join(sys.argv[2:3] + models),
+level = os.environ.get("HEARTH_CPU")
+cpu_flag = f"--cpu {level} " if level else ""
+pathlib.Path(out).write_text(json.dumps({"command": "benches/gguf-side-by-side.sh " + cpu_flag + " ".join(sys.argv[2:3] + models),
+                                         "hearth_cpu_level": level or "native",
                                          "rows": rows, "memory": memory}, indent=1))
 print("| model | test | hearth t/s | llama.cpp t/s | candle t/s | hearth/llama.cpp | hearth/candle |")
 print("|---|---|---|---|---|---|---|")

@@ -85,12 +85,12 @@ fn prefill_paths_agree_with_token_by_token_decoding() {
 }
 
 /// Where the CPU has rows kernels for every block type of the file (AVX2: one weight row
-/// against a few activation rows, each row summed exactly as decoding sums it), the matrix
-/// products of a prefill equal decoding's bit for bit. Attention of up to 16 queries does too;
-/// past that its gemm sums in another order. So a resumed turn (a short prefill on top of a
-/// cached prefix) gives the logits of token-by-token decoding exactly.
+/// against a few activation rows, each row summed exactly as decoding sums it) and attention
+/// sums each query in one order, a prefill gives the logits of token-by-token decoding bit for
+/// bit, whatever its length: a conversation's greedy tokens do not depend on how much of it
+/// was in the KV cache.
 #[test]
-fn short_prefills_with_rows_kernels_equal_decoding_bit_for_bit() {
+fn prefills_with_rows_kernels_equal_decoding_bit_for_bit() {
     use hearth_engine::kernels::{cpu, CpuLevel};
     let _turn = SETTINGS.lock().unwrap_or_else(|e| e.into_inner());
     let Some(path) = common::real_gguf() else {
@@ -108,28 +108,28 @@ fn short_prefills_with_rows_kernels_equal_decoding_bit_for_bit() {
     let model = Qwen::load(&cfg, &file.weights(&Device::Cpu)).unwrap();
     let tok = file.tokenizer().unwrap();
     let prompt = tok
-        .encode("<|im_start|>user\nName three rivers of Europe and one fact about each.<|im_end|>\n<|im_start|>assistant\n")
+        .encode("<|im_start|>system\nYou are a helpful assistant who answers briefly and checks every fact twice.<|im_end|>\n<|im_start|>user\nName three rivers of Europe, the countries they cross, and one fact about each.<|im_end|>\n<|im_start|>assistant\n")
         .unwrap();
-    assert!(prompt.len() > 16, "{}", prompt.len());
+    let n = prompt.len();
+    assert!(n > 33, "{n}");
     let logits = |t: candle_core::Tensor| -> Vec<f32> { t.to_vec1().unwrap() };
-    set_dequantize_from_rows(usize::MAX);
     let mut cache = model.new_cache();
     let mut stepwise = vec![];
-    for &t in &prompt[..16] {
+    for &t in &prompt {
         stepwise.push(logits(model.forward(&[t], &mut cache).unwrap()));
     }
-    // 16 tokens in one prefill.
-    let whole = logits(
-        model
-            .forward(&prompt[..16], &mut model.new_cache())
-            .unwrap(),
-    );
-    // 6 tokens cached, then 10 prefilled on top (a resumed conversation).
+    // The whole prompt in one prefill (more than one 32-query attention block).
+    let whole = logits(model.forward(&prompt, &mut model.new_cache()).unwrap());
+    // 6 tokens cached, then the rest prefilled on top (a resumed conversation).
     let mut cache = model.new_cache();
     let early = logits(model.forward(&prompt[..6], &mut cache).unwrap());
-    let resumed = logits(model.forward(&prompt[6..16], &mut cache).unwrap());
-    set_dequantize_from_rows(16);
+    let resumed = logits(model.forward(&prompt[6..], &mut cache).unwrap());
     assert_eq!(early, stepwise[5], "6-token prefill vs decoding");
-    assert_eq!(whole, stepwise[15], "16-token prefill vs decoding");
-    assert_eq!(resumed, stepwise[15], "10 tokens on a cached 6 vs decoding");
+    assert_eq!(whole, stepwise[n - 1], "{n}-token prefill vs decoding");
+    assert_eq!(
+        resumed,
+        stepwise[n - 1],
+        "{} tokens on a cached 6 vs decoding",
+        n - 6
+    );
 }

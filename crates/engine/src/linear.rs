@@ -29,12 +29,6 @@ use std::sync::Arc;
 const ROW_KERNEL_MAX_ROWS: usize = 16;
 const HALF_ROW_KERNEL_MAX_ROWS: usize = 128;
 
-/// Below this many rows, quantized matrices with a rows kernel (AVX2 Q4_0/Q5_0/Q8_0) keep
-/// their blocks for prompts too: widening the whole weight to f32 costs more than the rows
-/// kernel's integer products for short prompts (Q4_K_M, AVX2, 2 threads: pp32 18 -> 32
-/// tok/s); long prompts go to gemm.
-const ROWS_KERNEL_PREFILL_MAX_ROWS: usize = 128;
-
 #[derive(Debug, Clone)]
 pub struct Linear {
     parts: Vec<Part>,
@@ -50,9 +44,9 @@ enum Part {
     Tiles(Arc<TileMatrix>),
 }
 
-/// From this many rows on (prompt prefills), a quantized matrix without a blocked many-row
-/// kernel (K-quants; CPUs without AVX-512 VNNI) is widened to f32 and multiplied with gemm,
-/// 3–10× faster than one dot product per row. The block kernels quantize the activations to
+/// From this many rows on (prompt prefills), a quantized matrix without a rows or many-row
+/// kernel at the active level (the portable level) is widened to f32 and multiplied with
+/// gemm, 3–10× faster than one dot product per row. The block kernels quantize the activations to
 /// 8 bits as llama.cpp does; the f32 path differs from them by about 2 % of the logits' scale
 /// (tested), enough to flip near-ties.
 static DEQUANTIZE_FROM_ROWS: AtomicUsize = AtomicUsize::new(16);
@@ -180,12 +174,12 @@ impl Part {
                     && !rows_are_sequences()
                     && x.elem_count() / x.dim(D::Minus1)?
                         >= DEQUANTIZE_FROM_ROWS.load(Ordering::Relaxed)
-                    && !short_with_rows_kernel(q, x)? =>
+                    && !with_rows_kernel(q, x)? =>
             {
                 let w = q.dequantize(x.device())?.to_dtype(x.dtype())?;
                 x.broadcast_matmul(&w.t()?)
             }
-            Part::Quantized(q, w) if short_with_rows_kernel(w, x)? => {
+            Part::Quantized(q, w) if with_rows_kernel(w, x)? => {
                 match quantized_rows(std::slice::from_ref(self), x)? {
                     Some(y) => Ok(y),
                     None => q.forward(x),
@@ -216,12 +210,12 @@ impl Part {
     }
 }
 
-/// Whether `x` has few enough rows for `w`'s rows kernel to serve it (a short prompt).
-fn short_with_rows_kernel(w: &QTensor, x: &Tensor) -> Result<bool> {
-    let m = x.elem_count() / x.dim(D::Minus1)?;
-    Ok(x.device().is_cpu()
-        && m < ROWS_KERNEL_PREFILL_MAX_ROWS
-        && BlockType::of(w.dtype()).is_some_and(has_rows_kernel))
+/// Whether `w` has a rows kernel here (AVX2): then prompts of every length keep its blocks.
+/// Widening the weight to f32 for gemm is no faster there (Q4_K_M, 2 threads, pp512: 52 vs 50
+/// tok/s; pp128: 69 vs 48), takes four times the weight's memory on every call, and would
+/// sum differently from decoding.
+fn with_rows_kernel(w: &QTensor, x: &Tensor) -> Result<bool> {
+    Ok(x.device().is_cpu() && BlockType::of(w.dtype()).is_some_and(has_rows_kernel))
 }
 
 /// Few rows through quantized matrices on the CPU, all in one pass with Hearth's kernels
@@ -250,8 +244,7 @@ fn quantized_rows(parts: &[Part], x: &Tensor) -> Result<Option<Tensor>> {
         };
         let (rows, cols) = w.shape().dims2()?;
         // Long prefills stay here only where a blocked many-row or rows kernel serves them.
-        let blocked = has_many_rows_kernel(kind, k)
-            || (m < ROWS_KERNEL_PREFILL_MAX_ROWS && has_rows_kernel(kind));
+        let blocked = has_many_rows_kernel(kind, k) || has_rows_kernel(kind);
         if cols != k || !k.is_multiple_of(kind.block_values()) || (long && !blocked) {
             return Ok(None);
         }

@@ -6,7 +6,8 @@
 //! score and transpose the output back; at 512 positions that glue took as long as all the
 //! matrix products of the layer. Here each task takes one kv head and a few queries, scores
 //! only the keys a query sees, and writes its output rows in place; `exp` is a polynomial the
-//! compiler vectorises. Every loop is compiled for AVX-512 and AVX2, run at the level [`super::cpu`] chose.
+//! compiler vectorises. Each query's sums run in one fixed order, so a prompt's attention
+//! equals token-by-token decoding's bit for bit. Every loop is compiled for AVX-512 and AVX2, run at the level [`super::cpu`] chose.
 
 #[cfg(target_arch = "x86_64")]
 use super::cpu::{self, CpuLevel};
@@ -105,7 +106,7 @@ pub fn rotate(
     }
 }
 
-/// Queries per task: a block's scores are one small matrix product.
+/// Queries per task.
 const QUERY_BLOCK: usize = 32;
 
 /// Attention of `len` queries at positions `offset..offset + len` over keys and values
@@ -126,7 +127,7 @@ pub fn attend(
     let dst = SharedOut(out.as_mut_ptr());
     let blocks = len.div_ceil(QUERY_BLOCK);
     (0..heads.kv * blocks).into_par_iter().for_each_init(
-        || Vec::with_capacity(QUERY_BLOCK.min(len) * (offset + len)),
+        || Vec::with_capacity(offset + len + heads.dim),
         |scores, task| {
             let (kv_head, block) = (task % heads.kv, task / heads.kv);
             let t0 = block * QUERY_BLOCK;
@@ -158,53 +159,30 @@ struct Task<'a> {
     queries: (usize, usize),
 }
 
-simd_dispatch!(fn attend_block(task: &Task<'_>, scores: &mut Vec<f32>, dst: &SharedOut) => attend_block_portable);
+simd_dispatch!(fn attend_block(task: &Task<'_>, scratch: &mut Vec<f32>, dst: &SharedOut) => attend_block_portable);
 
 #[inline(always)]
-fn attend_block_portable(task: &Task<'_>, scores: &mut Vec<f32>, dst: &SharedOut) {
+fn attend_block_portable(task: &Task<'_>, scratch: &mut Vec<f32>, dst: &SharedOut) {
     let Heads { q: qh, kv, dim } = task.heads;
     let group = qh / kv;
     let scale = 1.0 / (dim as f32).sqrt();
     let (t0, t1) = task.queries;
-    let rows = t1 - t0;
-    // Every query of the block sees keys `..offset + t0 + 1`; the later ones a few more.
     let keys = task.offset + t1;
-    let kp = task.k.data[task.kv_head * task.k.head_stride..].as_ptr();
-    let vp = task.v.data[task.kv_head * task.v.head_stride..].as_ptr();
-    scores.clear();
-    scores.resize(rows * keys, 0.0);
+    let kh = &task.k.data[task.kv_head * task.k.head_stride..][..keys * dim];
+    let vh = &task.v.data[task.kv_head * task.v.head_stride..][..keys * dim];
+    scratch.clear();
+    scratch.resize(keys + dim, 0.0);
+    let (scores, acc) = scratch.split_at_mut(keys);
+    // One query at a time, each sum in a fixed order: a query's output does not depend on
+    // which other queries share its block (a prefill) or not (a decoding step).
     for head in task.kv_head * group..(task.kv_head + 1) * group {
-        let q = task.q[t0 * task.q_width + head * dim..].as_ptr();
-        // SAFETY: `q` has `rows` rows of `q_width` from `t0`, each with this head's `dim`
-        // values; the cache holds `keys` rows of `dim` for this head; `scores` is
-        // `[rows, keys]`.
-        unsafe {
-            gemm::gemm(
-                rows,
-                keys,
-                dim,
-                scores.as_mut_ptr(),
-                1,
-                keys as isize,
-                false,
-                q,
-                1,
-                task.q_width as isize,
-                kp,
-                dim as isize,
-                1,
-                0.0,
-                scale,
-                false,
-                false,
-                false,
-                gemm::Parallelism::None,
-            );
-        }
-        for (r, s) in scores.chunks_exact_mut(keys).enumerate() {
-            let seen = task.offset + t0 + r + 1;
-            let (s, hidden) = s.split_at_mut(seen);
-            hidden.iter_mut().for_each(|v| *v = 0.0);
+        for t in t0..t1 {
+            let q = &task.q[t * task.q_width + head * dim..][..dim];
+            let seen = task.offset + t + 1;
+            let s = &mut scores[..seen];
+            for (j, s) in s.iter_mut().enumerate() {
+                *s = dot(q, &kh[j * dim..(j + 1) * dim]) * scale;
+            }
             let max = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
             let mut sum = 0f32;
             for v in s.iter_mut() {
@@ -212,34 +190,42 @@ fn attend_block_portable(task: &Task<'_>, scores: &mut Vec<f32>, dst: &SharedOut
                 sum += *v;
             }
             let inv = 1.0 / sum;
-            s.iter_mut().for_each(|v| *v *= inv);
-        }
-        // SAFETY: the output rows `t0..t1` of this head belong to this task alone; `scores`
-        // is `[rows, keys]` and the cache holds `keys` value rows of `dim`.
-        unsafe {
-            gemm::gemm(
-                rows,
-                dim,
-                keys,
-                dst.at(t0 * qh * dim + head * dim),
-                1,
-                (qh * dim) as isize,
-                false,
-                scores.as_ptr(),
-                1,
-                keys as isize,
-                vp,
-                1,
-                dim as isize,
-                0.0,
-                1.0,
-                false,
-                false,
-                false,
-                gemm::Parallelism::None,
-            );
+            acc.fill(0.0);
+            for (j, &p) in s.iter().enumerate() {
+                let p = p * inv;
+                for (a, &v) in acc.iter_mut().zip(&vh[j * dim..(j + 1) * dim]) {
+                    *a += p * v;
+                }
+            }
+            // SAFETY: output row `t` of this head belongs to this task alone (tasks split the
+            // kv heads and the queries), and has `dim` values from `t * qh * dim + head * dim`.
+            unsafe {
+                std::ptr::copy_nonoverlapping(acc.as_ptr(), dst.at(t * qh * dim + head * dim), dim)
+            };
         }
     }
+}
+
+/// `Σ a·b` in eight lanes, then a fixed tree of additions: the same value at every level (the
+/// compiler vectorises the lanes; it never fuses or reorders float operations).
+#[inline(always)]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = a8
+        .remainder()
+        .iter()
+        .zip(b8.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in a8.zip(b8) {
+        for l in 0..8 {
+            lanes[l] += x[l] * y[l];
+        }
+    }
+    ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5]))
+        + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]))
+        + tail
 }
 
 /// `silu(gate) · up` for rows holding `[gate | up]`, `n` values each; returns `[rows, n]`.

@@ -63,22 +63,31 @@ unsafe fn q5_0_weights(blk: *const u8) -> __m256i {
     )
 }
 
-/// Calls `$pass::<N>` over `xs` four rows at a time (then the remainder), so that each pass
-/// keeps its rows' sums in registers.
+/// Runs `$pass::<N>` for each weight row of `w` (`rows` of them) over `xs` four activation rows
+/// at a time (then the remainder), so that each pass keeps its rows' sums in registers;
+/// `out[c * rows + r]`. The passes are inlined here: a matrix's setup is paid once per call.
 macro_rules! in_fours {
-    ($pass:ident, $w:expr, $xs:expr, $out:expr) => {{
-        let (w, xs, out): (&[u8], &[Q8Row], &mut [f32]) = ($w, $xs, $out);
-        let mut c = 0;
-        while c < xs.len() {
-            let n = (xs.len() - c).min(4);
-            let (x, o) = (&xs[c..c + n], &mut out[c..c + n]);
-            match n {
-                1 => $pass::<1>(w, x, o),
-                2 => $pass::<2>(w, x, o),
-                3 => $pass::<3>(w, x, o),
-                _ => $pass::<4>(w, x, o),
+    ($pass:ident, $w:expr, $rows:expr, $xs:expr, $out:expr) => {{
+        let (w, rows, xs, out): (&[u8], usize, &[Q8Row], &mut [f32]) = ($w, $rows, $xs, $out);
+        let row_bytes = w.len() / rows.max(1);
+        let mut sums = [0f32; 4];
+        for r in 0..rows {
+            let wr = &w[r * row_bytes..(r + 1) * row_bytes];
+            let mut c = 0;
+            while c < xs.len() {
+                let n = (xs.len() - c).min(4);
+                let x = &xs[c..c + n];
+                match n {
+                    1 => $pass::<1>(wr, x, &mut sums),
+                    2 => $pass::<2>(wr, x, &mut sums),
+                    3 => $pass::<3>(wr, x, &mut sums),
+                    _ => $pass::<4>(wr, x, &mut sums),
+                }
+                for (j, &v) in sums[..n].iter().enumerate() {
+                    out[(c + j) * rows + r] = v;
+                }
+                c += n;
             }
-            c += n;
         }
     }};
 }
@@ -95,8 +104,8 @@ macro_rules! one_and_rows {
         }
 
         #[target_feature(enable = "avx2,fma,f16c")]
-        pub unsafe fn $rows(w: &[u8], xs: &[Q8Row], out: &mut [f32]) {
-            in_fours!($pass, w, xs, out)
+        pub unsafe fn $rows(w: &[u8], rows: usize, xs: &[Q8Row], out: &mut [f32]) {
+            in_fours!($pass, w, rows, xs, out)
         }
     };
 }
@@ -252,6 +261,7 @@ macro_rules! k4_pass {
             let mut acc = [_mm256_setzero_ps(); N];
             let mut acc_m = [_mm_setzero_ps(); N];
             let nibbles_at = if $fifth { 48 } else { 16 };
+            let (ys, ds) = row_pointers::<N>(xs);
             for b in 0..xs[0].d.len() {
                 let blk = w.as_ptr().add(b * $bytes);
                 prefetch(blk, $bytes);
@@ -285,8 +295,7 @@ macro_rules! k4_pass {
                         q_h = _mm256_or_si256(q_h, bit(2 * j + 1));
                     }
                     for c in 0..N {
-                        let q8 =
-                            xs.get_unchecked(c).qs.as_ptr().add(b * QK_K + 64 * j) as *const u8;
+                        let q8 = ys[c].add(b * QK_K + 64 * j);
                         let p_l = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(q_l, load(q8)));
                         let p_h =
                             _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(q_h, load(q8.add(32))));
@@ -294,7 +303,7 @@ macro_rules! k4_pass {
                     }
                 }
                 for c in 0..N {
-                    let d = *xs.get_unchecked(c).d.get_unchecked(b) * dw;
+                    let d = *ds[c].add(b) * dw;
                     acc[c] =
                         _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
                 }
@@ -323,6 +332,7 @@ unsafe fn q6k_pass<const N: usize>(w: &[u8], xs: &[Q8Row], out: &mut [f32]) {
     let m2 = _mm256_set1_epi8(3);
     let m32s = _mm256_set1_epi8(32);
     let mut acc = [_mm256_setzero_ps(); N];
+    let (ys, ds) = row_pointers::<N>(xs);
     for b in 0..xs[0].d.len() {
         let blk = w.as_ptr().add(b * 210);
         prefetch(blk, 210);
@@ -350,8 +360,7 @@ unsafe fn q6k_pass<const N: usize>(w: &[u8], xs: &[Q8Row], out: &mut [f32]) {
                     _mm_set_epi64x(i64::from_le_bytes([s + 1; 8]), i64::from_le_bytes([s; 8]));
                 let sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
                 for c in 0..N {
-                    let q8 = xs.get_unchecked(c).qs.as_ptr();
-                    let y = load(q8.add(b * QK_K + 128 * half + 32 * i) as *const u8);
+                    let y = load(ys[c].add(b * QK_K + 128 * half + 32 * i));
                     // (q - 32)·y = q·y - 32·y, since maddubs needs the unsigned operand.
                     let p =
                         _mm256_sub_epi16(_mm256_maddubs_epi16(q, y), _mm256_maddubs_epi16(m32s, y));
@@ -360,7 +369,7 @@ unsafe fn q6k_pass<const N: usize>(w: &[u8], xs: &[Q8Row], out: &mut [f32]) {
             }
         }
         for c in 0..N {
-            let d = *xs.get_unchecked(c).d.get_unchecked(b) * dw;
+            let d = *ds[c].add(b) * dw;
             acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
         }
     }
@@ -371,9 +380,18 @@ unsafe fn q6k_pass<const N: usize>(w: &[u8], xs: &[Q8Row], out: &mut [f32]) {
 
 one_and_rows!(q6k_pass, q6k, q6k_rows);
 
+/// The values and block scales of the first `N` rows of `xs`, as raw pointers: the kernels'
+/// block loops read them without going through each row's vectors again.
+#[inline(always)]
+fn row_pointers<const N: usize>(xs: &[Q8Row]) -> ([*const u8; N], [*const f32; N]) {
+    (
+        std::array::from_fn(|c| xs[c].qs.as_ptr() as *const u8),
+        std::array::from_fn(|c| xs[c].d.as_ptr()),
+    )
+}
+
 /// Blocks of 32 signed weights (`$weights`: the bytes of the block at `$blk`) against `N`
-/// activation rows. Blocks go in pairs whose two products are summed before they meet the
-/// accumulator, so that its additions do not wait on one another block after block.
+/// activation rows: each block's weights are unpacked once for all of them.
 macro_rules! blocks32_pass {
     ($name:ident, $bytes:expr, |$blk:ident| $weights:expr) => {
         #[inline]
@@ -382,58 +400,21 @@ macro_rules! blocks32_pass {
         unsafe fn $name<const N: usize>(w: &[u8], xs: &[Q8Row], out: &mut [f32]) {
             let mut acc = [_mm256_setzero_ps(); N];
             let wp = w.as_ptr();
-            let nb = xs[0].d.len();
-            let ones = _mm256_set1_epi16(1);
-            let mut b = 0;
-            while b + 2 <= nb {
-                let (b0, b1) = (wp.add(b * $bytes), wp.add((b + 1) * $bytes));
-                _mm_prefetch::<_MM_HINT_T0>(b0.wrapping_add(PREFETCH) as *const i8);
-                _mm_prefetch::<_MM_HINT_T0>(b1.wrapping_add(PREFETCH + $bytes - 1) as *const i8);
-                let w0 = {
-                    let $blk = b0;
-                    $weights
-                };
-                let w1 = {
-                    let $blk = b1;
-                    $weights
-                };
-                // maddubs multiplies unsigned by signed bytes: w's sign moves onto y.
-                let (u0, u1) = (_mm256_sign_epi8(w0, w0), _mm256_sign_epi8(w1, w1));
-                let (s0, s1) = (f16_at(b0), f16_at(b1));
-                for c in 0..N {
-                    let x = xs.get_unchecked(c);
-                    let y = x.qs.as_ptr().add(b * QK) as *const u8;
-                    let p0 = _mm256_madd_epi16(
-                        _mm256_maddubs_epi16(u0, _mm256_sign_epi8(load(y), w0)),
-                        ones,
-                    );
-                    let p1 = _mm256_madd_epi16(
-                        _mm256_maddubs_epi16(u1, _mm256_sign_epi8(load(y.add(QK)), w1)),
-                        ones,
-                    );
-                    let d0 = _mm256_set1_ps(s0 * *x.d.get_unchecked(b));
-                    let d1 = _mm256_set1_ps(s1 * *x.d.get_unchecked(b + 1));
-                    let pair = _mm256_fmadd_ps(
-                        d0,
-                        _mm256_cvtepi32_ps(p0),
-                        _mm256_mul_ps(d1, _mm256_cvtepi32_ps(p1)),
-                    );
-                    acc[c] = _mm256_add_ps(acc[c], pair);
-                }
-                b += 2;
-            }
-            if b < nb {
+            // Each row's values and scales, hoisted out of the block loop.
+            let (ys, ds) = row_pointers::<N>(xs);
+            for b in 0..xs[0].d.len() {
                 let $blk = wp.add(b * $bytes);
+                _mm_prefetch::<_MM_HINT_T0>($blk.wrapping_add(PREFETCH) as *const i8);
                 let wq = $weights;
-                let u = _mm256_sign_epi8(wq, wq);
                 let scale = f16_at($blk);
+                // maddubs multiplies unsigned by signed bytes: w's sign moves onto y.
+                let unsigned = _mm256_sign_epi8(wq, wq);
                 for c in 0..N {
-                    let x = xs.get_unchecked(c);
-                    let y = load(x.qs.as_ptr().add(b * QK) as *const u8);
-                    let p =
-                        _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(y, wq)), ones);
-                    let d = _mm256_set1_ps(scale * *x.d.get_unchecked(b));
-                    acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[c]);
+                    let d = _mm256_set1_ps(scale * *ds[c].add(b));
+                    let y = load(ys[c].add(b * QK));
+                    let pairs = _mm256_maddubs_epi16(unsigned, _mm256_sign_epi8(y, wq));
+                    let s = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+                    acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc[c]);
                 }
             }
             for c in 0..N {

@@ -30,9 +30,10 @@ const COLUMN_BLOCK: usize = 16;
 /// The dot product of one weight row with one activation row.
 pub(crate) type DotFn = fn(&[u8], &Q8Row) -> f32;
 
-/// One weight row against several activation rows (`out[c]` for `xs[c]`), each result equal
-/// to the type's [`DotFn`] at the same level for that row alone, bit for bit.
-pub(crate) type RowsFn = fn(w: &[u8], xs: &[Q8Row], out: &mut [f32]);
+/// `rows` consecutive weight rows (`w`) against several activation rows: `out[c * rows + r]`
+/// for activation row `c` and weight row `r`, each equal to the type's [`DotFn`] at the same
+/// level for that pair alone, bit for bit.
+pub(crate) type RowsFn = fn(w: &[u8], rows: usize, xs: &[Q8Row], out: &mut [f32]);
 
 /// One weight row against every activation row (`out[c]` for `xs[c]`).
 /// `cols`: the packed activation rows (one every `stride` words, see [`pack_q8_k`]), at least
@@ -96,16 +97,16 @@ pub(crate) fn rows_at(level: CpuLevel, t: BlockType) -> Option<RowsFn> {
     #[cfg(target_arch = "x86_64")]
     if dot_at(level, t).0 == CpuLevel::Avx2 {
         // SAFETY: `dot_at` returned an AVX2 kernel, so AVX2, FMA and F16C were detected; `run`
-        // checks that rows hold whole blocks of this type.
+        // checks that rows hold whole blocks of this type and passes whole rows.
         let f: RowsFn = match t {
-            BlockType::Q4_0 => |w, xs, o| unsafe { avx2::q4_0_rows(w, xs, o) },
-            BlockType::Q5_0 => |w, xs, o| unsafe { avx2::q5_0_rows(w, xs, o) },
-            BlockType::Q8_0 => |w, xs, o| unsafe { avx2::q8_0_rows(w, xs, o) },
-            BlockType::Q4_1 => |w, xs, o| unsafe { avx2::q4_1_rows(w, xs, o) },
-            BlockType::Q5_1 => |w, xs, o| unsafe { avx2::q5_1_rows(w, xs, o) },
-            BlockType::Q4K => |w, xs, o| unsafe { avx2::q4k_rows(w, xs, o) },
-            BlockType::Q5K => |w, xs, o| unsafe { avx2::q5k_rows(w, xs, o) },
-            BlockType::Q6K => |w, xs, o| unsafe { avx2::q6k_rows(w, xs, o) },
+            BlockType::Q4_0 => |w, r, xs, o| unsafe { avx2::q4_0_rows(w, r, xs, o) },
+            BlockType::Q5_0 => |w, r, xs, o| unsafe { avx2::q5_0_rows(w, r, xs, o) },
+            BlockType::Q8_0 => |w, r, xs, o| unsafe { avx2::q8_0_rows(w, r, xs, o) },
+            BlockType::Q4_1 => |w, r, xs, o| unsafe { avx2::q4_1_rows(w, r, xs, o) },
+            BlockType::Q5_1 => |w, r, xs, o| unsafe { avx2::q5_1_rows(w, r, xs, o) },
+            BlockType::Q4K => |w, r, xs, o| unsafe { avx2::q4k_rows(w, r, xs, o) },
+            BlockType::Q5K => |w, r, xs, o| unsafe { avx2::q5k_rows(w, r, xs, o) },
+            BlockType::Q6K => |w, r, xs, o| unsafe { avx2::q6k_rows(w, r, xs, o) },
         };
         return Some(f);
     }
@@ -349,15 +350,23 @@ fn run(
                     let (row0, row_bytes, kernel, xs, data) = parts[p];
                     let at = (row_index - row0) * row_bytes;
                     let (width, written) = match kernel {
-                        Kernel::Rows(dot, many, rows) => {
+                        // Every row left in this task and this matrix in one call: the
+                        // kernel's setup is paid once, not per row.
+                        Kernel::Rows(_, None, Some(kernel)) => {
+                            let part_end = parts.get(p + 1).map_or(n, |next| next.0);
+                            let len = (rows - r).min(part_end - row_index);
+                            scratch.resize(len * (c1 - c0), 0f32);
+                            kernel(&data[at..at + len * row_bytes], len, &xs[c0..c1], scratch);
+                            (len, &scratch[..])
+                        }
+                        Kernel::Rows(dot, many, _) => {
                             let row = &data[at..at + row_bytes];
                             scratch.resize(c1 - c0, 0f32);
-                            match (many, rows) {
-                                (Some((many, cols, stride)), _) => {
+                            match many {
+                                Some((many, cols, stride)) => {
                                     many(row, &cols[c0 * stride..], stride, scratch)
                                 }
-                                (None, Some(rows)) => rows(row, &xs[c0..c1], scratch),
-                                (None, None) => {
+                                None => {
                                     for (x, o) in xs[c0..c1].iter().zip(scratch.iter_mut()) {
                                         *o = dot(row, x);
                                     }
