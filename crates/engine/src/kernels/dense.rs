@@ -256,7 +256,134 @@ mod x86 {
         first: usize,
         out: &mut [f32],
     ) {
-        block_portable(x, m, k, w, first, out)
+        if m > 1 {
+            return match w {
+                WeightRows::F32(w) => block_f32_avx2(x, m, k, w, first, out),
+                WeightRows::Bf16(w) => block_bf16_avx2(x, m, k, w, first, out),
+                WeightRows::F16(w) => block_f16_avx2(x, m, k, w, first, out),
+            };
+        }
+        for (r, o) in out.iter_mut().enumerate() {
+            let at = (first + r) * k;
+            *o = match w {
+                WeightRows::F32(w) => dot_f32_avx2(x, &w[at..at + k]),
+                WeightRows::Bf16(w) => dot_bf16_avx2(x, &w[at..at + k]),
+                WeightRows::F16(w) => dot_f16_avx2(x, &w[at..at + k]),
+            };
+        }
+    }
+
+    /// [`dot_avx512!`] with 8 values per instruction (F16C widens half precision).
+    macro_rules! dot_avx2 {
+        ($name:ident, $t:ty, $widen:ident) => {
+            #[inline]
+            #[target_feature(enable = "avx2,fma,f16c")]
+            unsafe fn $name(x: &[f32], w: &[$t]) -> f32 {
+                const STEP: usize = 32;
+                let bytes = STEP * std::mem::size_of::<$t>();
+                let k = x.len().min(w.len());
+                let (xp, wp) = (x.as_ptr(), w.as_ptr());
+                let mut acc = [_mm256_setzero_ps(); 4];
+                let body = k - k % STEP;
+                for i in (0..body).step_by(STEP) {
+                    let ahead = (wp.add(i) as *const i8).wrapping_add(PREFETCH);
+                    for line in (0..bytes).step_by(64) {
+                        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line));
+                    }
+                    for (j, acc) in acc.iter_mut().enumerate() {
+                        let (x, w) = (
+                            _mm256_loadu_ps(xp.add(i + 8 * j)),
+                            $widen(wp.add(i + 8 * j)),
+                        );
+                        *acc = _mm256_fmadd_ps(x, w, *acc);
+                    }
+                }
+                let sum =
+                    _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+                let tail: f32 = (body..k).map(|i| x[i] * w[i].widen()).sum();
+                hsum256(sum) + tail
+            }
+        };
+    }
+
+    /// [`block_avx512!`] with 8 values per instruction: register blocks of 2 weight rows × 4
+    /// activation rows.
+    macro_rules! block_avx2 {
+        ($name:ident, $t:ty, $widen:ident) => {
+            #[inline]
+            #[target_feature(enable = "avx2,fma,f16c")]
+            unsafe fn $name(
+                x: &[f32],
+                m: usize,
+                k: usize,
+                w: &[$t],
+                first: usize,
+                out_t: &mut [f32],
+            ) {
+                let rows = out_t.len() / m;
+                assert!(x.len() >= m * k && w.len() >= (first + rows) * k);
+                let body = k - k % 8;
+                for r in (0..rows).step_by(2) {
+                    let wr = [first + r, first + (r + 1).min(rows - 1)];
+                    for c in (0..m).step_by(4) {
+                        let xr: [usize; 4] = std::array::from_fn(|j| (c + j).min(m - 1));
+                        let mut acc = [[_mm256_setzero_ps(); 4]; 2];
+                        for i in (0..body).step_by(8) {
+                            let wv: [__m256; 2] =
+                                std::array::from_fn(|h| $widen(w.as_ptr().add(wr[h] * k + i)));
+                            for j in 0..4 {
+                                let xv = _mm256_loadu_ps(x.as_ptr().add(xr[j] * k + i));
+                                for h in 0..2 {
+                                    acc[h][j] = _mm256_fmadd_ps(xv, wv[h], acc[h][j]);
+                                }
+                            }
+                        }
+                        for h in 0..(rows - r).min(2) {
+                            for j in 0..(m - c).min(4) {
+                                let (wrow, xrow) = (&w[wr[h] * k..][..k], &x[xr[j] * k..][..k]);
+                                let tail: f32 = (body..k).map(|i| xrow[i] * wrow[i].widen()).sum();
+                                out_t[(r + h) * m + c + j] = hsum256(acc[h][j]) + tail;
+                            }
+                        }
+                    }
+                }
+            }
+        };
+    }
+
+    block_avx2!(block_f32_avx2, f32, wide8_f32);
+    block_avx2!(block_bf16_avx2, half::bf16, wide8_bf16);
+    block_avx2!(block_f16_avx2, half::f16, wide8_f16);
+    dot_avx2!(dot_f32_avx2, f32, wide8_f32);
+    dot_avx2!(dot_bf16_avx2, half::bf16, wide8_bf16);
+    dot_avx2!(dot_f16_avx2, half::f16, wide8_f16);
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn hsum256(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        _mm_cvtss_f32(s)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn wide8_f32(p: *const f32) -> __m256 {
+        _mm256_loadu_ps(p)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn wide8_bf16(p: *const half::bf16) -> __m256 {
+        let bits = _mm256_cvtepu16_epi32(_mm_loadu_si128(p as *const __m128i));
+        _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn wide8_f16(p: *const half::f16) -> __m256 {
+        _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
     }
 
     pub fn at(level: CpuLevel) -> BlockFn {
@@ -371,7 +498,7 @@ mod tests {
     }
 
     #[test]
-    fn matches_a_plain_product_for_each_weight_type() {
+    fn matches_a_plain_product_for_each_weight_type_at_every_level() {
         let (m, k, n) = (3, 77, 301); // odd sizes exercise the tails
         let x: Vec<f32> = (0..m * k)
             .map(|i| ((i * 7 % 13) as f32 - 6.0) / 7.0)
@@ -381,16 +508,23 @@ mod tests {
             .collect();
         let wb: Vec<bf16> = w.iter().map(|&v| bf16::from_f32(v)).collect();
         let wh: Vec<f16> = w.iter().map(|&v| f16::from_f32(v)).collect();
-        let want = reference(&x, m, k, &w, n);
+        let x_at = |mm: usize| -> Vec<f32> { (0..mm * k).map(|i| x[i % (m * k)]).collect() };
         for (name, rows) in [
             ("f32", WeightRows::F32(&w)),
             ("bf16", WeightRows::Bf16(&wb)),
             ("f16", WeightRows::F16(&wh)),
         ] {
-            for mm in [1, m] {
-                let got = matmul_t(&x[..mm * k], mm, k, rows, n);
-                for (g, e) in got.iter().zip(&want[..mm * n]) {
-                    assert!((g - e).abs() < 1e-4, "{name} m={mm}: {g} vs {e}");
+            for level in super::cpu::runnable() {
+                for mm in [1, 2, m, 5] {
+                    let x = &x_at(mm);
+                    let want = reference(x, mm, k, &w, n);
+                    let got = matmul_t_at(level, x, mm, k, rows, n);
+                    for (g, e) in got.iter().zip(&want) {
+                        assert!(
+                            (g - e).abs() < 1e-4,
+                            "{name} at {level}, m={mm}: {g} vs {e}"
+                        );
+                    }
                 }
             }
         }
