@@ -7,7 +7,7 @@
 //! - [`quant_matmul`]: which kernel each block type takes at a level, and the parallel driver.
 //! - [`dense`]: f32/bf16/f16 weights; [`attention`]: attention, rotary embedding, SwiGLU.
 
-pub mod attention;
+pub(crate) mod attention;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]

@@ -188,7 +188,7 @@ pub fn deinterleave(t: BlockType, tiles: &[u8], k: usize) -> Vec<u8> {
 
 /// The rows of `x` (`[m, k]`) quantized to Q8_0 (as [`super::blocks::quantize_q8_0`] does) and packed for the
 /// kernels, in one pass. Returns the buffer and the words per row.
-pub fn quantize(x: &[f32], k: usize) -> (Vec<u32>, usize) {
+pub(crate) fn quantize(x: &[f32], k: usize) -> (Vec<u32>, usize) {
     use rayon::prelude::*;
     let stride = k / QK * BLOCK_WORDS;
     let mut packed = vec![0u32; x.len() / k * stride];
@@ -215,7 +215,7 @@ pub fn quantize(x: &[f32], k: usize) -> (Vec<u32>, usize) {
 
 /// Q8_0 activation rows packed for the kernels: per block [`BLOCK_WORDS`] words, row after row.
 /// Returns the buffer and the words per row.
-pub fn pack(rows: &[Q8Row]) -> (Vec<u32>, usize) {
+pub(crate) fn pack(rows: &[Q8Row]) -> (Vec<u32>, usize) {
     let stride = rows.first().map_or(0, |r| r.d.len() * BLOCK_WORDS);
     let mut packed = Vec::with_capacity(stride * rows.len());
     for row in rows {
@@ -244,10 +244,10 @@ pub fn pack(rows: &[Q8Row]) -> (Vec<u32>, usize) {
 /// One tile row group against packed activation rows: `out[c * 16 + r]` for activation row `c`
 /// and weight row `r` of the group. `w`: the group's tiles; `cols`: `out.len() / 16` packed
 /// rows, `stride` words apart.
-pub type GroupFn = fn(w: &[u8], cols: &[u32], stride: usize, out: &mut [f32]);
+pub(crate) type GroupFn = fn(w: &[u8], cols: &[u32], stride: usize, out: &mut [f32]);
 
 /// The kernel for `t` (on CPUs where [`supported`]).
-pub fn kernel(t: BlockType) -> Option<GroupFn> {
+pub(crate) fn kernel(t: BlockType) -> Option<GroupFn> {
     // The hardware, not the active level: weights interleaved at load keep their kernels.
     if cpu::detected() < CpuLevel::Avx512 {
         return None;
