@@ -151,19 +151,14 @@ fn dense_on_huge_pages(w: &Tensor) -> Result<()> {
     let (storage, _) = w.storage_and_layout();
     if let Storage::Cpu(s) = &*storage {
         let bytes: &[u8] = match w.dtype() {
-            DType::F32 => bytemuck_bytes(s.as_slice::<f32>()?),
-            DType::BF16 => bytemuck_bytes(s.as_slice::<half::bf16>()?),
-            DType::F16 => bytemuck_bytes(s.as_slice::<half::f16>()?),
+            DType::F32 => bytemuck::cast_slice(s.as_slice::<f32>()?),
+            DType::BF16 => bytemuck::cast_slice(s.as_slice::<half::bf16>()?),
+            DType::F16 => bytemuck::cast_slice(s.as_slice::<half::f16>()?),
             _ => return Ok(()),
         };
         crate::huge_pages::back_with_huge_pages(bytes);
     }
     Ok(())
-}
-
-fn bytemuck_bytes<T: Copy>(v: &[T]) -> &[u8] {
-    // SAFETY: plain numbers without padding, viewed as bytes for as long as `v` lives.
-    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
 }
 
 impl Part {

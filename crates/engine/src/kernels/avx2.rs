@@ -25,9 +25,10 @@ fn prefetch(p: *const u8, bytes: usize) {
     }
 }
 
+/// The sum of a vector's eight lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn hsum(v: __m256) -> f32 {
+pub(crate) fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     let s = _mm_add_ss(s, _mm_movehdup_ps(s));

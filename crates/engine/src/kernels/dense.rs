@@ -107,50 +107,26 @@ fn block_portable(x: &[f32], m: usize, k: usize, w: WeightRows<'_>, first: usize
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::*;
+    use crate::kernels::avx2::hsum;
     use std::arch::x86_64::*;
-
-    #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
-    unsafe fn avx512(
-        x: &[f32],
-        m: usize,
-        k: usize,
-        w: WeightRows<'_>,
-        first: usize,
-        out: &mut [f32],
-    ) {
-        if m > 1 {
-            return match w {
-                WeightRows::F32(w) => block_f32(x, m, k, w, first, out),
-                WeightRows::Bf16(w) => block_bf16(x, m, k, w, first, out),
-                WeightRows::F16(w) => block_f16(x, m, k, w, first, out),
-            };
-        }
-        // Decoding: one weight row after another, streamed from memory.
-        for (r, o) in out.iter_mut().enumerate() {
-            let at = (first + r) * k;
-            *o = match w {
-                WeightRows::F32(w) => dot_f32(x, &w[at..at + k]),
-                WeightRows::Bf16(w) => dot_bf16(x, &w[at..at + k]),
-                WeightRows::F16(w) => dot_f16(x, &w[at..at + k]),
-            };
-        }
-    }
 
     /// How far ahead of the values being read the one-row kernels ask for cache lines.
     const PREFETCH: usize = 4096;
 
-    /// `x · w` with `w` widened 16 values per instruction (`$widen` of a pointer to them),
-    /// four vectors of products in flight, and the weight prefetched.
-    macro_rules! dot_avx512 {
-        ($name:ident, $t:ty, $widen:ident) => {
+    /// `x · w` with `w` widened `$lanes` values per instruction (`$widen` of a pointer to
+    /// them), four vectors of products in flight, and the weight prefetched. `$features`,
+    /// `$zero`, `$load`, `$fmadd`, `$add` and `$reduce` name one instruction set's vector.
+    macro_rules! dot_simd {
+        ($name:ident, $t:ty, $widen:ident, $features:literal, $lanes:expr,
+         $zero:ident, $load:ident, $fmadd:ident, $add:ident, $reduce:ident) => {
             #[inline]
-            #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+            #[target_feature(enable = $features)]
             unsafe fn $name(x: &[f32], w: &[$t]) -> f32 {
-                const STEP: usize = 64;
+                const STEP: usize = 4 * $lanes;
                 let bytes = STEP * std::mem::size_of::<$t>();
                 let k = x.len().min(w.len());
                 let (xp, wp) = (x.as_ptr(), w.as_ptr());
-                let mut acc = [_mm512_setzero_ps(); 4];
+                let mut acc = [$zero(); 4];
                 let body = k - k % STEP;
                 for i in (0..body).step_by(STEP) {
                     let ahead = (wp.add(i) as *const i8).wrapping_add(PREFETCH);
@@ -158,17 +134,13 @@ mod x86 {
                         _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line));
                     }
                     for (j, acc) in acc.iter_mut().enumerate() {
-                        let (x, w) = (
-                            _mm512_loadu_ps(xp.add(i + 16 * j)),
-                            $widen(wp.add(i + 16 * j)),
-                        );
-                        *acc = _mm512_fmadd_ps(x, w, *acc);
+                        let at = i + $lanes * j;
+                        *acc = $fmadd($load(xp.add(at)), $widen(wp.add(at)), *acc);
                     }
                 }
-                let sum =
-                    _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+                let sum = $add($add(acc[0], acc[1]), $add(acc[2], acc[3]));
                 let tail: f32 = (body..k).map(|i| x[i] * w[i].widen()).sum();
-                _mm512_reduce_add_ps(sum) + tail
+                $reduce(sum) + tail
             }
         };
     }
@@ -176,10 +148,11 @@ mod x86 {
     /// Several activation rows (short prompts): products in register blocks of 2 weight rows
     /// × 4 activation rows, so that each load serves several multiply-adds; a missing row of a
     /// block repeats the last one and its sums are dropped.
-    macro_rules! block_avx512 {
-        ($name:ident, $t:ty, $widen:ident) => {
+    macro_rules! block_simd {
+        ($name:ident, $t:ty, $widen:ident, $features:literal, $lanes:expr, $vec:ty,
+         $zero:ident, $load:ident, $fmadd:ident, $reduce:ident) => {
             #[inline]
-            #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+            #[target_feature(enable = $features)]
             unsafe fn $name(
                 x: &[f32],
                 m: usize,
@@ -190,19 +163,19 @@ mod x86 {
             ) {
                 let rows = out_t.len() / m;
                 assert!(x.len() >= m * k && w.len() >= (first + rows) * k);
-                let body = k - k % 16;
+                let body = k - k % $lanes;
                 for r in (0..rows).step_by(2) {
                     let wr = [first + r, first + (r + 1).min(rows - 1)];
                     for c in (0..m).step_by(4) {
                         let xr: [usize; 4] = std::array::from_fn(|j| (c + j).min(m - 1));
-                        let mut acc = [[_mm512_setzero_ps(); 4]; 2];
-                        for i in (0..body).step_by(16) {
-                            let wv: [__m512; 2] =
+                        let mut acc = [[$zero(); 4]; 2];
+                        for i in (0..body).step_by($lanes) {
+                            let wv: [$vec; 2] =
                                 std::array::from_fn(|h| $widen(w.as_ptr().add(wr[h] * k + i)));
                             for j in 0..4 {
-                                let xv = _mm512_loadu_ps(x.as_ptr().add(xr[j] * k + i));
+                                let xv = $load(x.as_ptr().add(xr[j] * k + i));
                                 for h in 0..2 {
-                                    acc[h][j] = _mm512_fmadd_ps(xv, wv[h], acc[h][j]);
+                                    acc[h][j] = $fmadd(xv, wv[h], acc[h][j]);
                                 }
                             }
                         }
@@ -210,7 +183,7 @@ mod x86 {
                             for j in 0..(m - c).min(4) {
                                 let (wrow, xrow) = (&w[wr[h] * k..][..k], &x[xr[j] * k..][..k]);
                                 let tail: f32 = (body..k).map(|i| xrow[i] * wrow[i].widen()).sum();
-                                out_t[(r + h) * m + c + j] = _mm512_reduce_add_ps(acc[h][j]) + tail;
+                                out_t[(r + h) * m + c + j] = $reduce(acc[h][j]) + tail;
                             }
                         }
                     }
@@ -240,132 +213,126 @@ mod x86 {
         _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
     }
 
-    block_avx512!(block_f32, f32, wide_f32);
-    block_avx512!(block_bf16, half::bf16, wide_bf16);
-    block_avx512!(block_f16, half::f16, wide_f16);
-    dot_avx512!(dot_f32, f32, wide_f32);
-    dot_avx512!(dot_bf16, half::bf16, wide_bf16);
-    dot_avx512!(dot_f16, half::f16, wide_f16);
+    /// One instruction set's kernels (a module with `run`, the [`BlockFn`] body): the block
+    /// and dot products of each weight type, named by the vector type and operations.
+    macro_rules! level {
+        ($module:ident, $features:literal, $lanes:expr, $vec:ty, $zero:ident, $load:ident,
+         $fmadd:ident, $add:ident, $reduce:ident, $wf32:ident, $wbf16:ident, $wf16:ident) => {
+            mod $module {
+                use super::*;
+                block_simd!(
+                    block_f32, f32, $wf32, $features, $lanes, $vec, $zero, $load, $fmadd, $reduce
+                );
+                block_simd!(
+                    block_bf16,
+                    half::bf16,
+                    $wbf16,
+                    $features,
+                    $lanes,
+                    $vec,
+                    $zero,
+                    $load,
+                    $fmadd,
+                    $reduce
+                );
+                block_simd!(
+                    block_f16,
+                    half::f16,
+                    $wf16,
+                    $features,
+                    $lanes,
+                    $vec,
+                    $zero,
+                    $load,
+                    $fmadd,
+                    $reduce
+                );
+                dot_simd!(
+                    dot_f32, f32, $wf32, $features, $lanes, $zero, $load, $fmadd, $add, $reduce
+                );
+                dot_simd!(
+                    dot_bf16,
+                    half::bf16,
+                    $wbf16,
+                    $features,
+                    $lanes,
+                    $zero,
+                    $load,
+                    $fmadd,
+                    $add,
+                    $reduce
+                );
+                dot_simd!(
+                    dot_f16,
+                    half::f16,
+                    $wf16,
+                    $features,
+                    $lanes,
+                    $zero,
+                    $load,
+                    $fmadd,
+                    $add,
+                    $reduce
+                );
 
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn avx2(
-        x: &[f32],
-        m: usize,
-        k: usize,
-        w: WeightRows<'_>,
-        first: usize,
-        out: &mut [f32],
-    ) {
-        if m > 1 {
-            return match w {
-                WeightRows::F32(w) => block_f32_avx2(x, m, k, w, first, out),
-                WeightRows::Bf16(w) => block_bf16_avx2(x, m, k, w, first, out),
-                WeightRows::F16(w) => block_f16_avx2(x, m, k, w, first, out),
-            };
-        }
-        for (r, o) in out.iter_mut().enumerate() {
-            let at = (first + r) * k;
-            *o = match w {
-                WeightRows::F32(w) => dot_f32_avx2(x, &w[at..at + k]),
-                WeightRows::Bf16(w) => dot_bf16_avx2(x, &w[at..at + k]),
-                WeightRows::F16(w) => dot_f16_avx2(x, &w[at..at + k]),
-            };
-        }
-    }
-
-    /// [`dot_avx512!`] with 8 values per instruction (F16C widens half precision).
-    macro_rules! dot_avx2 {
-        ($name:ident, $t:ty, $widen:ident) => {
-            #[inline]
-            #[target_feature(enable = "avx2,fma,f16c")]
-            unsafe fn $name(x: &[f32], w: &[$t]) -> f32 {
-                const STEP: usize = 32;
-                let bytes = STEP * std::mem::size_of::<$t>();
-                let k = x.len().min(w.len());
-                let (xp, wp) = (x.as_ptr(), w.as_ptr());
-                let mut acc = [_mm256_setzero_ps(); 4];
-                let body = k - k % STEP;
-                for i in (0..body).step_by(STEP) {
-                    let ahead = (wp.add(i) as *const i8).wrapping_add(PREFETCH);
-                    for line in (0..bytes).step_by(64) {
-                        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line));
+                #[target_feature(enable = $features)]
+                pub(super) unsafe fn run(
+                    x: &[f32],
+                    m: usize,
+                    k: usize,
+                    w: WeightRows<'_>,
+                    first: usize,
+                    out: &mut [f32],
+                ) {
+                    if m > 1 {
+                        return match w {
+                            WeightRows::F32(w) => block_f32(x, m, k, w, first, out),
+                            WeightRows::Bf16(w) => block_bf16(x, m, k, w, first, out),
+                            WeightRows::F16(w) => block_f16(x, m, k, w, first, out),
+                        };
                     }
-                    for (j, acc) in acc.iter_mut().enumerate() {
-                        let (x, w) = (
-                            _mm256_loadu_ps(xp.add(i + 8 * j)),
-                            $widen(wp.add(i + 8 * j)),
-                        );
-                        *acc = _mm256_fmadd_ps(x, w, *acc);
-                    }
-                }
-                let sum =
-                    _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-                let tail: f32 = (body..k).map(|i| x[i] * w[i].widen()).sum();
-                hsum256(sum) + tail
-            }
-        };
-    }
-
-    /// [`block_avx512!`] with 8 values per instruction: register blocks of 2 weight rows × 4
-    /// activation rows.
-    macro_rules! block_avx2 {
-        ($name:ident, $t:ty, $widen:ident) => {
-            #[inline]
-            #[target_feature(enable = "avx2,fma,f16c")]
-            unsafe fn $name(
-                x: &[f32],
-                m: usize,
-                k: usize,
-                w: &[$t],
-                first: usize,
-                out_t: &mut [f32],
-            ) {
-                let rows = out_t.len() / m;
-                assert!(x.len() >= m * k && w.len() >= (first + rows) * k);
-                let body = k - k % 8;
-                for r in (0..rows).step_by(2) {
-                    let wr = [first + r, first + (r + 1).min(rows - 1)];
-                    for c in (0..m).step_by(4) {
-                        let xr: [usize; 4] = std::array::from_fn(|j| (c + j).min(m - 1));
-                        let mut acc = [[_mm256_setzero_ps(); 4]; 2];
-                        for i in (0..body).step_by(8) {
-                            let wv: [__m256; 2] =
-                                std::array::from_fn(|h| $widen(w.as_ptr().add(wr[h] * k + i)));
-                            for j in 0..4 {
-                                let xv = _mm256_loadu_ps(x.as_ptr().add(xr[j] * k + i));
-                                for h in 0..2 {
-                                    acc[h][j] = _mm256_fmadd_ps(xv, wv[h], acc[h][j]);
-                                }
-                            }
-                        }
-                        for h in 0..(rows - r).min(2) {
-                            for j in 0..(m - c).min(4) {
-                                let (wrow, xrow) = (&w[wr[h] * k..][..k], &x[xr[j] * k..][..k]);
-                                let tail: f32 = (body..k).map(|i| xrow[i] * wrow[i].widen()).sum();
-                                out_t[(r + h) * m + c + j] = hsum256(acc[h][j]) + tail;
-                            }
-                        }
+                    // Decoding: one weight row after another, streamed from memory.
+                    for (r, o) in out.iter_mut().enumerate() {
+                        let at = (first + r) * k;
+                        *o = match w {
+                            WeightRows::F32(w) => dot_f32(x, &w[at..at + k]),
+                            WeightRows::Bf16(w) => dot_bf16(x, &w[at..at + k]),
+                            WeightRows::F16(w) => dot_f16(x, &w[at..at + k]),
+                        };
                     }
                 }
             }
         };
     }
 
-    block_avx2!(block_f32_avx2, f32, wide8_f32);
-    block_avx2!(block_bf16_avx2, half::bf16, wide8_bf16);
-    block_avx2!(block_f16_avx2, half::f16, wide8_f16);
-    dot_avx2!(dot_f32_avx2, f32, wide8_f32);
-    dot_avx2!(dot_bf16_avx2, half::bf16, wide8_bf16);
-    dot_avx2!(dot_f16_avx2, half::f16, wide8_f16);
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn hsum256(v: __m256) -> f32 {
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        _mm_cvtss_f32(s)
-    }
+    level!(
+        avx512,
+        "avx512f,avx512bw,avx2,fma,f16c",
+        16,
+        __m512,
+        _mm512_setzero_ps,
+        _mm512_loadu_ps,
+        _mm512_fmadd_ps,
+        _mm512_add_ps,
+        _mm512_reduce_add_ps,
+        wide_f32,
+        wide_bf16,
+        wide_f16
+    );
+    level!(
+        avx2,
+        "avx2,fma,f16c",
+        8,
+        __m256,
+        _mm256_setzero_ps,
+        _mm256_loadu_ps,
+        _mm256_fmadd_ps,
+        _mm256_add_ps,
+        hsum,
+        wide8_f32,
+        wide8_bf16,
+        wide8_f16
+    );
 
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -390,8 +357,8 @@ mod x86 {
         // SAFETY: `cpu::active()` never exceeds the detected level, whose features include
         // these.
         match level.min(cpu::detected()) {
-            CpuLevel::Avx512 => |x, m, k, w, f, o| unsafe { avx512(x, m, k, w, f, o) },
-            CpuLevel::Avx2 => |x, m, k, w, f, o| unsafe { avx2(x, m, k, w, f, o) },
+            CpuLevel::Avx512 => |x, m, k, w, f, o| unsafe { avx512::run(x, m, k, w, f, o) },
+            CpuLevel::Avx2 => |x, m, k, w, f, o| unsafe { avx2::run(x, m, k, w, f, o) },
             CpuLevel::Portable => block_portable,
         }
     }
