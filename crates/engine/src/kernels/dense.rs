@@ -110,44 +110,12 @@ mod x86 {
     use crate::kernels::avx2::hsum;
     use std::arch::x86_64::*;
 
-    /// How far ahead of the values being read the one-row kernels ask for cache lines.
-    const PREFETCH: usize = 4096;
-
-    /// `x · w` with `w` widened `$lanes` values per instruction (`$widen` of a pointer to
-    /// them), four vectors of products in flight, and the weight prefetched. `$features`,
-    /// `$zero`, `$load`, `$fmadd`, `$add` and `$reduce` name one instruction set's vector.
-    macro_rules! dot_simd {
-        ($name:ident, $t:ty, $widen:ident, $features:literal, $lanes:expr,
-         $zero:ident, $load:ident, $fmadd:ident, $add:ident, $reduce:ident) => {
-            #[inline]
-            #[target_feature(enable = $features)]
-            unsafe fn $name(x: &[f32], w: &[$t]) -> f32 {
-                const STEP: usize = 4 * $lanes;
-                let bytes = STEP * std::mem::size_of::<$t>();
-                let k = x.len().min(w.len());
-                let (xp, wp) = (x.as_ptr(), w.as_ptr());
-                let mut acc = [$zero(); 4];
-                let body = k - k % STEP;
-                for i in (0..body).step_by(STEP) {
-                    let ahead = (wp.add(i) as *const i8).wrapping_add(PREFETCH);
-                    for line in (0..bytes).step_by(64) {
-                        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line));
-                    }
-                    for (j, acc) in acc.iter_mut().enumerate() {
-                        let at = i + $lanes * j;
-                        *acc = $fmadd($load(xp.add(at)), $widen(wp.add(at)), *acc);
-                    }
-                }
-                let sum = $add($add(acc[0], acc[1]), $add(acc[2], acc[3]));
-                let tail: f32 = (body..k).map(|i| x[i] * w[i].widen()).sum();
-                $reduce(sum) + tail
-            }
-        };
-    }
-
     /// Several activation rows (short prompts): products in register blocks of 2 weight rows
-    /// × 4 activation rows, so that each load serves several multiply-adds; a missing row of a
-    /// block repeats the last one and its sums are dropped.
+    /// × up to 4 activation rows (`J`, a constant so that no product is computed twice), so
+    /// that each load serves several multiply-adds; a missing weight row of a block repeats the
+    /// last one and its sums are dropped. Each output is one chain of multiply-adds in the same
+    /// order whatever the grouping: one activation row alone gets exactly what it gets among
+    /// others.
     macro_rules! block_simd {
         ($name:ident, $t:ty, $widen:ident, $features:literal, $lanes:expr, $vec:ty,
          $zero:ident, $load:ident, $fmadd:ident, $reduce:ident) => {
@@ -161,30 +129,47 @@ mod x86 {
                 first: usize,
                 out_t: &mut [f32],
             ) {
-                let rows = out_t.len() / m;
-                assert!(x.len() >= m * k && w.len() >= (first + rows) * k);
-                let body = k - k % $lanes;
-                for r in (0..rows).step_by(2) {
+                #[inline]
+                #[target_feature(enable = $features)]
+                unsafe fn group<const J: usize>(
+                    x: &[f32],
+                    m: usize,
+                    k: usize,
+                    w: &[$t],
+                    (first, r, rows, c): (usize, usize, usize, usize),
+                    out_t: &mut [f32],
+                ) {
+                    let body = k - k % $lanes;
                     let wr = [first + r, first + (r + 1).min(rows - 1)];
-                    for c in (0..m).step_by(4) {
-                        let xr: [usize; 4] = std::array::from_fn(|j| (c + j).min(m - 1));
-                        let mut acc = [[$zero(); 4]; 2];
-                        for i in (0..body).step_by($lanes) {
-                            let wv: [$vec; 2] =
-                                std::array::from_fn(|h| $widen(w.as_ptr().add(wr[h] * k + i)));
-                            for j in 0..4 {
-                                let xv = $load(x.as_ptr().add(xr[j] * k + i));
-                                for h in 0..2 {
-                                    acc[h][j] = $fmadd(xv, wv[h], acc[h][j]);
-                                }
+                    let mut acc = [[$zero(); J]; 2];
+                    for i in (0..body).step_by($lanes) {
+                        let wv: [$vec; 2] =
+                            std::array::from_fn(|h| $widen(w.as_ptr().add(wr[h] * k + i)));
+                        for j in 0..J {
+                            let xv = $load(x.as_ptr().add((c + j) * k + i));
+                            for h in 0..2 {
+                                acc[h][j] = $fmadd(xv, wv[h], acc[h][j]);
                             }
                         }
-                        for h in 0..(rows - r).min(2) {
-                            for j in 0..(m - c).min(4) {
-                                let (wrow, xrow) = (&w[wr[h] * k..][..k], &x[xr[j] * k..][..k]);
-                                let tail: f32 = (body..k).map(|i| xrow[i] * wrow[i].widen()).sum();
-                                out_t[(r + h) * m + c + j] = $reduce(acc[h][j]) + tail;
-                            }
+                    }
+                    for h in 0..(rows - r).min(2) {
+                        for j in 0..J {
+                            let (wrow, xrow) = (&w[wr[h] * k..][..k], &x[(c + j) * k..][..k]);
+                            let tail: f32 = (body..k).map(|i| xrow[i] * wrow[i].widen()).sum();
+                            out_t[(r + h) * m + c + j] = $reduce(acc[h][j]) + tail;
+                        }
+                    }
+                }
+                let rows = out_t.len() / m;
+                assert!(x.len() >= m * k && w.len() >= (first + rows) * k);
+                for r in (0..rows).step_by(2) {
+                    for c in (0..m).step_by(4) {
+                        let at = (first, r, rows, c);
+                        match m - c {
+                            1 => group::<1>(x, m, k, w, at, out_t),
+                            2 => group::<2>(x, m, k, w, at, out_t),
+                            3 => group::<3>(x, m, k, w, at, out_t),
+                            _ => group::<4>(x, m, k, w, at, out_t),
                         }
                     }
                 }
@@ -217,7 +202,7 @@ mod x86 {
     /// and dot products of each weight type, named by the vector type and operations.
     macro_rules! level {
         ($module:ident, $features:literal, $lanes:expr, $vec:ty, $zero:ident, $load:ident,
-         $fmadd:ident, $add:ident, $reduce:ident, $wf32:ident, $wbf16:ident, $wf16:ident) => {
+         $fmadd:ident, $reduce:ident, $wf32:ident, $wbf16:ident, $wf16:ident) => {
             mod $module {
                 use super::*;
                 block_simd!(
@@ -247,33 +232,6 @@ mod x86 {
                     $fmadd,
                     $reduce
                 );
-                dot_simd!(
-                    dot_f32, f32, $wf32, $features, $lanes, $zero, $load, $fmadd, $add, $reduce
-                );
-                dot_simd!(
-                    dot_bf16,
-                    half::bf16,
-                    $wbf16,
-                    $features,
-                    $lanes,
-                    $zero,
-                    $load,
-                    $fmadd,
-                    $add,
-                    $reduce
-                );
-                dot_simd!(
-                    dot_f16,
-                    half::f16,
-                    $wf16,
-                    $features,
-                    $lanes,
-                    $zero,
-                    $load,
-                    $fmadd,
-                    $add,
-                    $reduce
-                );
 
                 #[target_feature(enable = $features)]
                 pub(super) unsafe fn run(
@@ -284,21 +242,13 @@ mod x86 {
                     first: usize,
                     out: &mut [f32],
                 ) {
-                    if m > 1 {
-                        return match w {
-                            WeightRows::F32(w) => block_f32(x, m, k, w, first, out),
-                            WeightRows::Bf16(w) => block_bf16(x, m, k, w, first, out),
-                            WeightRows::F16(w) => block_f16(x, m, k, w, first, out),
-                        };
-                    }
-                    // Decoding: one weight row after another, streamed from memory.
-                    for (r, o) in out.iter_mut().enumerate() {
-                        let at = (first + r) * k;
-                        *o = match w {
-                            WeightRows::F32(w) => dot_f32(x, &w[at..at + k]),
-                            WeightRows::Bf16(w) => dot_bf16(x, &w[at..at + k]),
-                            WeightRows::F16(w) => dot_f16(x, &w[at..at + k]),
-                        };
+                    // Decoding too: one activation row gets exactly the sums it gets in a
+                    // batch or a prompt (two chains of multiply-adds per weight-row pair keep
+                    // the units busy enough for the memory bandwidth).
+                    match w {
+                        WeightRows::F32(w) => block_f32(x, m, k, w, first, out),
+                        WeightRows::Bf16(w) => block_bf16(x, m, k, w, first, out),
+                        WeightRows::F16(w) => block_f16(x, m, k, w, first, out),
                     }
                 }
             }
@@ -313,7 +263,6 @@ mod x86 {
         _mm512_setzero_ps,
         _mm512_loadu_ps,
         _mm512_fmadd_ps,
-        _mm512_add_ps,
         _mm512_reduce_add_ps,
         wide_f32,
         wide_bf16,
@@ -327,7 +276,6 @@ mod x86 {
         _mm256_setzero_ps,
         _mm256_loadu_ps,
         _mm256_fmadd_ps,
-        _mm256_add_ps,
         hsum,
         wide8_f32,
         wide8_bf16,
