@@ -110,6 +110,9 @@ mod x86 {
     use crate::kernels::avx2::hsum;
     use std::arch::x86_64::*;
 
+    /// How far ahead of the weights being read the kernels ask for cache lines.
+    const PREFETCH: usize = 4096;
+
     /// Several activation rows (short prompts): products in register blocks of 2 weight rows
     /// × up to 4 activation rows (`J`, a constant so that no product is computed twice), so
     /// that each load serves several multiply-adds; a missing weight row of a block repeats the
@@ -143,6 +146,13 @@ mod x86 {
                     let wr = [first + r, first + (r + 1).min(rows - 1)];
                     let mut acc = [[$zero(); J]; 2];
                     for i in (0..body).step_by($lanes) {
+                        if i % (64 / std::mem::size_of::<$t>()) == 0 {
+                            // The hardware prefetcher alone leaves decoding waiting on memory.
+                            for &row in &wr {
+                                let at = w.as_ptr().add(row * k + i) as *const i8;
+                                _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(PREFETCH));
+                            }
+                        }
                         let wv: [$vec; 2] =
                             std::array::from_fn(|h| $widen(w.as_ptr().add(wr[h] * k + i)));
                         for j in 0..J {
