@@ -1,18 +1,27 @@
-//! Prefills of quantized models take other kernels than decoding: blocked many-row kernels
-//! (AVX-512 VNNI), or, where a CPU has none, weights widened to f32 for gemm. Both must agree
-//! with the one-row kernels that decoding uses. (Own test binary: it changes global settings.)
+//! Prefills of quantized models may take other kernels than decoding: blocked many-row kernels
+//! (AVX-512 VNNI), rows kernels (AVX2, exactly decoding's sums), or weights widened to f32 for
+//! gemm (the portable level). All must agree with the one-row kernels that decoding uses. (Own
+//! test binary: it changes global settings.)
 
 mod common;
 
 use candle_core::Device;
 use hearth_engine::gguf::GgufFile;
-use hearth_engine::kernels::set_many_rows_kernels;
+use hearth_engine::kernels::{cpu, set_many_rows_kernels, CpuLevel};
 use hearth_engine::linear::set_dequantize_from_rows;
 use hearth_engine::Qwen;
 use std::sync::Arc;
 
 /// The settings these tests change are process-wide; the tests take turns.
 static SETTINGS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The real GGUF's model (on the CPU) and tokenizer.
+fn load(path: &std::path::Path) -> (Qwen, hearth_engine::Tokenizer) {
+    let file = Arc::new(GgufFile::open(path).unwrap());
+    let cfg = file.config().unwrap();
+    let model = Qwen::load(&cfg, &file.weights(&Device::Cpu)).unwrap();
+    (model, file.tokenizer().unwrap())
+}
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter()
@@ -27,10 +36,7 @@ fn prefill_paths_agree_with_token_by_token_decoding() {
     let Some(path) = common::real_gguf() else {
         return;
     };
-    let file = Arc::new(GgufFile::open(&path).unwrap());
-    let cfg = file.config().unwrap();
-    let model = Qwen::load(&cfg, &file.weights(&Device::Cpu)).unwrap();
-    let tok = file.tokenizer().unwrap();
+    let (model, tok) = load(&path);
     let prompt = tok
         .encode("<|im_start|>user\nWrite a haiku about the sea, then explain its imagery line by line.<|im_end|>\n<|im_start|>assistant\n")
         .unwrap();
@@ -65,11 +71,13 @@ fn prefill_paths_agree_with_token_by_token_decoding() {
     );
     assert_eq!(top(&blocked), top(&stepwise));
 
-    // Weights widened to f32 (CPUs without the many-row kernels): activations are not
-    // quantized, so they differ by up to a few percent of the scale.
+    // Weights widened to f32 (the portable level's prompts; AVX2 and AVX-512 keep the blocks):
+    // activations are not quantized, so they differ by up to a few percent of the scale.
     set_many_rows_kernels(false);
     set_dequantize_from_rows(1);
+    cpu::force(CpuLevel::Portable).unwrap();
     let wide = prefill();
+    cpu::force(cpu::detected()).unwrap();
     let d = max_diff(&wide, &stepwise);
     assert!(
         d < 0.05 * scale,
@@ -91,7 +99,6 @@ fn prefill_paths_agree_with_token_by_token_decoding() {
 /// was in the KV cache.
 #[test]
 fn prefills_with_rows_kernels_equal_decoding_bit_for_bit() {
-    use hearth_engine::kernels::{cpu, CpuLevel};
     let _turn = SETTINGS.lock().unwrap_or_else(|e| e.into_inner());
     let Some(path) = common::real_gguf() else {
         return;
@@ -103,10 +110,7 @@ fn prefills_with_rows_kernels_equal_decoding_bit_for_bit() {
         );
         return;
     }
-    let file = Arc::new(GgufFile::open(&path).unwrap());
-    let cfg = file.config().unwrap();
-    let model = Qwen::load(&cfg, &file.weights(&Device::Cpu)).unwrap();
-    let tok = file.tokenizer().unwrap();
+    let (model, tok) = load(&path);
     let prompt = tok
         .encode("<|im_start|>system\nYou are a helpful assistant who answers briefly and checks every fact twice.<|im_end|>\n<|im_start|>user\nName three rivers of Europe, the countries they cross, and one fact about each.<|im_end|>\n<|im_start|>assistant\n")
         .unwrap();
