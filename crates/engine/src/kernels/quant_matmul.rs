@@ -476,6 +476,20 @@ mod tests {
         (GgmlDType::Q5_1, BlockType::Q5_1),
     ];
 
+    /// `w` quantized to `dtype`: its GGUF blocks.
+    fn gguf_blocks(w: &Tensor, dtype: GgmlDType) -> Result<Vec<u8>, candle_core::Error> {
+        Ok(QTensor::quantize(w, dtype)?.data()?.into_owned())
+    }
+
+    fn in_gguf_order(kind: BlockType, data: &[u8], rows: usize) -> QuantMatrix<'_> {
+        QuantMatrix {
+            kind,
+            data,
+            rows,
+            interleaved: false,
+        }
+    }
+
     fn weights(n: usize, k: usize) -> Vec<f32> {
         (0..n * k)
             .map(|i| ((i * 31 % 97) as f32 - 48.0) / 50.0 + ((i % 7) as f32 - 3.0) * 0.01)
@@ -501,12 +515,7 @@ mod tests {
                 }
                 let q = std::sync::Arc::new(QTensor::quantize(&wt, dtype)?);
                 let data = q.data()?;
-                let mat = QuantMatrix {
-                    kind: t,
-                    data: &data,
-                    rows: n,
-                    interleaved: false,
-                };
+                let mat = in_gguf_order(t, &data, n);
                 for mm in [1, m] {
                     let want: Vec<f32> = if k != 288 {
                         QMatMul::from_arc(q.clone())?
@@ -562,14 +571,8 @@ mod tests {
                         continue;
                     }
                     let dot = dot_at(level, t).1;
-                    let q = QTensor::quantize(&wt, dtype)?;
-                    let data = q.data()?;
-                    let mat = QuantMatrix {
-                        kind: t,
-                        data: &data,
-                        rows: n,
-                        interleaved: false,
-                    };
+                    let data = gguf_blocks(&wt, dtype)?;
+                    let mat = in_gguf_order(t, &data, n);
                     for m in [1, 3, 4, 9] {
                         let x: Vec<f32> = (0..m * k)
                             .map(|i| ((i * 17 % 41) as f32 - 20.0) / 9.0 + (i % 5) as f32 * 0.013)
@@ -606,14 +609,8 @@ mod tests {
                 };
                 println!("many-row kernel: {t:?} at {level}");
                 let dot = dot_at(level, t).1;
-                let q = QTensor::quantize(&wt, dtype)?;
-                let data = q.data()?;
-                let mat = QuantMatrix {
-                    kind: t,
-                    data: &data,
-                    rows: n,
-                    interleaved: false,
-                };
+                let data = gguf_blocks(&wt, dtype)?;
+                let mat = in_gguf_order(t, &data, n);
                 for m in [2, 8, 11, 35] {
                     let x: Vec<f32> = (0..m * k)
                         .map(|i| ((i * 11 % 37) as f32 - 18.0) / 5.0)
