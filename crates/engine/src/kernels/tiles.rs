@@ -231,7 +231,7 @@ pub(crate) fn pack(rows: &[Q8Row]) -> (Vec<u32>, usize) {
                 (-8 * sum) as u32,
                 (-16 * sum) as u32,
                 (-128 * sum) as u32,
-                half::f16::from_f32(d * *sum as f32).to_f32().to_bits(),
+                row.d_sums[b].to_bits(),
                 0,
                 0,
                 0,
