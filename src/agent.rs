@@ -28,8 +28,9 @@ pub struct AgentArgs {
     /// The directory the file tools may read (default: the current one).
     #[arg(long)]
     pub workspace: Option<PathBuf>,
-    /// Continue the conversation NAME: its memory is loaded from the session database and
-    /// saved there after the turn (without it, nothing is remembered after this run).
+    /// Continue the conversation NAME: its memory and KV cache are loaded from the session
+    /// database and saved there after the turn (without it, nothing is remembered after this
+    /// run).
     #[arg(long, value_name = "NAME")]
     pub session: Option<String>,
     /// The session database (default: $XDG_DATA_HOME/hearth/agents.db, or
@@ -111,6 +112,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    let mut engine = None;
     let llm: Arc<dyn Llm> = match &args.llm_url {
         Some(url) => Arc::new(remote_llm(
             &rt,
@@ -119,11 +121,12 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             args.max_tokens,
         )?),
         None => {
-            let engine = Arc::new(
+            let e = Arc::new(
                 Engine::load(&args.model.model, &args.model.load_options()?)
                     .with_context(|| format!("loading model `{}`", args.model.model))?,
             );
-            Arc::new(LocalLlm::new(engine).with_max_tokens(args.max_tokens))
+            engine = Some(e.clone());
+            Arc::new(LocalLlm::new(e).with_max_tokens(args.max_tokens))
         }
     };
     // Tool use is most reliable greedy; flags still override.
@@ -143,7 +146,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     }
     let session = args.session.clone().unwrap_or_else(|| "default".into());
     if let Some(d) = &durable {
-        d.restore(&agent)?;
+        d.restore(&agent, &session, engine.as_deref())?;
     }
     if let Some(r) = &recorder {
         r.attach(&mut agent);
@@ -167,7 +170,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     if let Some(d) = &mut durable {
         // A failed turn wrote no memory: there is nothing new to save.
         if run.stop_reason != StopReason::Error {
-            d.save(&agent)?;
+            d.save(&agent, &session, engine.as_deref())?;
         }
     }
     if args.json {
@@ -267,28 +270,67 @@ impl Durable {
         &self.name
     }
 
-    pub(crate) fn restore(&self, agent: &ToolAgent) -> anyhow::Result<()> {
+    /// Loads the saved memory into `agent`, and with a local `engine` the KV cache saved with
+    /// the last turn, so that the next prompt runs only what follows it. A cache the engine
+    /// refuses (another model, file or kernel level) is reported and the prompt is computed
+    /// in full.
+    pub(crate) fn restore(
+        &self,
+        agent: &ToolAgent,
+        session: &str,
+        engine: Option<&Engine>,
+    ) -> anyhow::Result<()> {
         let Some(state) = &self.saved else {
             return Ok(());
         };
         agent.load_state_dict(&self.name, state).with_context(|| {
             format!("session `{}` in {}", self.name, self.store.path().display())
         })?;
-        // The KV cache lives in this process only: the earlier turns' prompt is computed again.
-        tracing::info!(
-            "session `{}`: {} earlier turn(s) from {} (their KV cache is not stored; the first prompt is computed in full)",
-            self.name,
-            self.loaded_turns,
-            self.store.path().display()
-        );
+        let Some(engine) = engine else {
+            return Ok(());
+        };
+        let where_ = format!("session `{}` in {}", self.name, self.store.path().display());
+        match self.store.load_cache(&self.name)? {
+            None => tracing::info!(
+                "{where_}: {} earlier turn(s), no KV cache saved; the first prompt is computed in full",
+                self.loaded_turns
+            ),
+            Some(bytes) => match engine.restore_session_cache(&agent.kv_session(session), &bytes) {
+                Ok(n) => tracing::info!(
+                    "{where_}: {} earlier turn(s), {n} tokens of KV cache restored ({:.1} MiB)",
+                    self.loaded_turns,
+                    bytes.len() as f64 / (1 << 20) as f64
+                ),
+                Err(e) => tracing::warn!(
+                    "{where_}: the saved KV cache is not used ({e}); the first prompt is computed in full"
+                ),
+            },
+        }
         Ok(())
     }
 
-    /// Saves the agent's state of the session as one more turn.
-    pub(crate) fn save(&mut self, agent: &ToolAgent) -> anyhow::Result<()> {
-        self.loaded_turns =
-            self.store
-                .save(&self.name, &agent.state_dict(&self.name), self.loaded_turns)?;
+    /// Saves the agent's state of the session as one more turn, with the engine's KV cache of
+    /// it when the model runs in this process.
+    pub(crate) fn save(
+        &mut self,
+        agent: &ToolAgent,
+        session: &str,
+        engine: Option<&Engine>,
+    ) -> anyhow::Result<()> {
+        let kv = match engine.map(|e| e.session_cache(&agent.kv_session(session))) {
+            Some(Ok(kv)) => kv,
+            Some(Err(e)) => {
+                tracing::warn!("session `{}`: its KV cache is not saved: {e}", self.name);
+                None
+            }
+            None => None,
+        };
+        self.loaded_turns = self.store.save_with_cache(
+            &self.name,
+            &agent.state_dict(&self.name),
+            self.loaded_turns,
+            kv.as_deref(),
+        )?;
         Ok(())
     }
 }

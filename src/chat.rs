@@ -352,7 +352,7 @@ fn agent_chat(args: ChatArgs) -> anyhow::Result<()> {
     // Tool use is most reliable greedy; flags still override.
     let sampling = args.sampling.apply(&SamplingParams::greedy());
     let origin = engine.info().origin.clone();
-    let llm = LocalLlm::new(engine).with_max_tokens(args.max_tokens);
+    let llm = LocalLlm::new(engine.clone()).with_max_tokens(args.max_tokens);
     let mut agent = ToolAgent::new(Arc::new(llm), tools);
     agent.max_iterations = args.max_iterations;
     agent.request = LlmRequest {
@@ -371,7 +371,7 @@ fn agent_chat(args: ChatArgs) -> anyhow::Result<()> {
         .as_ref()
         .map_or("chat".to_string(), |d| d.name().to_string());
     if let Some(d) = &durable {
-        d.restore(&agent)?;
+        d.restore(&agent, &session, Some(&engine))?;
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -411,7 +411,7 @@ fn agent_chat(args: ChatArgs) -> anyhow::Result<()> {
                 "reset" => {
                     agent.reset(&session, true);
                     if let Some(d) = &mut durable {
-                        d.save(&agent)?;
+                        d.save(&agent, &session, Some(&engine))?;
                     }
                     eprintln!("[history cleared]");
                 }
@@ -430,7 +430,7 @@ fn agent_chat(args: ChatArgs) -> anyhow::Result<()> {
                     eprintln!("error: line {number}: {e}");
                     failed.push(number);
                 } else if let Some(d) = &mut durable {
-                    d.save(&agent)?;
+                    d.save(&agent, &session, Some(&engine))?;
                 }
             }
             Err(e) => {

@@ -137,3 +137,134 @@ fn a_recorded_tool_run_replays_live_on_the_same_model() -> TestResult {
     }
     Ok(())
 }
+
+/// Prompt tokens and cached prompt tokens of the first model request in a recording.
+fn first_prefill(record: &Path) -> Result<(u64, u64), Box<dyn std::error::Error + Send + Sync>> {
+    for line in std::fs::read_to_string(record)?.lines() {
+        let v: serde_json::Value = serde_json::from_str(line)?;
+        if v["type"] == "model_response" {
+            let n = |k: &str| v[k].as_u64().ok_or(format!("no {k} in {line}"));
+            return Ok((n("prompt_tokens")?, n("cached_prompt_tokens")?));
+        }
+    }
+    Err(format!("no model response in {}", record.display()).into())
+}
+
+/// A session resumed in a new process gets its KV cache back: each turn prefills only what
+/// follows the last one, and the answers are those of the same conversation held in one
+/// process (`hearth chat`). A cache from other kernels is refused with the reason.
+#[test]
+fn a_resumed_session_gets_its_kv_cache_back() -> TestResult {
+    let Some(model) = common::real_gguf() else {
+        return Ok(());
+    };
+    let tmp = tempfile::tempdir()?;
+    let db = tmp.path().join("agents.db");
+    let db_s = db.to_str().ok_or("db path")?;
+    let turns = [
+        "My favourite number is 17. Reply with one short sentence.",
+        "Add 5 to my favourite number. Reply with the number only.",
+        "What was my favourite number? Reply with the number only.",
+    ];
+    let mut answers = vec![];
+    let mut previous_prompt = 0;
+    let mut kernels = String::new();
+    for (i, task) in turns.iter().enumerate() {
+        let record = tmp.path().join(format!("turn{i}.jsonl"));
+        let record_s = record.to_str().ok_or("record path")?;
+        let out = agent(
+            &model,
+            &[
+                "--max-tokens",
+                "24",
+                "--tools",
+                "",
+                "--session",
+                "kv",
+                "--db",
+                db_s,
+                "--record",
+                record_s,
+            ],
+            task,
+        )?;
+        answers.push(answer(&out)?);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        kernels = stderr
+            .lines()
+            .find_map(|l| l.split("CPU kernels: ").nth(1))
+            .unwrap_or_default()
+            .to_string();
+        let (prompt, cached) = first_prefill(&record)?;
+        if i > 0 {
+            assert!(stderr.contains("tokens of KV cache restored"), "{stderr}");
+            assert!(
+                cached >= previous_prompt,
+                "turn {i}: {cached} of {prompt} prompt tokens cached; the previous prompt alone had {previous_prompt}"
+            );
+        }
+        previous_prompt = prompt;
+    }
+    // The same conversation in one process.
+    let chat_db = tmp.path().join("chat.db");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(["chat", "--model", model.to_str().ok_or("model path")?])
+        .args(["--device", "cpu", "--max-tokens", "24", "--tools", ""])
+        .args(["--session", "kv", "--db", chat_db.to_str().ok_or("db")?])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().ok_or("no stdin")?;
+        for t in turns {
+            writeln!(stdin, "{t}")?;
+        }
+    }
+    let out = child.wait_with_output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let one_process = String::from_utf8_lossy(&out.stdout);
+    let expected: String = answers.iter().map(|a| format!("{a}\n")).collect();
+    assert_eq!(
+        one_process.trim(),
+        expected.trim(),
+        "answers differ from one process's"
+    );
+
+    // Other kernels compute other numbers: their process does not reuse this cache.
+    if kernels.starts_with("portable") {
+        return Ok(());
+    }
+    let record = tmp.path().join("portable.jsonl");
+    let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(["agent", "--model", model.to_str().ok_or("model path")?])
+        .args([
+            "--device",
+            "cpu",
+            "--json",
+            "--max-tokens",
+            "8",
+            "--tools",
+            "",
+        ])
+        .args(["--session", "kv", "--db", db_s, "--record"])
+        .arg(&record)
+        .arg("Say hi.")
+        .env("HEARTH_CPU", "portable")
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("the saved KV cache is not used")
+            && stderr.contains("kernels portable")
+            && stderr.contains("computed in full"),
+        "{stderr}"
+    );
+    assert_eq!(first_prefill(&record)?.1, 0);
+    Ok(())
+}

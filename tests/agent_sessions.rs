@@ -48,6 +48,26 @@ fn run(
     Ok(agent_cmd(db, session, task, "4")?.output()?)
 }
 
+/// Prompt tokens and cached prompt tokens of each model request in a recording.
+fn prefill(record: &Path) -> Result<Vec<(u64, u64)>, Box<dyn std::error::Error + Send + Sync>> {
+    let mut out = vec![];
+    for line in std::fs::read_to_string(record)?.lines() {
+        let v: serde_json::Value = serde_json::from_str(line)?;
+        if let (Some(p), Some(c)) = (
+            v.pointer("/response/prompt_tokens")
+                .or(v.get("prompt_tokens")),
+            v.pointer("/response/cached_prompt_tokens")
+                .or(v.get("cached_prompt_tokens")),
+        ) {
+            out.push((
+                p.as_u64().ok_or("prompt_tokens")?,
+                c.as_u64().ok_or("cached")?,
+            ));
+        }
+    }
+    Ok(out)
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -78,14 +98,35 @@ fn turns_continue_across_processes() -> TestResult {
     let tmp = tempfile::tempdir()?;
     let db = tmp.path().join("agents.db");
     // Twenty turns, each in its own process.
+    let mut previous_prompt = 0;
     for i in 1..=20 {
-        let out = run(&db, "work", &format!("question {i}"))?;
+        let record = tmp.path().join(format!("turn{i}.jsonl"));
+        let out = agent_cmd(&db, "work", &format!("question {i}"), "4")?
+            .arg("--record")
+            .arg(&record)
+            .output()?;
         // The tiny model may answer nothing useful; the turn is still remembered.
         assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+        let requests = prefill(&record)?;
+        let (prompt, cached) = *requests.first().ok_or("no model request recorded")?;
         if i > 1 {
             let said = format!("{} earlier turn(s)", i - 1);
             assert!(stderr(&out).contains(&said), "{}", stderr(&out));
+            assert!(
+                stderr(&out).contains("tokens of KV cache restored"),
+                "turn {i}: {}",
+                stderr(&out)
+            );
         }
+        // Until the history window slides (then a new summary starts each prompt, in one
+        // process too), the last turn's prompt is a prefix of this one and comes back cached.
+        if (2..=8).contains(&i) {
+            assert!(
+                cached >= previous_prompt,
+                "turn {i}: {cached} of {prompt} prompt tokens cached, the previous prompt had {previous_prompt}"
+            );
+        }
+        previous_prompt = prompt;
     }
     let (texts, turns) = saved(&db, "work")?;
     assert_eq!(turns, 20);

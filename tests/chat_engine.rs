@@ -58,6 +58,7 @@ fn engine(answer: &str, template: &str, thinks: bool) -> (Engine, Vec<u32>) {
         chat_template: Some("model".into()),
         thinks,
         load_s: 0.0,
+        fingerprint: "test".into(),
     };
     let chat = ChatFormat::Jinja(JinjaTemplate::new(template, Default::default(), "test").unwrap());
     let model = Scripted {

@@ -217,6 +217,58 @@ fn a_released_session_leaves_its_cache_for_the_next_turn() {
 }
 
 #[test]
+fn a_saved_session_cache_restores_in_another_engine() {
+    let a = engine("qwen2", SchedulerOptions::default());
+    let prompt: Vec<u32> = (0..40).map(|j| (j * 13 + 5) % 900).collect();
+    let (first, _) = collect(a.generate(request(prompt.clone(), 6, Some("s"))).unwrap());
+    a.release_session("s").unwrap();
+    let bytes = a
+        .session_cache("s")
+        .unwrap()
+        .expect("a cache is kept for the session");
+    assert!(a.session_cache("never").unwrap().is_none());
+    // The next turn: everything so far, then new tokens.
+    let mut next = prompt.clone();
+    next.extend(&first);
+    next.extend([7, 8, 9]);
+    let (want, in_process) = collect(a.generate(request(next.clone(), 8, Some("s"))).unwrap());
+
+    let b = engine("qwen2", SchedulerOptions::default());
+    let restored = b.restore_session_cache("s", &bytes).unwrap();
+    assert_eq!(
+        restored,
+        prompt.len() + first.len() - 1,
+        "every position that was run"
+    );
+    let (got, resumed) = collect(b.generate(request(next, 8, Some("s"))).unwrap());
+    assert_eq!(
+        got, want,
+        "greedy tokens as in the process that ran the first turn"
+    );
+    assert_eq!(
+        resumed.usage.cached_prompt_tokens,
+        in_process.usage.cached_prompt_tokens
+    );
+    assert_eq!(resumed.usage.cached_prompt_tokens, restored);
+
+    // Another model's cache, or damaged bytes, are refused with the reason.
+    let other = engine("qwen3", SchedulerOptions::default());
+    let err = other
+        .restore_session_cache("s", &bytes)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("session cache") && err.contains("another model"),
+        "{err}"
+    );
+    let err = b
+        .restore_session_cache("t", &bytes[..bytes.len() / 2])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("cut short"), "{err}");
+}
+
+#[test]
 fn bad_settings_are_refused_by_name() {
     let load = |s: SchedulerOptions| {
         Engine::load(tiny("qwen2").to_str().unwrap(), &options(s))
@@ -349,6 +401,7 @@ fn non_finite_logits_are_an_error_naming_the_model() {
         chat_template: None,
         thinks: false,
         load_s: 0.0,
+        fingerprint: "test".into(),
     };
     let e = Engine::serve(Box::new(Broken), tok, info, None, Duration::ZERO);
     let mut s = e.generate(request(vec![1, 2, 3], 10, None)).unwrap();

@@ -44,7 +44,7 @@ pub use llm::{Llm, LlmEvent, LlmOutput, LlmRequest, LocalLlm, ScriptedLlm};
 pub use memory::{Memory, MemoryManager};
 pub use message::{ActionStatusCode, AgentMessage, AgentStatusCode};
 pub use parser::{OutputParser, ParseStatus, ParsedOutput};
-pub use store::{SavedSession, SessionClaim, SessionStore};
+pub use store::{open_database, SavedSession, SessionClaim, SessionStore};
 pub use tool::{Tool, ToolRegistry, ToolResult};
 pub use tool_agent::{StopReason, ToolAgent, ToolAgentEvent, ToolAgentRun, ToolChoice};
 

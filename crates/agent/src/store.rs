@@ -18,11 +18,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// The schema this build reads and writes.
-pub const SCHEMA_VERSION: i64 = 1;
+/// The schema this build reads and writes: 2 added each session's saved KV cache.
+pub const SCHEMA_VERSION: i64 = 2;
 
-/// Tables another Hearth store may keep in the same file (the graph's sessions).
-const NEIGHBOURS: &[&str] = &["hearth_sessions"];
+/// The graph's sessions (hearth-graph's store), kept in the same file.
+const GRAPH_TABLE: &str = "hearth_sessions";
 
 /// A session as it was last saved.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,81 +52,101 @@ fn store_error(path: &Path, message: impl std::fmt::Display) -> AgentError {
     }
 }
 
+/// Opens Hearth's session database at `path` — one file for agent sessions and graph
+/// sessions — creating it (not its folder) if missing and bringing its tables to
+/// [`SCHEMA_VERSION`]. A file that is not SQLite, holds tables of something else, comes from
+/// a newer schema or is read-only is refused, naming the file, before anything is written.
+/// Tables the agent does not own (the graph's `hearth_sessions`, any `graph_*`) are left to
+/// their owners.
+pub fn open_database(path: &Path) -> Result<Connection> {
+    let err = |m: String| store_error(path, m);
+    if let Ok(meta) = std::fs::metadata(path) {
+        if !meta.is_file() {
+            return Err(err("is not a file".into()));
+        }
+        // Checked by hand: SQLite would open it read-only without a word, and as root
+        // writes would even succeed.
+        if meta.permissions().readonly() {
+            return Err(err(
+                "is read-only; sessions cannot be saved in it (make it writable or use another file)"
+                    .into(),
+            ));
+        }
+    }
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| err(format!("cannot open: {e}")))?;
+    // Another process saving a turn holds the file for milliseconds: wait for it.
+    conn.busy_timeout(Duration::from_secs(10))
+        .map_err(|e| err(e.to_string()))?;
+    // Reading the header fails on a file that is not SQLite ("file is not a database").
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(|e| err(format!("not a Hearth session database: {e}")))?;
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+        .and_then(|mut st| st.query_map([], |r| r.get::<_, String>(0))?.collect())
+        .map_err(|e| err(format!("not a Hearth session database: {e}")))?;
+    if version > SCHEMA_VERSION {
+        return Err(err(format!(
+            "has schema version {version}, newer than this build reads ({SCHEMA_VERSION}); use a newer Hearth or another file"
+        )));
+    }
+    let foreign: Vec<&str> = tables
+        .iter()
+        .map(String::as_str)
+        .filter(|t| !t.starts_with("agent_") && !t.starts_with("graph_") && *t != GRAPH_TABLE)
+        .collect();
+    if !foreign.is_empty() {
+        return Err(err(format!(
+            "holds other tables ({}); refusing to use it as a session store",
+            foreign.join(", ")
+        )));
+    }
+    if version < SCHEMA_VERSION {
+        // Version 1 had no saved KV caches; every step is idempotent, so a crash half-way
+        // leaves a file the next open finishes.
+        let has_kv = conn
+            .prepare("SELECT 1 FROM pragma_table_info('agent_sessions') WHERE name = 'kv'")
+            .and_then(|mut st| st.exists([]))
+            .map_err(|e| err(format!("cannot read the session tables: {e}")))?;
+        let add_kv = if version == 1 && !has_kv {
+            "ALTER TABLE agent_sessions ADD COLUMN kv BLOB;"
+        } else {
+            ""
+        };
+        conn.execute_batch(&format!(
+            "BEGIN IMMEDIATE;
+             CREATE TABLE IF NOT EXISTS agent_sessions (
+                name TEXT PRIMARY KEY,
+                state TEXT NOT NULL,
+                turns INTEGER NOT NULL,
+                updated_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP,
+                kv BLOB);
+             {add_kv}
+             CREATE TABLE IF NOT EXISTS agent_claims (
+                name TEXT PRIMARY KEY,
+                pid INTEGER NOT NULL,
+                token TEXT NOT NULL,
+                since TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP);
+             PRAGMA user_version = {SCHEMA_VERSION};
+             COMMIT;"
+        ))
+        .map_err(|e| err(format!("cannot create the session tables: {e}")))?;
+    }
+    Ok(conn)
+}
+
 impl SessionStore {
-    /// Opens the file, creating it (not its folder) if missing.
+    /// Opens the file with [`open_database`].
     pub fn open(path: &Path) -> Result<Self> {
-        let err = |m: String| store_error(path, m);
-        if let Ok(meta) = std::fs::metadata(path) {
-            if !meta.is_file() {
-                return Err(err("is not a file".into()));
-            }
-            // Checked by hand: SQLite would open it read-only without a word, and as root
-            // writes would even succeed.
-            if meta.permissions().readonly() {
-                return Err(err(
-                    "is read-only; sessions cannot be saved in it (make it writable or use another file)"
-                        .into(),
-                ));
-            }
-        }
-        let conn = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE
-                | OpenFlags::SQLITE_OPEN_CREATE
-                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(|e| err(format!("cannot open: {e}")))?;
-        // Another process saving a turn holds the file for milliseconds: wait for it.
-        conn.busy_timeout(Duration::from_secs(10))
-            .map_err(|e| err(e.to_string()))?;
-        // Reading the header fails on a file that is not SQLite ("file is not a database").
-        let version: i64 = conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(|e| err(format!("not a Hearth session database: {e}")))?;
-        let tables: Vec<String> = conn
-            .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
-            .and_then(|mut st| st.query_map([], |r| r.get::<_, String>(0))?.collect())
-            .map_err(|e| err(format!("not a Hearth session database: {e}")))?;
-        if version > SCHEMA_VERSION {
-            return Err(err(format!(
-                "has schema version {version}, newer than this build reads ({SCHEMA_VERSION}); use a newer Hearth or another file"
-            )));
-        }
-        let foreign: Vec<&String> = tables
-            .iter()
-            .filter(|t| !t.starts_with("agent_") && !NEIGHBOURS.contains(&t.as_str()))
-            .collect();
-        if !foreign.is_empty() {
-            return Err(err(format!(
-                "holds other tables ({}); refusing to use it as a session store",
-                foreign
-                    .iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
-        }
-        if version < SCHEMA_VERSION {
-            conn.execute_batch(&format!(
-                "BEGIN IMMEDIATE;
-                 CREATE TABLE IF NOT EXISTS agent_sessions (
-                    name TEXT PRIMARY KEY,
-                    state TEXT NOT NULL,
-                    turns INTEGER NOT NULL,
-                    updated_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP);
-                 CREATE TABLE IF NOT EXISTS agent_claims (
-                    name TEXT PRIMARY KEY,
-                    pid INTEGER NOT NULL,
-                    token TEXT NOT NULL,
-                    since TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP);
-                 PRAGMA user_version = {SCHEMA_VERSION};
-                 COMMIT;"
-            ))
-            .map_err(|e| err(format!("cannot create the session tables: {e}")))?;
-        }
         Ok(Self {
             path: path.into(),
-            conn: Arc::new(Mutex::new(conn)),
+            conn: Arc::new(Mutex::new(open_database(path)?)),
         })
     }
 
@@ -167,6 +187,18 @@ impl SessionStore {
     /// count this process loaded (0 for a new session): if another process saved in between,
     /// nothing is written and the error says so. Returns the new turn count.
     pub fn save(&self, name: &str, state: &Map<String, Value>, loaded_turns: u64) -> Result<u64> {
+        self.save_with_cache(name, state, loaded_turns, None)
+    }
+
+    /// [`SessionStore::save`], with the engine's KV cache of the session as opaque bytes
+    /// (`None` forgets an earlier one), in the same transaction.
+    pub fn save_with_cache(
+        &self,
+        name: &str,
+        state: &Map<String, Value>,
+        loaded_turns: u64,
+        kv: Option<&[u8]>,
+    ) -> Result<u64> {
         let text = serde_json::to_string(state).map_err(|e| self.err(e))?;
         let mut conn = self.lock()?;
         let tx = conn
@@ -188,15 +220,29 @@ impl SessionStore {
         }
         let turns = loaded_turns + 1;
         tx.execute(
-            "INSERT INTO agent_sessions (name, state, turns, updated_at)
-             VALUES (?1, ?2, ?3, CURRENT_TIMESTAMP)
+            "INSERT INTO agent_sessions (name, state, turns, updated_at, kv)
+             VALUES (?1, ?2, ?3, CURRENT_TIMESTAMP, ?4)
              ON CONFLICT(name) DO UPDATE SET state = excluded.state, turns = excluded.turns,
-                updated_at = CURRENT_TIMESTAMP",
-            params![name, text, turns as i64],
+                updated_at = CURRENT_TIMESTAMP, kv = excluded.kv",
+            params![name, text, turns as i64, kv],
         )
         .map_err(|e| self.err(e))?;
         tx.commit().map_err(|e| self.err(e))?;
         Ok(turns)
+    }
+
+    /// The KV cache saved with the session's last turn, if any.
+    pub fn load_cache(&self, name: &str) -> Result<Option<Vec<u8>>> {
+        let conn = self.lock()?;
+        let kv: Option<Option<Vec<u8>>> = conn
+            .query_row(
+                "SELECT kv FROM agent_sessions WHERE name = ?1",
+                params![name],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.err(e))?;
+        Ok(kv.flatten())
     }
 
     pub fn delete(&self, name: &str) -> Result<bool> {
@@ -435,6 +481,53 @@ mod tests {
         Connection::open(&shared)?
             .execute_batch("CREATE TABLE hearth_sessions (id TEXT PRIMARY KEY, slices TEXT)")?;
         SessionStore::open(&shared)?.save("s", &state(1), 0)?;
+        Ok(())
+    }
+
+    #[test]
+    fn the_kv_cache_is_saved_with_its_turn() -> TestResult {
+        let tmp = tempfile::tempdir()?;
+        let path = tmp.path().join("s.db");
+        let store = SessionStore::open(&path)?;
+        assert_eq!(store.load_cache("s")?, None);
+        store.save_with_cache("s", &state(1), 0, Some(b"cache one"))?;
+        assert_eq!(store.load_cache("s")?.as_deref(), Some(&b"cache one"[..]));
+        // A turn saved without a cache forgets the stale one.
+        store.save("s", &state(2), 1)?;
+        assert_eq!(store.load_cache("s")?, None);
+        // A stale writer writes neither state nor cache.
+        assert!(store
+            .save_with_cache("s", &state(9), 1, Some(b"stale"))
+            .is_err());
+        assert_eq!(store.load_cache("s")?, None);
+        assert_eq!(store.load("s")?.ok_or("no session")?.turns, 2);
+        Ok(())
+    }
+
+    #[test]
+    fn a_version_1_file_is_upgraded_and_keeps_its_sessions() -> TestResult {
+        let tmp = tempfile::tempdir()?;
+        let path = tmp.path().join("v1.db");
+        Connection::open(&path)?.execute_batch(
+            "CREATE TABLE agent_sessions (name TEXT PRIMARY KEY, state TEXT NOT NULL,
+                turns INTEGER NOT NULL, updated_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP);
+             CREATE TABLE agent_claims (name TEXT PRIMARY KEY, pid INTEGER NOT NULL,
+                token TEXT NOT NULL, since TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP);
+             INSERT INTO agent_sessions (name, state, turns) VALUES ('old', '{\"memory\":[]}', 3);
+             PRAGMA user_version = 1;",
+        )?;
+        let store = SessionStore::open(&path)?;
+        assert_eq!(store.load("old")?.ok_or("lost")?.turns, 3);
+        assert_eq!(store.load_cache("old")?, None);
+        store.save_with_cache("old", &state(4), 3, Some(b"kv"))?;
+        drop(store);
+        let version: i64 =
+            Connection::open(&path)?.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        assert_eq!(version, SCHEMA_VERSION);
+        assert_eq!(
+            SessionStore::open(&path)?.load("old")?.ok_or("lost")?.turns,
+            4
+        );
         Ok(())
     }
 }

@@ -206,8 +206,8 @@ impl ToolAgent {
         Ok(msgs)
     }
 
-    /// The engine session of this agent's conversation `session`.
-    fn kv_session(&self, session: &str) -> String {
+    /// The engine session (KV cache) of this agent's conversation `session`.
+    pub fn kv_session(&self, session: &str) -> String {
         format!("{}:{session}", self.name)
     }
 

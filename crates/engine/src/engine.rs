@@ -6,8 +6,9 @@ use crate::chat::{ChatFormat, ChatInput, ThinkingSplitter};
 use crate::constraint::Grammars;
 use crate::error::{EngineError, Result};
 use crate::generation::{GenerateRequest, LanguageModel};
+use crate::kv_snapshot::KvSnapshot;
 use crate::sampling::SamplingParams;
-use crate::scheduler::{Command, Job, Scheduler, SchedulerConfig, SchedulerStats};
+use crate::scheduler::{Command, Job, Scheduler, SchedulerConfig, SchedulerStats, SessionCache};
 use crate::stop::StopStrings;
 use crate::stream::{ChatRequest, ChatStream, EventStream};
 use crate::tokenizer::Tokenizer;
@@ -284,6 +285,68 @@ impl Engine {
         self.commands
             .send(Command::ReleaseSession(id.into()))
             .map_err(|_| EngineError::WorkerGone)
+    }
+
+    /// The KV cache the session holds (or last released) as bytes that
+    /// [`Engine::restore_session_cache`] of a later process accepts; `None` when no cache is
+    /// kept for it (evicted, or never run).
+    pub fn session_cache(&self, id: &str) -> Result<Option<Vec<u8>>> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.commands
+            .send(Command::ExportSession(id.into(), tx))
+            .map_err(|_| EngineError::WorkerGone)?;
+        let Some(c) = rx.recv().map_err(|_| EngineError::WorkerGone)?? else {
+            return Ok(None);
+        };
+        KvSnapshot {
+            fingerprint: self.info.fingerprint.clone(),
+            tokens: c.tokens,
+            layers: c.layers,
+        }
+        .to_bytes()
+        .map(Some)
+    }
+
+    /// Keeps `bytes` (from [`Engine::session_cache`]) as the session's KV cache, so that its
+    /// next request runs only the tokens after the cached ones. Bytes computed by another
+    /// model (see [`ModelInfo::fingerprint`]), cut or garbled are refused with the reason.
+    /// Returns the tokens restored.
+    pub fn restore_session_cache(&self, id: &str, bytes: &[u8]) -> Result<usize> {
+        let snap = KvSnapshot::from_bytes(bytes, &candle_core::Device::Cpu)?;
+        if snap.fingerprint != self.info.fingerprint {
+            return Err(EngineError::invalid(
+                "session cache",
+                format!(
+                    "computed by another model or setup ({}); this one is {}",
+                    snap.fingerprint, self.info.fingerprint
+                ),
+            ));
+        }
+        if snap.tokens.is_empty() {
+            return Ok(0);
+        }
+        if snap.tokens.len() >= self.info.max_positions {
+            return Err(EngineError::invalid(
+                "session cache",
+                format!(
+                    "{} tokens, more than the model's {} positions",
+                    snap.tokens.len(),
+                    self.info.max_positions
+                ),
+            ));
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.commands
+            .send(Command::ImportSession(
+                SessionCache {
+                    session: id.into(),
+                    tokens: snap.tokens,
+                    layers: snap.layers,
+                },
+                tx,
+            ))
+            .map_err(|_| EngineError::WorkerGone)?;
+        rx.recv().map_err(|_| EngineError::WorkerGone)?
     }
 
     /// Forgets a session's KV cache (a session never seen is fine).

@@ -26,6 +26,11 @@ pub trait LanguageModel: Send {
 
     fn new_cache(&self) -> KvCache;
     fn max_positions(&self) -> usize;
+
+    /// Where the model's caches live.
+    fn device(&self) -> candle_core::Device {
+        candle_core::Device::Cpu
+    }
 }
 
 impl LanguageModel for crate::qwen::Qwen {
@@ -40,6 +45,9 @@ impl LanguageModel for crate::qwen::Qwen {
     }
     fn max_positions(&self) -> usize {
         self.config().max_position_embeddings
+    }
+    fn device(&self) -> candle_core::Device {
+        crate::qwen::Qwen::device(self).clone()
     }
 }
 

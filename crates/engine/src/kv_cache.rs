@@ -84,6 +84,56 @@ impl KvCache {
         Ok(())
     }
 
+    /// Copies of every layer's keys and values for the positions held (`[1, kv_heads, len,
+    /// head_dim]`), detached from the buffers that later writes reuse.
+    pub fn layers_copy(&self) -> Result<Vec<(Tensor, Tensor)>> {
+        self.layers
+            .iter()
+            .map(|l| match l {
+                Some((k, v)) => Ok((
+                    k.narrow(2, 0, self.len)?.copy()?,
+                    v.narrow(2, 0, self.len)?.copy()?,
+                )),
+                None => candle_core::bail!("a layer of the cache holds no keys"),
+            })
+            .collect()
+    }
+
+    /// Fills this empty cache with `layers` (`[1, kv_heads, len, head_dim]` each, as
+    /// [`KvCache::layers_copy`] gives them), which must match its layer count and position size.
+    pub fn restore(&mut self, layers: Vec<(Tensor, Tensor)>) -> Result<()> {
+        let Some((k0, _)) = layers.first() else {
+            candle_core::bail!("no layers to restore")
+        };
+        let (_, heads, len, head_dim) = k0.dims4()?;
+        let position = layers.len() * 2 * heads * head_dim * k0.dtype().size_in_bytes();
+        if !self.is_empty() || layers.len() != self.layers.len() {
+            candle_core::bail!(
+                "a cache of {} layers cannot take {} layers",
+                self.layers.len(),
+                layers.len()
+            );
+        }
+        if self.position_bytes != 0 && position != self.position_bytes {
+            candle_core::bail!(
+                "{position} bytes per position where this model keeps {}",
+                self.position_bytes
+            );
+        }
+        if len > self.max_len {
+            candle_core::bail!("{len} positions, more than the model's {}", self.max_len);
+        }
+        for ((k, v), slot) in layers.into_iter().zip(self.layers.iter_mut()) {
+            if k.dims4()? != (1, heads, len, head_dim) || v.dims4()? != (1, heads, len, head_dim) {
+                candle_core::bail!("layers of different shapes");
+            }
+            *slot = Some((k, v));
+        }
+        self.capacity = len;
+        self.len = len;
+        Ok(())
+    }
+
     /// The capacity the buffers have once they hold `needed` positions.
     fn capacity_for(&self, needed: usize) -> usize {
         if needed <= self.capacity {

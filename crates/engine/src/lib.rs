@@ -17,6 +17,7 @@ pub mod gguf;
 pub mod huge_pages;
 pub mod kernels;
 pub mod kv_cache;
+pub mod kv_snapshot;
 pub mod linear;
 pub mod load;
 pub mod qwen;

@@ -123,6 +123,10 @@ pub struct ModelInfo {
     /// Whether the model writes `<think>` reasoning.
     pub thinks: bool,
     pub load_s: f64,
+    /// What the model's numbers depend on: its weight files (path, size, modification time),
+    /// dtype, device and CPU kernels. A KV cache saved by one process is reused by another
+    /// only when their fingerprints agree.
+    pub fingerprint: String,
 }
 
 /// A loaded model and everything the engine serves it with.
@@ -223,6 +227,7 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
         c.apply_sampling(&mut sampling);
     }
     let load_time = start.elapsed();
+    let fingerprint = fingerprint(&checkpoint, &dtype_label, &device);
     let info = ModelInfo {
         origin: checkpoint.origin(),
         family: cfg.family.name().into(),
@@ -236,6 +241,7 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
         chat_template: chat.as_ref().map(|_| template_choice.clone()),
         thinks: chat.as_ref().is_some_and(|c| c.thinks()),
         load_s: load_time.as_secs_f64(),
+        fingerprint,
     };
     tracing::info!(
         "loaded {} ({}, {:.0} M parameters, {}, {}) in {:.2}s",
@@ -260,6 +266,37 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
         file_type,
         load_time,
     })
+}
+
+/// See [`ModelInfo::fingerprint`].
+fn fingerprint(checkpoint: &Checkpoint, dtype: &str, device: &Device) -> String {
+    let files = match checkpoint {
+        Checkpoint::Dense(f) => f.weights.clone(),
+        Checkpoint::Gguf(g) => vec![g.path().to_path_buf()],
+    };
+    let mut parts: Vec<String> = files
+        .iter()
+        .map(|p| {
+            let path = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
+            let meta = std::fs::metadata(p).ok();
+            let modified = meta
+                .as_ref()
+                .and_then(|m| m.modified().ok())
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos());
+            format!(
+                "{} ({} bytes, modified {modified})",
+                path.display(),
+                meta.map_or(0, |m| m.len())
+            )
+        })
+        .collect();
+    parts.push(dtype.to_string());
+    parts.push(device_name(device));
+    if device.is_cpu() {
+        parts.push(format!("kernels {}", crate::kernels::kernel_path()));
+    }
+    parts.join("; ")
 }
 
 /// A model's own chat template, its special tokens, and where it came from.

@@ -2,7 +2,7 @@
 //! A save is one transaction, so a crash mid-run leaves the last committed session intact.
 
 use crate::error::{GraphError, Result};
-use rusqlite::{params, Connection, OpenFlags};
+use rusqlite::{params, Connection};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -55,33 +55,22 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
-    /// Opens or creates the file. A file that is not a Hearth session database, or is locked
-    /// by another writer, is an error, and nothing in it is overwritten.
+    /// Opens or creates the file: Hearth's one session database, which agent sessions
+    /// (`hearth agent --session`) share ([`hearth_agent::open_database`] checks and upgrades
+    /// it). A file that is not a Hearth session database, or is locked by another writer, is
+    /// an error, and nothing in it is overwritten.
     pub fn open(path: &Path) -> Result<Self> {
         let err = |m: String| GraphError::Store {
             path: path.display().to_string(),
             message: m,
         };
-        let conn = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE
-                | OpenFlags::SQLITE_OPEN_CREATE
-                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(|e| err(e.to_string()))?;
+        let conn = hearth_agent::open_database(path).map_err(|e| match e {
+            hearth_agent::AgentError::Store { message, .. } => err(message),
+            other => err(other.to_string()),
+        })?;
+        // A graph session saves between steps: fail fast rather than stall a run.
         conn.busy_timeout(Duration::from_millis(500))
             .map_err(|e| err(e.to_string()))?;
-        // Reading the schema fails on a file that is not SQLite ("file is not a database").
-        let tables: Vec<String> = conn
-            .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
-            .and_then(|mut st| st.query_map([], |r| r.get::<_, String>(0))?.collect())
-            .map_err(|e| err(format!("not a usable session database: {e}")))?;
-        if !tables.is_empty() && !tables.iter().any(|t| t == "hearth_sessions") {
-            return Err(err(format!(
-                "holds other tables ({}); refusing to use it as a session store",
-                tables.join(", ")
-            )));
-        }
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS hearth_sessions (
                 id TEXT PRIMARY KEY, slices TEXT NOT NULL, updated_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)",
@@ -181,7 +170,7 @@ mod tests {
             .ok_or("opened a non-database")?
             .to_string();
         assert!(
-            err.contains("junk.db") && err.contains("not a usable session database"),
+            err.contains("junk.db") && err.contains("not a Hearth session database"),
             "{err}"
         );
         assert_eq!(std::fs::read(&junk)?, before, "nothing overwritten");
@@ -193,6 +182,27 @@ mod tests {
             .ok_or("opened a foreign database")?
             .to_string();
         assert!(err.contains("users"), "{err}");
+        Ok(())
+    }
+
+    #[test]
+    fn graph_and_agent_sessions_share_one_file() -> TestResult {
+        let tmp = tempfile::tempdir()?;
+        let mut slices = Map::new();
+        slices.insert("_internal".into(), json!({"turn_count": 1}));
+        // Graph first, then the agent store opens the same file, and back.
+        let path = tmp.path().join("hearth.db");
+        SqliteStore::open(&path)?.save("g", &slices)?;
+        let agents = hearth_agent::SessionStore::open(&path)?;
+        agents.save("a", &Map::new(), 0)?;
+        let graphs = SqliteStore::open(&path)?;
+        assert_eq!(graphs.load("g")?, Some(slices.clone()));
+        assert_eq!(agents.load("a")?.map(|s| s.turns), Some(1));
+        // Agent first.
+        let path = tmp.path().join("agents-first.db");
+        hearth_agent::SessionStore::open(&path)?.save("a", &Map::new(), 0)?;
+        SqliteStore::open(&path)?.save("g", &slices)?;
+        assert_eq!(SqliteStore::open(&path)?.load("g")?, Some(slices));
         Ok(())
     }
 

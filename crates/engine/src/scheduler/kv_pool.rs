@@ -11,6 +11,8 @@ pub const MIN_SHARED_PREFIX: usize = 16;
 pub(crate) struct Entry {
     /// The session's name; `None` for a finished request that named none.
     pub session: Option<String>,
+    /// The session that left this cache when it was released (for saving it afterwards).
+    pub released_by: Option<String>,
     /// The tokens whose keys and values `cache` holds, in order.
     pub tokens: Vec<u32>,
     pub cache: KvCache,
@@ -62,6 +64,7 @@ impl KvPool {
         self.clock += 1;
         self.entries.push(Entry {
             session,
+            released_by: None,
             tokens,
             cache,
             last_used: self.clock,
@@ -79,7 +82,9 @@ impl KvPool {
     pub fn release(&mut self, id: &str) {
         for e in &mut self.entries {
             if e.session.as_deref() == Some(id) {
-                e.session = None;
+                e.released_by = e.session.take();
+            } else if e.released_by.as_deref() == Some(id) {
+                e.released_by = None;
             }
         }
     }
@@ -91,6 +96,20 @@ impl KvPool {
             .iter()
             .position(|e| e.session.as_deref() == Some(id))?;
         Some(self.entries.swap_remove(i))
+    }
+
+    /// The cache a session holds, or the last one it released if still here.
+    pub fn session_cache(&self, id: &str) -> Option<&Entry> {
+        let own = self
+            .entries
+            .iter()
+            .find(|e| e.session.as_deref() == Some(id));
+        own.or_else(|| {
+            self.entries
+                .iter()
+                .filter(|e| e.released_by.as_deref() == Some(id))
+                .max_by_key(|e| e.last_used)
+        })
     }
 
     /// The entry sharing the longest prefix with `prompt` (at least [`MIN_SHARED_PREFIX`]),

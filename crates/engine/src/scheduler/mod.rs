@@ -47,6 +47,20 @@ pub(crate) enum Command {
     ReleaseSession(String),
     /// Report the scheduler's state.
     Stats(std::sync::mpsc::Sender<SchedulerStats>),
+    /// A copy of the cache the session holds (or last released): its tokens and layers.
+    ExportSession(
+        String,
+        std::sync::mpsc::Sender<Result<Option<SessionCache>>>,
+    ),
+    /// Keep these keys and values as the session's cache; the positions restored.
+    ImportSession(SessionCache, std::sync::mpsc::Sender<Result<usize>>),
+}
+
+/// A session's cache outside the scheduler.
+pub(crate) struct SessionCache {
+    pub session: String,
+    pub tokens: Vec<u32>,
+    pub layers: Vec<(candle_core::Tensor, candle_core::Tensor)>,
 }
 
 /// What the scheduler holds at one moment.
@@ -153,6 +167,12 @@ impl Scheduler {
                     evictions: self.evictions,
                 });
             }
+            Command::ExportSession(id, reply) => {
+                let _ = reply.send(self.export(&id));
+            }
+            Command::ImportSession(cache, reply) => {
+                let _ = reply.send(self.import(cache));
+            }
             Command::ReleaseSession(id) => {
                 self.pool.release(&id);
                 for s in &mut self.running {
@@ -162,6 +182,66 @@ impl Scheduler {
                 }
             }
         }
+    }
+
+    fn export(&self, id: &str) -> Result<Option<SessionCache>> {
+        let Some(e) = self.pool.session_cache(id) else {
+            return Ok(None);
+        };
+        if e.cache.position_bytes() == 0 || e.cache.len() != e.tokens.len() {
+            return Ok(None);
+        }
+        Ok(Some(SessionCache {
+            session: id.to_string(),
+            tokens: e.tokens.clone(),
+            layers: e.cache.layers_copy()?,
+        }))
+    }
+
+    /// Makes room for the cache under the budget (evicting idle ones) and keeps it for its
+    /// session, replacing what the session held.
+    fn import(&mut self, c: SessionCache) -> Result<usize> {
+        if self
+            .running
+            .iter()
+            .any(|s| s.session() == Some(c.session.as_str()))
+        {
+            return Err(EngineError::invalid(
+                "session cache",
+                format!("session `{}` is generating now", c.session),
+            ));
+        }
+        let mut cache = self.model.new_cache();
+        let need = c.tokens.len() * cache.position_bytes();
+        self.pool.remove(&c.session);
+        if !self.make_room(need, None) {
+            return Err(EngineError::KvBudget {
+                message: format!(
+                    "restoring {} cached tokens needs {:.1} MiB; the budget (kv_cache_mb) is {:.0} MiB",
+                    c.tokens.len(),
+                    need as f64 / MIB,
+                    self.config.kv_budget_bytes as f64 / MIB
+                ),
+            });
+        }
+        let device = self.model.device();
+        let layers = c
+            .layers
+            .into_iter()
+            .map(|(k, v)| Ok((k.to_device(&device)?, v.to_device(&device)?)))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        cache
+            .restore(layers)
+            .map_err(|e| EngineError::invalid("session cache", e.to_string()))?;
+        if cache.len() != c.tokens.len() {
+            return Err(EngineError::invalid(
+                "session cache",
+                format!("{} positions for {} tokens", cache.len(), c.tokens.len()),
+            ));
+        }
+        let n = c.tokens.len();
+        self.pool.put(Some(c.session), c.tokens, cache);
+        Ok(n)
     }
 
     /// One scheduling step: cancellations, admissions, prefill, one batched decode.

@@ -1,0 +1,262 @@
+//! A session's KV cache as bytes, so that it outlives the process: the next process that
+//! loads the same model restores it and runs only the tokens after the saved ones.
+//!
+//! The bytes name the model they were computed by (its [`ModelInfo::fingerprint`]: the
+//! weight files, the dtype, the device and the kernels); restoring them into another model is
+//! refused with the reason, never silently wrong. Layout, little-endian:
+//!
+//! ```text
+//! "HEARTHKV" version:u32
+//! fingerprint_len:u32 fingerprint (UTF-8)   dtype_len:u32 dtype ("f32", "f16", "bf16")
+//! layers:u32 kv_heads:u32 head_dim:u32 tokens:u64 token ids (u32 each)
+//! per layer: keys, then values, each [kv_heads, tokens, head_dim] in the dtype
+//! ```
+//!
+//! [`ModelInfo::fingerprint`]: crate::load::ModelInfo::fingerprint
+
+use crate::error::{EngineError, Result};
+use candle_core::{DType, Device, Tensor};
+
+const MAGIC: &[u8; 8] = b"HEARTHKV";
+const VERSION: u32 = 1;
+
+/// A cache taken out of (or going into) the scheduler: the tokens it holds and, per layer,
+/// keys and values `[1, kv_heads, tokens, head_dim]`.
+#[derive(Debug)]
+pub struct KvSnapshot {
+    pub fingerprint: String,
+    pub tokens: Vec<u32>,
+    pub layers: Vec<(Tensor, Tensor)>,
+}
+
+fn bad(message: impl Into<String>) -> EngineError {
+    EngineError::invalid("session cache", message.into())
+}
+
+fn dtype_name(d: DType) -> Result<&'static str> {
+    Ok(match d {
+        DType::F32 => "f32",
+        DType::F16 => "f16",
+        DType::BF16 => "bf16",
+        other => return Err(bad(format!("a cache in {other:?} cannot be saved"))),
+    })
+}
+
+fn parse_dtype(s: &str) -> Result<DType> {
+    Ok(match s {
+        "f32" => DType::F32,
+        "f16" => DType::F16,
+        "bf16" => DType::BF16,
+        other => return Err(bad(format!("unknown dtype `{other}`"))),
+    })
+}
+
+fn tensor_bytes(t: &Tensor) -> Result<Vec<u8>> {
+    let t = t.flatten_all()?;
+    Ok(match t.dtype() {
+        DType::F32 => bytemuck::cast_slice(&t.to_vec1::<f32>()?).to_vec(),
+        DType::F16 => bytemuck::cast_slice(&t.to_vec1::<half::f16>()?).to_vec(),
+        DType::BF16 => bytemuck::cast_slice(&t.to_vec1::<half::bf16>()?).to_vec(),
+        other => return Err(bad(format!("a cache in {other:?} cannot be saved"))),
+    })
+}
+
+impl KvSnapshot {
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let Some((k0, _)) = self.layers.first() else {
+            return Err(bad("a cache without layers"));
+        };
+        let (_, heads, len, head_dim) = k0.dims4()?;
+        if len != self.tokens.len() {
+            return Err(bad(format!(
+                "{len} cached positions for {} tokens",
+                self.tokens.len()
+            )));
+        }
+        let dtype = dtype_name(k0.dtype())?;
+        let mut out = Vec::with_capacity(
+            64 + self.fingerprint.len()
+                + 4 * len
+                + 2 * self.layers.len() * heads * len * head_dim * k0.dtype().size_in_bytes(),
+        );
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        for s in [self.fingerprint.as_str(), dtype] {
+            out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            out.extend_from_slice(s.as_bytes());
+        }
+        for n in [self.layers.len(), heads, head_dim] {
+            out.extend_from_slice(&(n as u32).to_le_bytes());
+        }
+        out.extend_from_slice(&(len as u64).to_le_bytes());
+        for t in &self.tokens {
+            out.extend_from_slice(&t.to_le_bytes());
+        }
+        for (k, v) in &self.layers {
+            for t in [k, v] {
+                if t.dims4()? != (1, heads, len, head_dim) || t.dtype() != k0.dtype() {
+                    return Err(bad("layers of different shapes"));
+                }
+                out.extend_from_slice(&tensor_bytes(t)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Reads bytes written by [`KvSnapshot::to_bytes`] onto `device`. Every length is checked
+    /// against what is left, so cut or garbage bytes are an error, not a panic.
+    pub fn from_bytes(bytes: &[u8], device: &Device) -> Result<Self> {
+        let mut r = Reader { bytes, at: 0 };
+        if r.take(8)? != MAGIC {
+            return Err(bad("not a Hearth KV cache"));
+        }
+        let version = r.u32()?;
+        if version != VERSION {
+            return Err(bad(format!(
+                "format version {version}; this build reads {VERSION}"
+            )));
+        }
+        let fingerprint = r.string()?;
+        let dtype = parse_dtype(&r.string()?)?;
+        let (layers, heads, head_dim) = (r.u32()? as usize, r.u32()? as usize, r.u32()? as usize);
+        let len = usize::try_from(r.u64()?).map_err(|_| bad("token count overflows"))?;
+        let tokens: Vec<u32> = r
+            .take(
+                len.checked_mul(4)
+                    .ok_or_else(|| bad("token count overflows"))?,
+            )?
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let one = heads
+            .checked_mul(len)
+            .and_then(|n| n.checked_mul(head_dim))
+            .and_then(|n| n.checked_mul(dtype.size_in_bytes()))
+            .ok_or_else(|| bad("cache size overflows"))?;
+        let mut out = Vec::with_capacity(layers.min(1024));
+        for _ in 0..layers {
+            let k =
+                Tensor::from_raw_buffer(r.take(one)?, dtype, &[1, heads, len, head_dim], device)?;
+            let v =
+                Tensor::from_raw_buffer(r.take(one)?, dtype, &[1, heads, len, head_dim], device)?;
+            out.push((k, v));
+        }
+        if r.at != bytes.len() {
+            return Err(bad(format!(
+                "{} bytes after the last layer",
+                bytes.len() - r.at
+            )));
+        }
+        Ok(Self {
+            fingerprint,
+            tokens,
+            layers: out,
+        })
+    }
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|&e| e <= self.bytes.len())
+            .ok_or_else(|| {
+                bad(format!(
+                    "cut short: {n} bytes wanted at offset {} of {}",
+                    self.at,
+                    self.bytes.len()
+                ))
+            })?;
+        let s = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    fn u32(&mut self) -> Result<u32> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn u64(&mut self) -> Result<u64> {
+        let b = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_le_bytes(a))
+    }
+    fn string(&mut self) -> Result<String> {
+        let n = self.u32()? as usize;
+        String::from_utf8(self.take(n)?.to_vec()).map_err(|_| bad("a name that is not UTF-8"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot(len: usize) -> Result<KvSnapshot> {
+        let d = Device::Cpu;
+        let layers = (0..3)
+            .map(|l| {
+                let k = Tensor::arange(0f32, (2 * len * 4) as f32, &d)?
+                    .affine(1.0, l as f64)?
+                    .reshape((1, 2, len, 4))?;
+                Ok((k.clone(), k.affine(-1.0, 0.5)?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(KvSnapshot {
+            fingerprint: "model.gguf; f32".into(),
+            tokens: (0..len as u32).collect(),
+            layers,
+        })
+    }
+
+    #[test]
+    fn round_trip_is_exact() -> Result<()> {
+        let s = snapshot(5)?;
+        let bytes = s.to_bytes()?;
+        let back = KvSnapshot::from_bytes(&bytes, &Device::Cpu)?;
+        assert_eq!(back.fingerprint, s.fingerprint);
+        assert_eq!(back.tokens, s.tokens);
+        assert_eq!(back.layers.len(), 3);
+        for ((a, b), (c, d)) in s.layers.iter().zip(&back.layers) {
+            assert_eq!(
+                a.squeeze(0)?.to_vec3::<f32>()?,
+                c.squeeze(0)?.to_vec3::<f32>()?
+            );
+            assert_eq!(
+                b.squeeze(0)?.to_vec3::<f32>()?,
+                d.squeeze(0)?.to_vec3::<f32>()?
+            );
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn cut_or_garbage_bytes_are_errors() -> Result<()> {
+        let bytes = snapshot(4)?.to_bytes()?;
+        for cut in [0, 7, 12, 30, bytes.len() / 2, bytes.len() - 1] {
+            let err = KvSnapshot::from_bytes(&bytes[..cut], &Device::Cpu)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(err.contains("session cache"), "cut at {cut}: {err}");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(KvSnapshot::from_bytes(&longer, &Device::Cpu).is_err());
+        let err = KvSnapshot::from_bytes(b"garbage bytes, no cache at all", &Device::Cpu)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("not a Hearth KV cache"), "{err}");
+        // A token count far beyond the bytes present: refused, nothing allocated for it.
+        let mut huge = bytes[..8 + 4 + 4 + 15 + 4 + 3 + 12].to_vec();
+        huge.extend_from_slice(&u64::MAX.to_le_bytes());
+        assert!(KvSnapshot::from_bytes(&huge, &Device::Cpu).is_err());
+        Ok(())
+    }
+}
