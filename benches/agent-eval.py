@@ -3,7 +3,16 @@
 whose final answer contains the expected text, and writes benches/results/<date>-agent-eval.json.
 
     python benches/agent-eval.py target/release/hearth "$(scripts/fetch-test-models.sh)"
+    python benches/agent-eval.py HEARTH MODEL --record runs/ --replay   # each run recorded, then
+                                                                       # replayed, recorded and live
+    python benches/agent-eval.py HEARTH MODEL --free-tool-calls        # tool calls not constrained
+
+Tool calls are decoded under the tools' schemas (Hearth's default) unless --free-tool-calls.
+With --replay every recording is run again by `hearth replay` (recorded answers and tool
+results: must take the same steps) and `hearth replay --live` (the model again, greedy, with
+the real tools: the first divergence is reported; the clock tools may differ by nature).
 """
+import argparse
 import datetime
 import json
 import pathlib
@@ -37,16 +46,42 @@ TASKS = [
 ]
 
 
+def replay(hearth, model, record, live):
+    cmd = [hearth, "replay"] + (["--live", "--model", model, "--device", "cpu"] if live else []) + [str(record)]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    same = p.returncode == 0
+    why = "" if same else (p.stderr.strip().splitlines() or ["(no message)"])[-1][:300]
+    return {"same": same, "divergence": why}
+
+
 def main():
-    hearth, model = sys.argv[1], sys.argv[2]
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("hearth")
+    ap.add_argument("model")
+    ap.add_argument("--record", metavar="DIR", help="record each run in DIR/task-NN.jsonl")
+    ap.add_argument("--replay", action="store_true", help="replay every recording (needs --record)")
+    ap.add_argument("--free-tool-calls", action="store_true", help="tool calls not constrained")
+    ap.add_argument("--out", help="results file (default benches/results/<date>-agent-eval[-free].json)")
+    args = ap.parse_args()
+    if args.replay and not args.record:
+        ap.error("--replay needs --record DIR")
+    hearth, model = args.hearth, args.model
+    rec_dir = pathlib.Path(args.record) if args.record else None
+    if rec_dir:
+        rec_dir.mkdir(parents=True, exist_ok=True)
     ws = pathlib.Path(tempfile.mkdtemp())
     (ws / "notes.txt").write_text("Meeting at noon.\nThe secret code is PINEAPPLE-42.\n")
     rows, passed = [], 0
-    for task, expect in TASKS:
+    for i, (task, expect) in enumerate(TASKS):
         start = time.time()
-        p = subprocess.run([hearth, "agent", "--model", model, "--device", "cpu", "--max-tokens", "160",
-                            "--tools", "calculator,time,files,python", "--workspace", str(ws), "--json", task],
-                           capture_output=True, text=True)
+        cmd = [hearth, "agent", "--model", model, "--device", "cpu", "--max-tokens", "160",
+               "--tools", "calculator,time,files,python", "--workspace", str(ws), "--json"]
+        record = rec_dir / f"task-{i:02}.jsonl" if rec_dir else None
+        if record:
+            cmd += ["--record", str(record)]
+        if args.free_tool_calls:
+            cmd.append("--free-tool-calls")
+        p = subprocess.run(cmd + [task], capture_output=True, text=True)
         secs = time.time() - start
         try:
             run = json.loads(p.stdout)
@@ -54,14 +89,31 @@ def main():
             run = {"answer": "", "stop_reason": "crash", "tool_calls": [], "iterations": 0, "stderr": p.stderr[-500:]}
         ok = expect.lower() in run.get("answer", "").lower()
         passed += ok
-        rows.append({"task": task, "expect": expect, "ok": ok, "answer": run.get("answer", ""),
-                     "stop_reason": run.get("stop_reason"), "iterations": run.get("iterations"),
-                     "tools": [(c["name"], c["arguments"], c["content"][:80]) for c in run.get("tool_calls", [])],
-                     "seconds": round(secs, 1)})
+        row = {"task": task, "expect": expect, "ok": ok, "answer": run.get("answer", ""),
+               "stop_reason": run.get("stop_reason"), "iterations": run.get("iterations"),
+               "tools": [(c["name"], c["arguments"], c["content"][:80]) for c in run.get("tool_calls", [])],
+               "seconds": round(secs, 1)}
+        if record:
+            row["recording"] = str(record)
+        rows.append(row)
         print(f"{'PASS' if ok else 'FAIL'} {secs:5.1f}s {task} -> {run.get('answer', '')[:100]!r}", flush=True)
-    out = pathlib.Path(__file__).parent / "results" / f"{TODAY}-agent-eval.json"
-    out.write_text(json.dumps({"command": f"python benches/agent-eval.py {hearth} {model}",
-                               "model": pathlib.Path(model).name, "passed": passed, "total": len(TASKS),
+    summary = {}
+    if args.replay:
+        for live in (False, True):
+            key = "replay_live" if live else "replay"
+            for row in rows:
+                row[key] = replay(hearth, model, row["recording"], live)
+                if not row[key]["same"]:
+                    print(f"{key}: {row['recording']}: {row[key]['divergence']}", flush=True)
+            summary[key] = sum(r[key]["same"] for r in rows)
+            print(f"{key}: {summary[key]}/{len(rows)} runs took the same steps", flush=True)
+    suffix = "-free" if args.free_tool_calls else ""
+    out = pathlib.Path(args.out) if args.out else \
+        pathlib.Path(__file__).parent / "results" / f"{TODAY}-agent-eval{suffix}.json"
+    out.write_text(json.dumps({"command": "python benches/agent-eval.py " + " ".join(sys.argv[1:]),
+                               "model": pathlib.Path(model).name,
+                               "tool_calls": "free" if args.free_tool_calls else "constrained",
+                               "passed": passed, "total": len(TASKS), **summary,
                                "runs": rows}, indent=1, ensure_ascii=False))
     print(f"{passed}/{len(TASKS)} answered correctly; wrote {out}")
 

@@ -168,7 +168,7 @@ def score(category, case, truth, answer):
     if "<tool_call>" in text or re.search(r'\{\s*"name"\s*:', text):
         malformed = True
     ok = not malformed and check(category, calls, truth, case["function"])
-    return {"ok": ok, "malformed": malformed}
+    return {"ok": ok, "malformed": malformed, "calls": calls, "text": text[:300]}
 
 
 def main():
@@ -180,6 +180,7 @@ def main():
     ap.add_argument("--modes", default="constrained,free")
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--out", default=f"benches/results/{datetime.date.today()}-bfcl.json")
+    ap.add_argument("--details", action="store_true", help="keep each case's calls and text in the results")
     a = ap.parse_args()
     z = wheel()
     data = {}
@@ -197,9 +198,10 @@ def main():
         everything = [c for cat in data for c in data[cat]]
         start = time.time()
         answers = run_mode(a.hearth, a.model, mode, [(x[0], x[1]) for x in everything], a.clients)
-        per = {}
+        per, details = {}, []
         for (cat, case, truth), ans in zip(everything, answers):
             s = score(cat, case, truth, ans)
+            details.append({"id": case["id"], **s})
             p = per.setdefault(cat, {"cases": 0, "correct": 0, "malformed": 0})
             p["cases"] += 1
             p["correct"] += s["ok"]
@@ -208,6 +210,8 @@ def main():
             p["accuracy"] = round(100 * p["correct"] / p["cases"], 1)
             p["malformed_pct"] = round(100 * p["malformed"] / p["cases"], 1)
         results["modes"][mode] = {"seconds": round(time.time() - start, 1), "categories": per}
+        if a.details:
+            results["modes"][mode]["cases"] = details
         print(mode, json.dumps(per), file=sys.stderr)
     pathlib.Path(a.out).write_text(json.dumps(results, indent=1))
     print("| category | " + " | ".join(f"{m} accuracy | {m} malformed %" for m in results["modes"]) + " |")

@@ -56,6 +56,10 @@ pub struct AgentArgs {
     /// Print the run as one JSON object (answer, stop reason, tool calls, iterations).
     #[arg(long)]
     pub json: bool,
+    /// Let the model write tool calls freely (repaired by the parser) instead of decoding
+    /// them under the grammar of the offered tools' schemas; for comparisons.
+    #[arg(long)]
+    pub free_tool_calls: bool,
     /// Run the agent on a model served over OpenAI's API (hearth serve, vLLM, SGLang,
     /// llama-server) at this base URL, e.g. http://127.0.0.1:8000/v1, instead of loading
     /// --model; the key comes from HEARTH_LLM_API_KEY or OPENAI_API_KEY.
@@ -126,7 +130,11 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
                     .with_context(|| format!("loading model `{}`", args.model.model))?,
             );
             engine = Some(e.clone());
-            Arc::new(LocalLlm::new(e).with_max_tokens(args.max_tokens))
+            Arc::new(
+                LocalLlm::new(e)
+                    .with_max_tokens(args.max_tokens)
+                    .with_constrained_tool_calls(!args.free_tool_calls),
+            )
         }
     };
     // Tool use is most reliable greedy; flags still override.
@@ -158,6 +166,10 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         header
             .extra
             .insert("workspace".into(), serde_json::json!(args.workspace));
+        header.extra.insert(
+            "free_tool_calls".into(),
+            serde_json::json!(args.free_tool_calls),
+        );
         r.write(Entry::Run(Box::new(header)));
     }
 

@@ -69,7 +69,12 @@ fn live(
         Engine::load(model, &model_args.load_options()?)
             .with_context(|| format!("loading model `{model}`"))?,
     );
-    let llm = LocalLlm::new(engine);
+    let free = header
+        .extra
+        .get("free_tool_calls")
+        .and_then(|v| v.as_bool())
+        .unwrap_or(false);
+    let llm = LocalLlm::new(engine).with_constrained_tool_calls(!free);
     if !same_model(&llm.name(), &header.model) {
         bail!(
             "{}: recorded with model `{}`, but --model loads `{}`; a live replay needs the model the run was recorded with",

@@ -313,7 +313,22 @@ fn on_the_real_vocabulary_the_tags_are_tokens() -> TestResult {
     assert!(walk(&auto, &stranger)?.0 < tok.encode(&stranger)?.len());
     let prose = format!("Here: {bare}");
     assert!(walk(&auto, &prose)?.0 < tok.encode(&prose)?.len());
-    assert!(walk(&auto, "```json")?.0 < tok.encode("```json")?.len());
+    // Fenced as the whole answer, too; a fence with something else than a call is refused.
+    for fence in ["```json\n", "```\n"] {
+        let fenced = format!("{fence}{bare}\n```");
+        assert_eq!(
+            walk(&auto, &fenced)?,
+            (tok.encode(&fenced)?.len(), true),
+            "{fenced}"
+        );
+        let fenced = format!("{fence}{stranger}\n```");
+        assert!(
+            walk(&auto, &fenced)?.0 < tok.encode(&fenced)?.len(),
+            "{fenced}"
+        );
+    }
+    let code = "```python\nprint(1)\n```";
+    assert!(walk(&auto, code)?.0 < tok.encode(code)?.len());
     let specs = ToolSpec::from_openai(&tools())?;
     assert_eq!(
         tool_call_grammar(&specs, &ToolChoice::Auto, TagStyle::SpecialTokens)?,

@@ -144,8 +144,8 @@ pub fn tool_call_grammar(
         (ToolChoice::None, TagStyle::SpecialTokens) => "start: TEXT\n",
         // Text that never spells the opening tag.
         (ToolChoice::None, TagStyle::Text) => "start: FREE\n",
-        // Small models often write a call without its tags, as the whole answer: that form is
-        // held to the same schemas (`bare`). Text may neither open like JSON nor spell a call
+        // Small models often write a call without its tags, as the whole answer, bare or
+        // fenced: that form is held to the same schemas (`bare`). Text may neither open like JSON nor spell a call
         // (`{"name"`) anywhere, so every call the answer holds is one of the two valid forms.
         (ToolChoice::Auto, TagStyle::SpecialTokens) => "start: PROSE calls? | bare\n",
         // The opening tag ends the text as soon as it is written (a lazy lexeme).
@@ -167,7 +167,10 @@ pub fn tool_call_grammar(
     }
     g.push_str("TEXT: /(?s:.*)/\n");
     if matches!((choice, tags), (ToolChoice::Auto, TagStyle::SpecialTokens)) {
-        g.push_str("bare: body (\"\\n\" body)*\n");
+        // Bare, or in a ```json fence as the whole answer (both as llama.cpp's Hermes parser
+        // and Hearth's server read them).
+        g.push_str("bare: bodies | \"```\" \"json\"? \"\\n\" bodies \"\\n```\"\n");
+        g.push_str("bodies: body (\"\\n\" body)*\n");
         g.push_str("PROSE: /(?s:\\s*([^\\s{`].*)?)/ & ~/(?s:.*\\{\\s*\"name\".*)/\n");
     }
     g.push_str("FREE: /(?s:.*)/ & ~/(?s:.*)<tool_call>(?s:.*)/\n");
