@@ -327,6 +327,9 @@ fn on_the_real_vocabulary_the_tags_are_tokens() -> TestResult {
             "{fenced}"
         );
     }
+    // One untagged call only: after it the answer ends (several calls take their tags).
+    let two = format!("{bare}\n{bare}");
+    assert!(walk(&auto, &two)?.0 < tok.encode(&two)?.len());
     let code = "```python\nprint(1)\n```";
     assert!(walk(&auto, code)?.0 < tok.encode(code)?.len());
     let specs = ToolSpec::from_openai(&tools())?;

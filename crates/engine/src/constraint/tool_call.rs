@@ -167,10 +167,10 @@ pub fn tool_call_grammar(
     }
     g.push_str("TEXT: /(?s:.*)/\n");
     if matches!((choice, tags), (ToolChoice::Auto, TagStyle::SpecialTokens)) {
-        // Bare, or in a ```json fence as the whole answer (both as llama.cpp's Hermes parser
-        // and Hearth's server read them).
-        g.push_str("bare: bodies | \"```\" \"json\"? \"\\n\" bodies \"\\n```\"\n");
-        g.push_str("bodies: body (\"\\n\" body)*\n");
+        // One call, bare or in a ```json fence, as the whole answer (both as llama.cpp's Hermes
+        // parser and Hearth's server read them). Only one: a model that meant to go on with
+        // text after the call would otherwise be led by its "\n" into a string of forced calls.
+        g.push_str("bare: body | \"```\" \"json\"? \"\\n\" body \"\\n```\"\n");
         g.push_str("PROSE: /(?s:\\s*([^\\s{`].*)?)/ & ~/(?s:.*\\{\\s*\"name\".*)/\n");
     }
     g.push_str("FREE: /(?s:.*)/ & ~/(?s:.*)<tool_call>(?s:.*)/\n");
