@@ -9,8 +9,9 @@ whose final answer contains the expected text, and writes benches/results/<date>
 
 Tool calls are decoded under the tools' schemas (Hearth's default) unless --free-tool-calls.
 With --replay every recording is run again by `hearth replay` (recorded answers and tool
-results: must take the same steps) and `hearth replay --live` (the model again, greedy, with
-the real tools: the first divergence is reported; the clock tools may differ by nature).
+results: must take the same steps), `hearth replay --live --recorded-tools` (the model again,
+greedy, on the recorded tool results: must take the same steps) and `hearth replay --live`
+(model and tools again: the first divergence is reported; the clock tools differ by nature).
 """
 import argparse
 import datetime
@@ -46,11 +47,12 @@ TASKS = [
 ]
 
 
-def replay(hearth, model, record, live):
-    cmd = [hearth, "replay"] + (["--live", "--model", model, "--device", "cpu"] if live else []) + [str(record)]
+def replay(hearth, model, record, live, recorded_tools=False):
+    cmd = [hearth, "replay"] + (["--live", "--model", model, "--device", "cpu"] if live else []) \
+        + (["--recorded-tools"] if recorded_tools else []) + [str(record)]
     p = subprocess.run(cmd, capture_output=True, text=True)
     same = p.returncode == 0
-    why = "" if same else (p.stderr.strip().splitlines() or ["(no message)"])[-1][:300]
+    why = "" if same else " | ".join(l.strip() for l in p.stderr.strip().splitlines()[-3:])[:400]
     return {"same": same, "divergence": why}
 
 
@@ -99,10 +101,12 @@ def main():
         print(f"{'PASS' if ok else 'FAIL'} {secs:5.1f}s {task} -> {run.get('answer', '')[:100]!r}", flush=True)
     summary = {}
     if args.replay:
-        for live in (False, True):
-            key = "replay_live" if live else "replay"
+        # Recorded answers and tool results; the model live with the recorded tool results;
+        # the model and the tools live (the clock tools then differ by nature).
+        for key, live, recorded in (("replay", False, False), ("replay_live_recorded_tools", True, True),
+                                    ("replay_live", True, False)):
             for row in rows:
-                row[key] = replay(hearth, model, row["recording"], live)
+                row[key] = replay(hearth, model, row["recording"], live, recorded)
                 if not row[key]["same"]:
                     print(f"{key}: {row['recording']}: {row[key]['divergence']}", flush=True)
             summary[key] = sum(r[key]["same"] for r in rows)

@@ -27,6 +27,10 @@ pub struct ReplayArgs {
     /// Chat format for --live: model, chatml, internlm2, or a .jinja/.toml file.
     #[arg(long)]
     pub template: Option<String>,
+    /// With --live: answer tool calls with the recorded results instead of running the tools,
+    /// so that only the model is checked (a clock or a changed file then cannot diverge).
+    #[arg(long, requires = "live")]
+    pub recorded_tools: bool,
 }
 
 pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
@@ -92,7 +96,11 @@ fn live(
         .extra
         .get("workspace")
         .and_then(|v| serde_json::from_value(v.clone()).ok());
-    let tools = hearth_agent::tools::registry(&names, workspace).map_err(anyhow::Error::msg)?;
+    let tools = if args.recorded_tools {
+        recorded_tools(recording)
+    } else {
+        hearth_agent::tools::registry(&names, workspace).map_err(anyhow::Error::msg)?
+    };
     let mut recording = recording.clone();
     let sampling = &mut recording.header.agent.sampling;
     if sampling.as_ref().is_some_and(|s| s.temperature > 0.0) {

@@ -268,3 +268,51 @@ fn a_resumed_session_gets_its_kv_cache_back() -> TestResult {
     assert_eq!(first_prefill(&record)?.1, 0);
     Ok(())
 }
+
+/// A run that read the clock replays live with the recorded tool results (only the model is
+/// checked, and greedy decoding reproduces it); with the real clock it diverges at the tool's
+/// result, and the replay says where.
+#[test]
+fn a_live_replay_can_take_the_recorded_tool_results() -> TestResult {
+    let Some(model) = common::real_gguf() else {
+        return Ok(());
+    };
+    let tmp = tempfile::tempdir()?;
+    let file = tmp.path().join("clock.jsonl");
+    let file_s = file.to_str().ok_or("file path")?;
+    let out = agent(
+        &model,
+        &["--tools", "time", "--max-tokens", "64", "--record", file_s],
+        "What year is it now? Use the current time tool.",
+    )?;
+    answer(&out)?;
+    let text = std::fs::read_to_string(&file)?;
+    assert!(
+        text.lines().any(|l| l.contains("\"type\":\"tool_result\"")),
+        "the model did not read the clock: {text}"
+    );
+    // The clock moves on by at least a second.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let model_s = model.to_str().ok_or("model path")?;
+    let replay = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_hearth"))
+            .args(["replay", "--live", "--model", model_s, "--device", "cpu"])
+            .args(extra)
+            .arg(file_s)
+            .output()
+    };
+    let out = replay(&["--recorded-tools"])?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = replay(&[])?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("clock.jsonl") && err.contains("content"),
+        "{err}"
+    );
+    Ok(())
+}

@@ -310,6 +310,26 @@ fn on_the_real_vocabulary_the_tags_are_tokens() -> TestResult {
     let bare = "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}";
     assert_eq!(walk(&auto, bare)?, (tok.encode(bare)?.len(), true));
     let stranger = bare.replace("get_weather", "get_time");
+    // A key the tool does not declare is refused when its schema says nothing of others, and
+    // taken when it allows them.
+    let extra = bare.replace("\"Paris\"}", "\"Paris\", \"required\": [\"city\"]}");
+    assert_ne!(extra, bare);
+    for (others, taken) in [(None, false), (Some(true), true)] {
+        let mut t = tools();
+        let params = t[0]["function"]["parameters"]
+            .as_object_mut()
+            .ok_or("parameters")?;
+        params.remove("additionalProperties");
+        if let Some(v) = others {
+            params.insert("additionalProperties".into(), v.into());
+        }
+        let c = g
+            .tool_calls(&t, &ToolChoice::Auto)?
+            .ok_or("no constraint")?;
+        let n = tok.encode(&extra)?.len();
+        assert_eq!(walk(&c, &extra)?.0 == n, taken, "{others:?}: {extra}");
+        assert_eq!(walk(&c, bare)?.0, tok.encode(bare)?.len());
+    }
     assert!(walk(&auto, &stranger)?.0 < tok.encode(&stranger)?.len());
     let prose = format!("Here: {bare}");
     assert!(walk(&auto, &prose)?.0 < tok.encode(&prose)?.len());

@@ -60,12 +60,22 @@ impl Guide {
         } else {
             self.matcher.compute_mask().map_err(|e| failed(&e))?
         };
+        // 32 ids per word of the mask: most words of a 150k vocabulary are all refused.
+        let words = allowed.as_slice();
+        let len = allowed.len();
         let mut any = false;
-        for (id, l) in logits.iter_mut().enumerate() {
-            if id < allowed.len() && allowed.is_allowed(id as u32) && l.is_finite() {
-                any = true;
-            } else {
-                *l = f32::NEG_INFINITY;
+        for (w, chunk) in logits.chunks_mut(32).enumerate() {
+            let bits = words.get(w).copied().unwrap_or(0);
+            if bits == 0 {
+                chunk.fill(f32::NEG_INFINITY);
+                continue;
+            }
+            for (b, l) in chunk.iter_mut().enumerate() {
+                if bits >> b & 1 == 1 && w * 32 + b < len && l.is_finite() {
+                    any = true;
+                } else {
+                    *l = f32::NEG_INFINITY;
+                }
             }
         }
         if !any {

@@ -80,6 +80,10 @@ impl ToolSpec {
 
     /// The schema of one call of this tool: `{"name": <const>, "arguments": <parameters>}`,
     /// with the parameters' `$defs` lifted to the top so that their `#/$defs/…` refs resolve.
+    /// Arguments that list their `properties` take no others unless the schema says so
+    /// (`additionalProperties`), as in OpenAI's strict mode: a function does not take keyword
+    /// arguments it does not declare, and small models otherwise copy schema words (`required`)
+    /// or invent keys (`duration2`) into the call.
     pub fn call_schema(&self) -> Value {
         let mut arguments = self.parameters.clone();
         let mut schema = Map::new();
@@ -88,6 +92,17 @@ impl ToolSpec {
                 if let Some(defs) = params.remove(key) {
                     schema.insert(key.into(), defs);
                 }
+            }
+            let declared = params.get("properties").is_some_and(Value::is_object);
+            let open = [
+                "additionalProperties",
+                "patternProperties",
+                "unevaluatedProperties",
+            ]
+            .iter()
+            .any(|k| params.contains_key(*k));
+            if declared && !open {
+                params.insert("additionalProperties".into(), json!(false));
             }
         }
         schema.insert("type".into(), json!("object"));

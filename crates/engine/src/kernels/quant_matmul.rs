@@ -57,9 +57,9 @@ fn portable_dot(t: BlockType) -> DotFn {
 /// compiled for.
 pub(crate) fn dot_at(level: CpuLevel, t: BlockType) -> (CpuLevel, DotFn) {
     // Never above what the CPU runs: the SAFETY of every call below rests on this.
-    let level = level.min(cpu::detected());
     #[cfg(target_arch = "x86_64")]
     {
+        let level = level.min(cpu::detected());
         if level >= CpuLevel::Avx512 {
             // SAFETY: AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C were detected; `run` checks that
             // rows hold whole blocks and the activations were quantized for this type, so every
@@ -89,6 +89,8 @@ pub(crate) fn dot_at(level: CpuLevel, t: BlockType) -> (CpuLevel, DotFn) {
             return (CpuLevel::Avx2, f);
         }
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = level;
     (CpuLevel::Portable, portable_dot(t))
 }
 
