@@ -73,7 +73,7 @@ fn a_corrupt_session_file_is_refused_untouched() {
     let (ok, _, err) = run(&db, &["recommend"]);
     assert!(!ok);
     assert!(
-        err.contains("broken.db") && err.contains("not a usable session database"),
+        err.contains("broken.db") && err.contains("not a Hearth session database"),
         "{err}"
     );
     assert_eq!(std::fs::read(&db).unwrap(), before);

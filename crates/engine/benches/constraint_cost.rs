@@ -4,7 +4,8 @@
 //!
 //! `cargo bench -p hearth-engine --bench constraint_cost --profile dev` (the engine and its
 //! dependencies are optimised in dev); the model is `HEARTH_TEST_GGUF`, else
-//! `~/.cache/hearth/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf`. Prints one JSON object.
+//! `~/.cache/hearth/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf`. Prints one JSON object;
+//! `HEARTH_MASK_STEPS=1` also prints every step's mask time (µs) on stderr.
 
 use hearth_engine::constraint::ToolChoice;
 use hearth_engine::{
@@ -134,6 +135,9 @@ fn main() -> Result<()> {
         &format!("I will look it up.\n{call}"),
         vocab,
     )?);
+    if std::env::var_os("HEARTH_MASK_STEPS").is_some() {
+        eprintln!("{:?}", times.iter().map(|t| *t as u64).collect::<Vec<_>>());
+    }
     times.sort_by(f64::total_cmp);
 
     // Decode speed, best of three each (the machine may be shared).
