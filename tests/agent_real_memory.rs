@@ -121,14 +121,8 @@ fn a_recorded_tool_run_replays_live_on_the_same_model() -> TestResult {
         text.lines().any(|l| l.contains("\"type\":\"tool_result\"")),
         "{text}"
     );
-    let model_s = model.to_str().ok_or("model path")?;
     for live in [false, true] {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_hearth"));
-        cmd.arg("replay");
-        if live {
-            cmd.args(["--live", "--model", model_s, "--device", "cpu"]);
-        }
-        let out = cmd.arg(file_s).output()?;
+        let out = replay(&model, file_s, live, &[])?;
         assert!(
             out.status.success(),
             "live={live}: {}",
@@ -138,16 +132,23 @@ fn a_recorded_tool_run_replays_live_on_the_same_model() -> TestResult {
     Ok(())
 }
 
-/// Prompt tokens and cached prompt tokens of the first model request in a recording.
+/// Prompt tokens and cached prompt tokens of the first model answer in a recording.
 fn first_prefill(record: &Path) -> Result<(u64, u64), Box<dyn std::error::Error + Send + Sync>> {
-    for line in std::fs::read_to_string(record)?.lines() {
-        let v: serde_json::Value = serde_json::from_str(line)?;
-        if v["type"] == "model_response" {
-            let n = |k: &str| v[k].as_u64().ok_or(format!("no {k} in {line}"));
-            return Ok((n("prompt_tokens")?, n("cached_prompt_tokens")?));
-        }
+    let all = common::recorded_prefill(record)?;
+    Ok(*all.first().ok_or("no model answer recorded")?)
+}
+
+/// `hearth replay` of `file`; with `live`, on `model` again, with `extra` flags.
+fn replay(model: &Path, file: &str, live: bool, extra: &[&str]) -> std::io::Result<Output> {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hearth"));
+    cmd.arg("replay");
+    if live {
+        cmd.arg("--live")
+            .arg("--model")
+            .arg(model)
+            .args(["--device", "cpu"]);
     }
-    Err(format!("no model response in {}", record.display()).into())
+    cmd.args(extra).arg(file).output()
 }
 
 /// A session resumed in a new process gets its KV cache back: each turn prefills only what
@@ -293,21 +294,13 @@ fn a_live_replay_can_take_the_recorded_tool_results() -> TestResult {
     );
     // The clock moves on by at least a second.
     std::thread::sleep(std::time::Duration::from_millis(1100));
-    let model_s = model.to_str().ok_or("model path")?;
-    let replay = |extra: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_hearth"))
-            .args(["replay", "--live", "--model", model_s, "--device", "cpu"])
-            .args(extra)
-            .arg(file_s)
-            .output()
-    };
-    let out = replay(&["--recorded-tools"])?;
+    let out = replay(&model, file_s, true, &["--recorded-tools"])?;
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let out = replay(&[])?;
+    let out = replay(&model, file_s, true, &[])?;
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(

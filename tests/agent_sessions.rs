@@ -48,26 +48,6 @@ fn run(
     Ok(agent_cmd(db, session, task, "4")?.output()?)
 }
 
-/// Prompt tokens and cached prompt tokens of each model request in a recording.
-fn prefill(record: &Path) -> Result<Vec<(u64, u64)>, Box<dyn std::error::Error + Send + Sync>> {
-    let mut out = vec![];
-    for line in std::fs::read_to_string(record)?.lines() {
-        let v: serde_json::Value = serde_json::from_str(line)?;
-        if let (Some(p), Some(c)) = (
-            v.pointer("/response/prompt_tokens")
-                .or(v.get("prompt_tokens")),
-            v.pointer("/response/cached_prompt_tokens")
-                .or(v.get("cached_prompt_tokens")),
-        ) {
-            out.push((
-                p.as_u64().ok_or("prompt_tokens")?,
-                c.as_u64().ok_or("cached")?,
-            ));
-        }
-    }
-    Ok(out)
-}
-
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -107,7 +87,7 @@ fn turns_continue_across_processes() -> TestResult {
             .output()?;
         // The tiny model may answer nothing useful; the turn is still remembered.
         assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
-        let requests = prefill(&record)?;
+        let requests = common::recorded_prefill(&record)?;
         let (prompt, cached) = *requests.first().ok_or("no model request recorded")?;
         if i > 1 {
             let said = format!("{} earlier turn(s)", i - 1);

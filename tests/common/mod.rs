@@ -140,3 +140,19 @@ pub fn openai_python() -> Option<PathBuf> {
         None
     }
 }
+
+/// Prompt tokens and cached prompt tokens of each model answer in a `hearth agent --record`
+/// file, in order.
+pub fn recorded_prefill(
+    record: &std::path::Path,
+) -> Result<Vec<(u64, u64)>, Box<dyn std::error::Error + Send + Sync>> {
+    let mut out = vec![];
+    for line in std::fs::read_to_string(record)?.lines() {
+        let v: serde_json::Value = serde_json::from_str(line)?;
+        if v["type"] == "model_response" {
+            let n = |k: &str| v[k].as_u64().ok_or(format!("no {k} in {line}"));
+            out.push((n("prompt_tokens")?, n("cached_prompt_tokens")?));
+        }
+    }
+    Ok(out)
+}
