@@ -13,7 +13,7 @@
 
 use crate::kernels::dense::{matmul_t, WeightRows};
 use crate::kernels::tiles::{self, TileMatrix};
-use crate::kernels::{has_many_rows_kernel, has_rows_kernel, BlockType, QuantMatrix};
+use crate::kernels::{BlockType, QuantMatrix};
 use crate::weights::Matrix;
 use candle_core::quantized::ggml_file::qtensor_from_ggml;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
@@ -22,12 +22,13 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-/// Up to this many rows the row kernel beats gemm: f32 weights (gemm reads them as they are)
-/// and half-precision ones (gemm widens or packs the whole weight on every call). Measured on
-/// an F16 GGUF, 2 threads, AVX-512: 128-token prompts 95 → 110 tok/s with the row kernel,
-/// 512-token ones 131 → 95.
+/// Up to this many rows of activations, f32 weights take the row kernel; more go to gemm, whose
+/// register blocking suits a long prompt better (F32 GGUF, 2 threads, AVX2: pp32 83 vs 71
+/// tok/s with the row kernel, pp512 80 vs 117). Half-precision weights (bf16, f16) take the
+/// row kernel at every length: gemm would widen or pack the whole weight on every call, and
+/// was no faster (F16 GGUF, AVX2: pp512 80 vs 69–74 tok/s), so their prompts sum exactly as
+/// decoding does.
 const ROW_KERNEL_MAX_ROWS: usize = 16;
-const HALF_ROW_KERNEL_MAX_ROWS: usize = 128;
 
 #[derive(Debug, Clone)]
 pub struct Linear {
@@ -40,15 +41,14 @@ enum Part {
     /// `[out, in]`, contiguous.
     Dense(Tensor),
     Quantized(QMatMul, Arc<QTensor>),
-    /// Q4_0/Q5_0/Q8_0 blocks in tiles of 16 rows, on CPUs with their kernels.
+    /// Q4_0/Q5_0/Q8_0/Q4_1/Q5_1 blocks in tiles of 16 rows, on CPUs with their kernels.
     Tiles(Arc<TileMatrix>),
 }
 
-/// From this many rows on (prompt prefills), a quantized matrix without a rows or many-row
-/// kernel at the active level (the portable level) is widened to f32 and multiplied with
-/// gemm, 3–10× faster than one dot product per row. The block kernels quantize the activations to
-/// 8 bits as llama.cpp does; the f32 path differs from them by about 2 % of the logits' scale
-/// (tested), enough to flip near-ties.
+/// From this many rows on (prompt prefills), a quantized matrix of a type Hearth has no kernel
+/// for (candle's then run: Q2_K, Q3_K, …) is widened to f32 and multiplied with gemm, 3–10×
+/// faster than candle's one dot product per row. The eight types with kernels here never are:
+/// their prompts sum exactly as decoding does (see [`with_rows_kernel`]).
 static DEQUANTIZE_FROM_ROWS: AtomicUsize = AtomicUsize::new(16);
 
 /// Sets the row count from which quantized matrices are widened to f32 (`usize::MAX`: never).
@@ -62,9 +62,8 @@ thread_local! {
 
 /// Runs `step` with every activation row taken as a sequence of its own (a batched decode
 /// step): each row goes through the kernel it would take alone — no widening to f32 for gemm,
-/// no many-row kernels, which sum in other orders — so that a request's tokens do not depend
-/// on how many others share its step. The flag is per thread: set it on the thread that runs
-/// the model's layers.
+/// no dense gemm — so that a request's tokens do not depend on how many others share its
+/// step. The flag is per thread: set it on the thread that runs the model's layers.
 pub fn rows_as_sequences<T>(step: impl FnOnce() -> T) -> T {
     struct Restore(bool);
     impl Drop for Restore {
@@ -192,25 +191,20 @@ impl Part {
             Part::Dense(w) => match cpu_rows(w, x)? {
                 Some(y) => Ok(y),
                 None if w.dtype() == x.dtype() => x.broadcast_matmul(&w.t()?),
-                // f16 weights with f32 activations on the CPU (long prefills): the activations
-                // go to f16 instead of the whole weight to f32 on every call, as llama.cpp does
-                // for F16 files (11 mantissa bits; gemm accumulates in f32).
-                None if w.dtype() == DType::F16 && x.device().is_cpu() => x
-                    .to_dtype(DType::F16)?
-                    .broadcast_matmul(&w.t()?)?
-                    .to_dtype(x.dtype()),
                 None => x.broadcast_matmul(&w.to_dtype(x.dtype())?.t()?),
             },
         }
     }
 }
 
-/// Whether `w` has a rows kernel here (AVX2): then prompts of every length keep its blocks.
-/// Widening the weight to f32 for gemm is no faster there (Q4_K_M, 2 threads, pp512: 52 vs 50
-/// tok/s; pp128: 69 vs 48), takes four times the weight's memory on every call, and would
-/// sum differently from decoding.
+/// Whether `w` has Hearth's kernels: then prompts of every length keep its blocks, and each
+/// output sums exactly as decoding sums it (rows kernels, tiles and many-row kernels add each
+/// activation row's block products in the one-row kernel's order). Widening the weight to f32
+/// for gemm was no faster on AVX2 (Q4_K_M, 2 threads, pp512: 52 vs 50 tok/s; pp128: 69 vs
+/// 48), takes four times the weight's memory on every call, and would sum differently from
+/// decoding, so a conversation's greedy tokens would depend on what was in the KV cache.
 fn with_rows_kernel(w: &QTensor, x: &Tensor) -> Result<bool> {
-    Ok(x.device().is_cpu() && BlockType::of(w.dtype()).is_some_and(has_rows_kernel))
+    Ok(x.device().is_cpu() && BlockType::of(w.dtype()).is_some())
 }
 
 /// Few rows through quantized matrices on the CPU, all in one pass with Hearth's kernels
@@ -221,8 +215,6 @@ fn quantized_rows(parts: &[Part], x: &Tensor) -> Result<Option<Tensor>> {
     }
     let k = x.dim(D::Minus1)?;
     let m = x.elem_count() / k;
-    let apart = rows_are_sequences();
-    let long = m >= DEQUANTIZE_FROM_ROWS.load(Ordering::Relaxed) && !apart;
     // Per part: its tiles, or its GGUF blocks (borrowed from candle's CPU storage).
     let mut found = Vec::with_capacity(parts.len());
     for part in parts {
@@ -238,9 +230,7 @@ fn quantized_rows(parts: &[Part], x: &Tensor) -> Result<Option<Tensor>> {
             return Ok(None);
         };
         let (rows, cols) = w.shape().dims2()?;
-        // Long prefills stay here only where a blocked many-row or rows kernel serves them.
-        let blocked = has_many_rows_kernel(kind, k) || has_rows_kernel(kind);
-        if cols != k || !k.is_multiple_of(kind.block_values()) || (long && !blocked) {
+        if cols != k || !k.is_multiple_of(kind.block_values()) {
             return Ok(None);
         }
         found.push(Ok((kind, w.data()?, rows)));
@@ -259,7 +249,7 @@ fn quantized_rows(parts: &[Part], x: &Tensor) -> Result<Option<Tensor>> {
         .collect();
     let n = mats.iter().map(|w| w.rows).sum();
     with_cpu_rows(x, n, |xv| {
-        crate::kernels::quant_matmul::matmul_t_with(xv, m, k, &mats, !apart)
+        crate::kernels::quant_matmul::matmul_t(xv, m, k, &mats)
     })
 }
 
@@ -267,7 +257,7 @@ fn cpu_rows(weight: &Tensor, x: &Tensor) -> Result<Option<Tensor>> {
     let (n, k) = weight.dims2()?;
     let m = x.elem_count() / k;
     let max_rows = match weight.dtype() {
-        DType::F16 | DType::BF16 => HALF_ROW_KERNEL_MAX_ROWS,
+        DType::F16 | DType::BF16 => usize::MAX,
         _ => ROW_KERNEL_MAX_ROWS,
     };
     if !x.device().is_cpu() || x.dtype() != DType::F32 || (m > max_rows && !rows_are_sequences()) {

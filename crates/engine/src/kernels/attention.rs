@@ -69,7 +69,7 @@ macro_rules! simd_dispatch {
                 match cpu::active() {
                     CpuLevel::Avx512 => return unsafe { avx512($($arg),*) },
                     CpuLevel::Avx2 => return unsafe { avx2($($arg),*) },
-                    CpuLevel::Portable => {}
+                    CpuLevel::Portable | CpuLevel::Neon => {}
                 }
             }
             $body($($arg),*)

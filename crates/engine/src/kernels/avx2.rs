@@ -179,7 +179,7 @@ one_and_rows!(q5_1_pass, q5_1, q5_1_rows);
 /// Byte j is 0xFF where bit j of the 32 bits at `p` is set (Q5's fifth bits).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn fifth_bits(p: *const u8) -> __m256i {
+pub(crate) unsafe fn fifth_bits(p: *const u8) -> __m256i {
     let qh = std::ptr::read_unaligned(p as *const u32);
     let shuf = _mm256_set_epi64x(
         0x0303030303030303,

@@ -10,30 +10,42 @@ use std::sync::OnceLock;
 pub enum CpuLevel {
     /// Plain Rust (what the compiler vectorises for the build target).
     Portable = 0,
+    /// 64-bit ARM with the dot-product instructions (Apple M1 on, Graviton 2 on, Ampere
+    /// Altra): the portable arithmetic with `sdot` for the integer sums.
+    Neon = 1,
     /// x86-64 with AVX2, FMA and F16C (Intel Haswell on, AMD Zen 1–3).
-    Avx2 = 1,
+    Avx2 = 2,
     /// AVX2 plus AVX-512 F, BW, VL and VNNI (Intel Ice Lake / Sapphire Rapids, AMD Zen 4 on).
-    Avx512 = 2,
+    Avx512 = 3,
 }
 
 /// The accepted `HEARTH_CPU` values, for messages.
-pub const LEVEL_NAMES: &str = "portable, avx2, avx512 (or native)";
+pub const LEVEL_NAMES: &str = "portable, neon, avx2, avx512 (or native)";
 
 impl CpuLevel {
-    pub const ALL: [CpuLevel; 3] = [CpuLevel::Portable, CpuLevel::Avx2, CpuLevel::Avx512];
+    /// Lowest first; a CPU runs the levels whose features it has (x86-64 never runs `neon`,
+    /// ARM never `avx2`).
+    pub const ALL: [CpuLevel; 4] = [
+        CpuLevel::Portable,
+        CpuLevel::Neon,
+        CpuLevel::Avx2,
+        CpuLevel::Avx512,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Self::Portable => "portable",
+            Self::Neon => "neon",
             Self::Avx2 => "avx2",
             Self::Avx512 => "avx512",
         }
     }
 
-    /// `portable`, `avx2` or `avx512`; `native` (or `auto`) is the detected level.
+    /// `portable`, `neon`, `avx2` or `avx512`; `native` (or `auto`) is the detected level.
     pub fn parse(s: &str) -> Option<Self> {
         match s.trim().to_ascii_lowercase().as_str() {
             "portable" | "scalar" | "generic" => Some(Self::Portable),
+            "neon" | "dotprod" => Some(Self::Neon),
             "avx2" => Some(Self::Avx2),
             "avx512" | "avx-512" | "avx512vnni" => Some(Self::Avx512),
             "native" | "auto" | "" => Some(detected()),
@@ -45,6 +57,7 @@ impl CpuLevel {
     pub fn features(self) -> &'static [&'static str] {
         match self {
             Self::Portable => &[],
+            Self::Neon => &["neon", "dotprod"],
             Self::Avx2 => &["avx2", "fma", "f16c"],
             Self::Avx512 => &[
                 "avx2",
@@ -60,8 +73,9 @@ impl CpuLevel {
 
     fn from_u8(v: u8) -> Self {
         match v {
-            2 => Self::Avx512,
-            1 => Self::Avx2,
+            3 => Self::Avx512,
+            2 => Self::Avx2,
+            1 => Self::Neon,
             _ => Self::Portable,
         }
     }
@@ -87,7 +101,16 @@ fn has_feature(name: &str) -> bool {
     }
 }
 
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(target_arch = "aarch64")]
+fn has_feature(name: &str) -> bool {
+    match name {
+        "neon" => std::arch::is_aarch64_feature_detected!("neon"),
+        "dotprod" => std::arch::is_aarch64_feature_detected!("dotprod"),
+        _ => false,
+    }
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 fn has_feature(_: &str) -> bool {
     false
 }
@@ -118,7 +141,7 @@ pub fn detected() -> CpuLevel {
 pub fn runnable() -> Vec<CpuLevel> {
     CpuLevel::ALL
         .into_iter()
-        .filter(|&l| l <= detected())
+        .filter(|&l| missing_features(l).is_empty())
         .collect()
 }
 
@@ -210,7 +233,11 @@ mod tests {
         for level in CpuLevel::ALL {
             assert_eq!(
                 checked(level.name()).is_ok(),
-                level <= detected(),
+                runnable().contains(&level),
+                "{level}"
+            );
+            assert!(
+                !runnable().contains(&level) || level <= detected(),
                 "{level}"
             );
         }

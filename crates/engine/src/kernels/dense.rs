@@ -53,6 +53,13 @@ impl Elem for f16 {
 
 const LANES: usize = 32;
 
+/// Activation rows of `k` values per pass over a task's weight rows: about 128 KiB, a
+/// multiple of the 4-row register block.
+#[cfg(target_arch = "x86_64")]
+fn activation_chunk(k: usize) -> usize {
+    ((128 << 10) / (4 * k.max(1))).max(4) / 4 * 4
+}
+
 #[inline(always)]
 fn dot<W: Elem>(x: &[f32], w: &[W]) -> f32 {
     let k = x.len();
@@ -172,14 +179,20 @@ mod x86 {
                 }
                 let rows = out_t.len() / m;
                 assert!(x.len() >= m * k && w.len() >= (first + rows) * k);
-                for r in (0..rows).step_by(2) {
-                    for c in (0..m).step_by(4) {
-                        let at = (first, r, rows, c);
-                        match m - c {
-                            1 => group::<1>(x, m, k, w, at, out_t),
-                            2 => group::<2>(x, m, k, w, at, out_t),
-                            3 => group::<3>(x, m, k, w, at, out_t),
-                            _ => group::<4>(x, m, k, w, at, out_t),
+                // Activation rows in chunks that stay in L2 while the task's weight rows pass
+                // over them (a long prompt's would come from memory for every weight row).
+                let chunk = activation_chunk(k);
+                for c0 in (0..m).step_by(chunk) {
+                    let c1 = (c0 + chunk).min(m);
+                    for r in (0..rows).step_by(2) {
+                        for c in (c0..c1).step_by(4) {
+                            let at = (first, r, rows, c);
+                            match c1 - c {
+                                1 => group::<1>(x, m, k, w, at, out_t),
+                                2 => group::<2>(x, m, k, w, at, out_t),
+                                3 => group::<3>(x, m, k, w, at, out_t),
+                                _ => group::<4>(x, m, k, w, at, out_t),
+                            }
                         }
                     }
                 }
@@ -317,7 +330,7 @@ mod x86 {
         match level.min(cpu::detected()) {
             CpuLevel::Avx512 => |x, m, k, w, f, o| unsafe { avx512::run(x, m, k, w, f, o) },
             CpuLevel::Avx2 => |x, m, k, w, f, o| unsafe { avx2::run(x, m, k, w, f, o) },
-            CpuLevel::Portable => block_portable,
+            CpuLevel::Portable | CpuLevel::Neon => block_portable,
         }
     }
 }
@@ -450,6 +463,39 @@ mod tests {
                             "{name} at {level}, m={mm}: {g} vs {e}"
                         );
                     }
+                }
+            }
+        }
+    }
+
+    /// A prompt's rows, in register blocks and in chunks of activation rows, each get exactly
+    /// what the row gets alone (decoding), at every level.
+    #[test]
+    fn each_row_of_a_prompt_sums_as_decoding_does() {
+        // k = 4096: chunks of 8 activation rows, so 21 rows take three chunks and a tail.
+        let (m, k, n) = (21, 4096, 5);
+        let x: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 7 % 13) as f32 - 6.0) / 7.0 + (i % 3) as f32 * 0.001)
+            .collect();
+        let w: Vec<f32> = (0..n * k)
+            .map(|i| ((i * 5 % 11) as f32 - 5.0) / 8.0 + (i % 7) as f32 * 0.003)
+            .collect();
+        let wb: Vec<bf16> = w.iter().map(|&v| bf16::from_f32(v)).collect();
+        let wh: Vec<f16> = w.iter().map(|&v| f16::from_f32(v)).collect();
+        for (name, rows) in [
+            ("f32", WeightRows::F32(&w)),
+            ("bf16", WeightRows::Bf16(&wb)),
+            ("f16", WeightRows::F16(&wh)),
+        ] {
+            for level in super::cpu::runnable() {
+                let all = matmul_t_at(level, &x, m, k, rows, n);
+                for (i, row) in x.chunks_exact(k).enumerate() {
+                    let alone = matmul_t_at(level, row, 1, k, rows, n);
+                    assert_eq!(
+                        &all[i * n..(i + 1) * n],
+                        &alone[..],
+                        "{name} at {level}, row {i}"
+                    );
                 }
             }
         }

@@ -2,8 +2,9 @@
 //! with one CPU-feature decision for all of them ([`cpu`]).
 //!
 //! - [`blocks`]: GGUF block formats and the 8-bit quantisation of activations.
-//! - [`portable`], `avx2`, `avx512`: one weight row's dot products per instruction set.
-//! - [`tiles`]: Q4_0/Q5_0/Q8_0/Q4_1/Q5_1 in 16-row tiles and their AVX-512 VNNI kernels.
+//! - [`portable`], `neon`, `avx2`, `avx512`: weight rows' dot products per instruction set.
+//! - [`tiles`]: Q4_0/Q5_0/Q8_0/Q4_1/Q5_1 in 16-row tiles and their AVX-512 VNNI and AVX2
+//!   kernels.
 //! - [`quant_matmul`]: which kernel each block type takes at a level, and the parallel driver.
 //! - [`dense`]: f32/bf16/f16 weights; [`attention`]: attention, rotary embedding, SwiGLU.
 
@@ -15,13 +16,12 @@ mod avx512;
 pub mod blocks;
 pub mod cpu;
 pub(crate) mod dense;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 mod portable;
 pub mod quant_matmul;
 pub mod tiles;
 
 pub use blocks::{BlockType, Q8Row};
 pub use cpu::{CpuLevel, CpuLevelError};
-pub use quant_matmul::{
-    has_many_rows_kernel, has_rows_kernel, kernel_path, matmul_t, set_many_rows_kernels,
-    QuantMatrix,
-};
+pub use quant_matmul::{kernel_path, matmul_t, set_many_rows_kernels, QuantMatrix};

@@ -1,150 +1,307 @@
-//! Plain-Rust dot products of one weight row with one quantized activation row: the reference
-//! every SIMD path is tested against, and the path of CPUs without one.
+//! Plain-Rust dot products of weight rows with quantized activation rows: the reference every
+//! SIMD path is tested against, and the path of CPUs without one.
+//!
+//! Each block type unpacks a weight block into signed bytes once ([`Block::unpack`]) and then
+//! scales its exact integer sums with one activation row ([`Block::sum`]). The one-row kernels
+//! and the rows kernels (a block unpacked once for many activation rows, what prompts take)
+//! call the same two functions in the same order, so a prompt's row sums are decoding's, bit
+//! for bit.
 
 use super::blocks::*;
 
-pub fn q4_0(w: &[u8], x: &Q8Row) -> f32 {
-    let mut sumf = 0f32;
-    for (b, blk) in w.chunks_exact(18).enumerate() {
-        let xq = &x.qs[b * QK..(b + 1) * QK];
-        let mut s = 0i32;
-        for j in 0..16 {
-            s += ((blk[2 + j] & 0x0F) as i32 - 8) * xq[j] as i32
-                + ((blk[2 + j] >> 4) as i32 - 8) * xq[j + 16] as i32;
-        }
-        sumf += s as f32 * f16_at(blk, 0) * x.d[b];
-    }
-    sumf
+/// One weight block unpacked: its values as signed bytes, its integer sub-block scales and
+/// minimums, and its f16 scales as f32.
+pub(crate) struct Unpacked {
+    v: [i8; QK_K],
+    scales: [i32; 16],
+    mins: [i32; 8],
+    d: f32,
+    m: f32,
 }
 
-pub fn q5_0(w: &[u8], x: &Q8Row) -> f32 {
-    let mut sumf = 0f32;
-    for (b, blk) in w.chunks_exact(22).enumerate() {
-        let xq = &x.qs[b * QK..(b + 1) * QK];
-        let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
-        let mut s = 0i32;
-        for j in 0..16 {
-            let lo = (blk[6 + j] & 0x0F) as i32 | ((((qh >> j) & 1) as i32) << 4);
-            let hi = (blk[6 + j] >> 4) as i32 | ((((qh >> (j + 16)) & 1) as i32) << 4);
-            s += (lo - 16) * xq[j] as i32 + (hi - 16) * xq[j + 16] as i32;
+impl Unpacked {
+    fn new() -> Self {
+        Self {
+            v: [0; QK_K],
+            scales: [0; 16],
+            mins: [0; 8],
+            d: 0.0,
+            m: 0.0,
         }
-        sumf += s as f32 * f16_at(blk, 0) * x.d[b];
     }
-    sumf
+}
+
+/// `Σ a·b` over byte slices of equal length, a multiple of 16: exact, so every
+/// implementation gives the same integer.
+pub(crate) trait IntDot {
+    /// # Safety
+    /// The CPU has the features the implementation is compiled for.
+    unsafe fn dot(a: &[i8], b: &[i8]) -> i32;
+}
+
+/// Plain Rust (vectorised by the compiler for the build target).
+pub(crate) struct Plain;
+impl IntDot for Plain {
+    #[inline(always)]
+    unsafe fn dot(a: &[i8], b: &[i8]) -> i32 {
+        a.iter().zip(b).map(|(&a, &b)| a as i32 * b as i32).sum()
+    }
+}
+
+/// A GGUF block type as the portable kernels read it.
+pub(crate) trait Block {
+    const BYTES: usize;
+    fn unpack(blk: &[u8], u: &mut Unpacked);
+    /// Block `b`'s share of the dot product with `x`.
+    ///
+    /// # Safety
+    /// As [`IntDot::dot`] for `D`.
+    unsafe fn sum<D: IntDot>(u: &Unpacked, x: &Q8Row, b: usize) -> f32;
+}
+
+/// `value = d·q` with 32 values per block (Q4_0, Q5_0, Q8_0).
+#[inline(always)]
+unsafe fn scaled_32<D: IntDot>(u: &Unpacked, x: &Q8Row, b: usize) -> f32 {
+    D::dot(&u.v[..QK], &x.qs[b * QK..(b + 1) * QK]) as f32 * u.d * x.d[b]
 }
 
 /// Q4_1/Q5_1: `value = d·q + m` with unsigned q, so a block gives `d·dy·Σq·y + m·dy·Σy`,
 /// `dy·Σy` rounded to f16 as llama.cpp's Q8_1 activations store it ([`Q8Row::d_sums`]).
-fn with_minimum(w: &[u8], x: &Q8Row, bytes: usize, q: impl Fn(&[u8], usize) -> i32) -> f32 {
-    let mut sumf = 0f32;
-    for (b, blk) in w.chunks_exact(bytes).enumerate() {
-        let xq = &x.qs[b * QK..(b + 1) * QK];
-        let s: i32 = (0..QK).map(|i| q(blk, i) * xq[i] as i32).sum();
-        sumf += x.d[b] * s as f32 * f16_at(blk, 0) + f16_at(blk, 2) * x.d_sums[b];
+#[inline(always)]
+unsafe fn with_minimum<D: IntDot>(u: &Unpacked, x: &Q8Row, b: usize) -> f32 {
+    let s = D::dot(&u.v[..QK], &x.qs[b * QK..(b + 1) * QK]);
+    x.d[b] * s as f32 * u.d + u.m * x.d_sums[b]
+}
+
+pub(crate) struct Q4_0;
+impl Block for Q4_0 {
+    const BYTES: usize = 18;
+    #[inline(always)]
+    fn unpack(blk: &[u8], u: &mut Unpacked) {
+        u.d = f16_at(blk, 0);
+        for j in 0..16 {
+            u.v[j] = (blk[2 + j] & 0x0F) as i8 - 8;
+            u.v[j + 16] = (blk[2 + j] >> 4) as i8 - 8;
+        }
     }
-    sumf
+    #[inline(always)]
+    unsafe fn sum<D: IntDot>(u: &Unpacked, x: &Q8Row, b: usize) -> f32 {
+        scaled_32::<D>(u, x, b)
+    }
 }
 
-pub fn q4_1(w: &[u8], x: &Q8Row) -> f32 {
-    with_minimum(w, x, 20, |blk, i| {
-        (blk[4 + i % 16] >> (4 * (i / 16)) & 0x0F) as i32
-    })
+pub(crate) struct Q5_0;
+impl Block for Q5_0 {
+    const BYTES: usize = 22;
+    #[inline(always)]
+    fn unpack(blk: &[u8], u: &mut Unpacked) {
+        u.d = f16_at(blk, 0);
+        let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+        for j in 0..16 {
+            let lo = (blk[6 + j] & 0x0F) | (((qh >> j) & 1) as u8) << 4;
+            let hi = (blk[6 + j] >> 4) | (((qh >> (j + 16)) & 1) as u8) << 4;
+            u.v[j] = lo as i8 - 16;
+            u.v[j + 16] = hi as i8 - 16;
+        }
+    }
+    #[inline(always)]
+    unsafe fn sum<D: IntDot>(u: &Unpacked, x: &Q8Row, b: usize) -> f32 {
+        scaled_32::<D>(u, x, b)
+    }
 }
 
-pub fn q5_1(w: &[u8], x: &Q8Row) -> f32 {
-    with_minimum(w, x, 24, |blk, i| {
+pub(crate) struct Q8_0;
+impl Block for Q8_0 {
+    const BYTES: usize = 34;
+    #[inline(always)]
+    fn unpack(blk: &[u8], u: &mut Unpacked) {
+        u.d = f16_at(blk, 0);
+        for (v, &q) in u.v[..QK].iter_mut().zip(&blk[2..]) {
+            *v = q as i8;
+        }
+    }
+    #[inline(always)]
+    unsafe fn sum<D: IntDot>(u: &Unpacked, x: &Q8Row, b: usize) -> f32 {
+        scaled_32::<D>(u, x, b)
+    }
+}
+
+pub(crate) struct Q4_1;
+impl Block for Q4_1 {
+    const BYTES: usize = 20;
+    #[inline(always)]
+    fn unpack(blk: &[u8], u: &mut Unpacked) {
+        (u.d, u.m) = (f16_at(blk, 0), f16_at(blk, 2));
+        for j in 0..16 {
+            u.v[j] = (blk[4 + j] & 0x0F) as i8;
+            u.v[j + 16] = (blk[4 + j] >> 4) as i8;
+        }
+    }
+    #[inline(always)]
+    unsafe fn sum<D: IntDot>(u: &Unpacked, x: &Q8Row, b: usize) -> f32 {
+        with_minimum::<D>(u, x, b)
+    }
+}
+
+pub(crate) struct Q5_1;
+impl Block for Q5_1 {
+    const BYTES: usize = 24;
+    #[inline(always)]
+    fn unpack(blk: &[u8], u: &mut Unpacked) {
+        (u.d, u.m) = (f16_at(blk, 0), f16_at(blk, 2));
         let qh = u32::from_le_bytes([blk[4], blk[5], blk[6], blk[7]]);
-        (blk[8 + i % 16] >> (4 * (i / 16)) & 0x0F) as i32 | ((qh >> i & 1) as i32) << 4
-    })
-}
-
-pub fn q8_0(w: &[u8], x: &Q8Row) -> f32 {
-    let mut sumf = 0f32;
-    for (b, blk) in w.chunks_exact(34).enumerate() {
-        let xq = &x.qs[b * QK..(b + 1) * QK];
-        let s: i32 = blk[2..]
-            .iter()
-            .zip(xq)
-            .map(|(&q, &y)| q as i8 as i32 * y as i32)
-            .sum();
-        sumf += s as f32 * f16_at(blk, 0) * x.d[b];
+        for j in 0..16 {
+            u.v[j] = ((blk[8 + j] & 0x0F) | (((qh >> j) & 1) as u8) << 4) as i8;
+            u.v[j + 16] = ((blk[8 + j] >> 4) | (((qh >> (j + 16)) & 1) as u8) << 4) as i8;
+        }
     }
-    sumf
+    #[inline(always)]
+    unsafe fn sum<D: IntDot>(u: &Unpacked, x: &Q8Row, b: usize) -> f32 {
+        with_minimum::<D>(u, x, b)
+    }
 }
 
 /// Q4_K and Q5_K: four chunks of 64 values, the low nibbles of 32 bytes then their high
 /// nibbles, each sub-block of 32 with a 6-bit scale and minimum; Q5_K's fifth bit of value
 /// `l` of sub-block `j` is bit `j` of `qh[l]`.
-fn k4(w: &[u8], x: &Q8Row, bytes: usize, fifth: bool) -> f32 {
-    let mut sumf = 0f32;
-    for (b, blk) in w.chunks_exact(bytes).enumerate() {
-        let (d, dmin) = (f16_at(blk, 0) * x.d[b], f16_at(blk, 2) * x.d[b]);
-        let scales = &blk[4..16];
-        let (qh, qs) = match fifth {
-            true => (&blk[16..48], &blk[48..176]),
-            false => (&blk[0..0], &blk[16..144]),
-        };
-        let xq = &x.qs[b * QK_K..(b + 1) * QK_K];
-        let bsums = &x.bsums[b * 16..(b + 1) * 16];
-        let (mut sum_q, mut sum_m) = (0i32, 0i32);
-        for c in 0..4 {
-            let q = &qs[c * 32..(c + 1) * 32];
-            for (half, shift) in [(0usize, 0u32), (1, 4)] {
-                let j = 2 * c + half;
-                let (sc, m) = scale_min_k4(j, scales);
-                let y = &xq[j * 32..(j + 1) * 32];
-                let dot: i32 = (0..32)
-                    .map(|l| {
-                        let high = if fifth { ((qh[l] >> j) & 1) << 4 } else { 0 };
-                        (((q[l] >> shift) & 0x0F) | high) as i32 * y[l] as i32
-                    })
-                    .sum();
-                sum_q += sc * dot;
-                sum_m += m * (bsums[2 * j] as i32 + bsums[2 * j + 1] as i32);
-            }
+#[inline(always)]
+fn unpack_k4(blk: &[u8], u: &mut Unpacked, fifth: bool) {
+    (u.d, u.m) = (f16_at(blk, 0), f16_at(blk, 2));
+    let scales = &blk[4..16];
+    let (qh, qs) = match fifth {
+        true => (&blk[16..48], &blk[48..176]),
+        false => (&blk[0..0], &blk[16..144]),
+    };
+    for j in 0..8 {
+        (u.scales[j], u.mins[j]) = scale_min_k4(j, scales);
+        let (q, shift) = (&qs[(j / 2) * 32..(j / 2 + 1) * 32], 4 * (j % 2));
+        for l in 0..32 {
+            let high = if fifth { ((qh[l] >> j) & 1) << 4 } else { 0 };
+            u.v[j * 32 + l] = (((q[l] >> shift) & 0x0F) | high) as i8;
         }
-        sumf += d * sum_q as f32 - dmin * sum_m as f32;
     }
-    sumf
 }
 
-pub fn q4k(w: &[u8], x: &Q8Row) -> f32 {
-    k4(w, x, 144, false)
+#[inline(always)]
+unsafe fn sum_k4<D: IntDot>(u: &Unpacked, x: &Q8Row, b: usize) -> f32 {
+    let (d, dmin) = (u.d * x.d[b], u.m * x.d[b]);
+    let xq = &x.qs[b * QK_K..(b + 1) * QK_K];
+    let bsums = &x.bsums[b * 16..(b + 1) * 16];
+    let (mut sum_q, mut sum_m) = (0i32, 0i32);
+    for j in 0..8 {
+        sum_q += u.scales[j] * D::dot(&u.v[j * 32..(j + 1) * 32], &xq[j * 32..(j + 1) * 32]);
+        sum_m += u.mins[j] * (bsums[2 * j] as i32 + bsums[2 * j + 1] as i32);
+    }
+    d * sum_q as f32 - dmin * sum_m as f32
 }
 
-pub fn q5k(w: &[u8], x: &Q8Row) -> f32 {
-    k4(w, x, 176, true)
+pub(crate) struct Q4K;
+impl Block for Q4K {
+    const BYTES: usize = 144;
+    #[inline(always)]
+    fn unpack(blk: &[u8], u: &mut Unpacked) {
+        unpack_k4(blk, u, false)
+    }
+    #[inline(always)]
+    unsafe fn sum<D: IntDot>(u: &Unpacked, x: &Q8Row, b: usize) -> f32 {
+        sum_k4::<D>(u, x, b)
+    }
 }
 
-pub fn q6k(w: &[u8], x: &Q8Row) -> f32 {
-    let mut sumf = 0f32;
-    for (b, blk) in w.chunks_exact(210).enumerate() {
-        let (ql, qh) = (&blk[0..128], &blk[128..192]);
-        let scales = &blk[192..208];
-        let d = f16_at(blk, 208) * x.d[b];
-        let xq = &x.qs[b * QK_K..(b + 1) * QK_K];
-        let mut sum = 0i32;
-        // Two halves of 128 values, each from 64 bytes of low nibbles and 32 of high bits.
+pub(crate) struct Q5K;
+impl Block for Q5K {
+    const BYTES: usize = 176;
+    #[inline(always)]
+    fn unpack(blk: &[u8], u: &mut Unpacked) {
+        unpack_k4(blk, u, true)
+    }
+    #[inline(always)]
+    unsafe fn sum<D: IntDot>(u: &Unpacked, x: &Q8Row, b: usize) -> f32 {
+        sum_k4::<D>(u, x, b)
+    }
+}
+
+/// Q6_K: two halves of 128 values, each from 64 bytes of low nibbles and 32 of high bits;
+/// an i8 scale per 16 values.
+pub(crate) struct Q6K;
+impl Block for Q6K {
+    const BYTES: usize = 210;
+    #[inline(always)]
+    fn unpack(blk: &[u8], u: &mut Unpacked) {
+        u.d = f16_at(blk, 208);
+        for (s, &b) in u.scales.iter_mut().zip(&blk[192..208]) {
+            *s = b as i8 as i32;
+        }
         for h in 0..2 {
-            let (ql, qh) = (&ql[h * 64..(h + 1) * 64], &qh[h * 32..(h + 1) * 32]);
-            let mut vals = [0i32; 128];
+            let (ql, qh) = (
+                &blk[h * 64..(h + 1) * 64],
+                &blk[128 + h * 32..128 + (h + 1) * 32],
+            );
+            let v = &mut u.v[h * 128..(h + 1) * 128];
             for l in 0..32 {
-                vals[l] = ((ql[l] & 0x0F) | ((qh[l] & 3) << 4)) as i32 - 32;
-                vals[l + 32] = ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32;
-                vals[l + 64] = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32;
-                vals[l + 96] = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32;
-            }
-            for g in 0..8 {
-                let y = &xq[h * 128 + g * 16..h * 128 + (g + 1) * 16];
-                let dot: i32 = vals[g * 16..(g + 1) * 16]
-                    .iter()
-                    .zip(y)
-                    .map(|(&v, &y)| v * y as i32)
-                    .sum();
-                sum += scales[h * 8 + g] as i8 as i32 * dot;
+                v[l] = ((ql[l] & 0x0F) | ((qh[l] & 3) << 4)) as i8 - 32;
+                v[l + 32] = ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32;
+                v[l + 64] = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8 - 32;
+                v[l + 96] = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8 - 32;
             }
         }
-        sumf += d * sum as f32;
+    }
+    #[inline(always)]
+    unsafe fn sum<D: IntDot>(u: &Unpacked, x: &Q8Row, b: usize) -> f32 {
+        let xq = &x.qs[b * QK_K..(b + 1) * QK_K];
+        let sum: i32 = (0..16)
+            .map(|g| u.scales[g] * D::dot(&u.v[g * 16..(g + 1) * 16], &xq[g * 16..(g + 1) * 16]))
+            .sum();
+        u.d * x.d[b] * sum as f32
+    }
+}
+
+/// One weight row (whole blocks of `B`) against one activation row.
+///
+/// # Safety
+/// As [`IntDot::dot`] for `D`.
+#[inline(always)]
+pub(crate) unsafe fn dot_row<B: Block, D: IntDot>(w: &[u8], x: &Q8Row) -> f32 {
+    let mut u = Unpacked::new();
+    let mut sumf = 0f32;
+    for (b, blk) in w.chunks_exact(B::BYTES).enumerate() {
+        B::unpack(blk, &mut u);
+        sumf += B::sum::<D>(&u, x, b);
     }
     sumf
+}
+
+/// Activation rows per pass over a weight row (their sums stay in registers or L1).
+const COLUMNS: usize = 16;
+
+/// `rows` weight rows against every row of `xs`: `out[c * rows + r]`, each equal to
+/// [`dot_row`] for that pair, bit for bit (the same block sums added in the same order).
+///
+/// # Safety
+/// As [`IntDot::dot`] for `D`.
+#[inline(always)]
+pub(crate) unsafe fn rows<B: Block, D: IntDot>(
+    w: &[u8],
+    rows: usize,
+    xs: &[Q8Row],
+    out: &mut [f32],
+) {
+    let row_bytes = w.len() / rows.max(1);
+    let mut u = Unpacked::new();
+    for r in 0..rows {
+        let row = &w[r * row_bytes..(r + 1) * row_bytes];
+        for c0 in (0..xs.len()).step_by(COLUMNS) {
+            let group = &xs[c0..(c0 + COLUMNS).min(xs.len())];
+            let mut acc = [0f32; COLUMNS];
+            for (b, blk) in row.chunks_exact(B::BYTES).enumerate() {
+                B::unpack(blk, &mut u);
+                for (a, x) in acc.iter_mut().zip(group) {
+                    *a += B::sum::<D>(&u, x, b);
+                }
+            }
+            for (c, a) in acc.iter().take(group.len()).enumerate() {
+                out[(c0 + c) * rows + r] = *a;
+            }
+        }
+    }
 }

@@ -1,7 +1,8 @@
 //! `y = x · Wᵀ` for GGUF-quantized weights on the CPU, for decoding and prompts: the block
 //! types of llama.cpp's common files (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K). Weights stay in GGUF
-//! order here, or come in the 16-row tiles of [`super::tiles`] (Q4_0, Q5_0, Q8_0 on
-//! CPUs with AVX-512 VNNI), whose kernels this module's parallel pass calls.
+//! order here, or come in the 16-row tiles of [`super::tiles`] (Q4_0, Q5_0, Q4_1, Q5_1 on
+//! CPUs with AVX2, and Q8_0 too with AVX-512 VNNI), whose kernels this module's parallel pass
+//! calls.
 //!
 //! Why not candle's `QMatMul`: its Q5_0 dot product is scalar code (llama.cpp's Q4_K_M files
 //! store most of Qwen2.5-0.5B's matrices as Q5_0, because 896 is not a multiple of 256), and
@@ -40,17 +41,36 @@ pub(crate) type RowsFn = fn(w: &[u8], rows: usize, xs: &[Q8Row], out: &mut [f32]
 /// `out.len()` of them.
 pub(crate) type ManyFn = fn(w: &[u8], cols: &[u32], stride: usize, out: &mut [f32]);
 
+/// Every block type's kernel (`$f::<Type>`) at a level written as the portable one's
+/// arithmetic, as a `$ty` ([`DotFn`] or [`RowsFn`]).
+macro_rules! per_type {
+    ($t:expr, $ty:ty, |$($arg:ident),*| $f:ident) => {{
+        use super::portable::{Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8_0};
+        let f: $ty = match $t {
+            BlockType::Q4_0 => |$($arg),*| unsafe { $f::<Q4_0>($($arg),*) },
+            BlockType::Q5_0 => |$($arg),*| unsafe { $f::<Q5_0>($($arg),*) },
+            BlockType::Q8_0 => |$($arg),*| unsafe { $f::<Q8_0>($($arg),*) },
+            BlockType::Q4K => |$($arg),*| unsafe { $f::<Q4K>($($arg),*) },
+            BlockType::Q5K => |$($arg),*| unsafe { $f::<Q5K>($($arg),*) },
+            BlockType::Q6K => |$($arg),*| unsafe { $f::<Q6K>($($arg),*) },
+            BlockType::Q4_1 => |$($arg),*| unsafe { $f::<Q4_1>($($arg),*) },
+            BlockType::Q5_1 => |$($arg),*| unsafe { $f::<Q5_1>($($arg),*) },
+        };
+        f
+    }};
+}
+
+/// `unsafe` only to fit [`per_type!`]: plain Rust needs no CPU feature.
+unsafe fn portable_dot_row<B: portable::Block>(w: &[u8], x: &Q8Row) -> f32 {
+    portable::dot_row::<B, portable::Plain>(w, x)
+}
+
+unsafe fn portable_rows<B: portable::Block>(w: &[u8], r: usize, xs: &[Q8Row], o: &mut [f32]) {
+    portable::rows::<B, portable::Plain>(w, r, xs, o)
+}
+
 fn portable_dot(t: BlockType) -> DotFn {
-    match t {
-        BlockType::Q4_0 => portable::q4_0,
-        BlockType::Q5_0 => portable::q5_0,
-        BlockType::Q8_0 => portable::q8_0,
-        BlockType::Q4K => portable::q4k,
-        BlockType::Q5K => portable::q5k,
-        BlockType::Q6K => portable::q6k,
-        BlockType::Q4_1 => portable::q4_1,
-        BlockType::Q5_1 => portable::q5_1,
-    }
+    per_type!(t, DotFn, |w, x| portable_dot_row)
 }
 
 /// The dot product `t` takes at `level` (the best one at or below it), and the level it is
@@ -89,31 +109,46 @@ pub(crate) fn dot_at(level: CpuLevel, t: BlockType) -> (CpuLevel, DotFn) {
             return (CpuLevel::Avx2, f);
         }
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(target_arch = "aarch64")]
+    if level.min(cpu::detected()) >= CpuLevel::Neon {
+        use super::neon::dot_row;
+        // SAFETY: NEON and the dot-product extension were detected.
+        return (CpuLevel::Neon, per_type!(t, DotFn, |w, x| dot_row));
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     let _ = level;
     (CpuLevel::Portable, portable_dot(t))
 }
 
-/// The rows kernel `t` takes at `level`, where its dot product there has one.
+/// The rows kernel `t` takes at `level`: the one matching its dot product there, bit for bit
+/// (none where that dot product is an AVX-512 one: those types come in tiles there).
 pub(crate) fn rows_at(level: CpuLevel, t: BlockType) -> Option<RowsFn> {
-    #[cfg(target_arch = "x86_64")]
-    if dot_at(level, t).0 == CpuLevel::Avx2 {
-        // SAFETY: `dot_at` returned an AVX2 kernel, so AVX2, FMA and F16C were detected; `run`
-        // checks that rows hold whole blocks of this type and passes whole rows.
-        let f: RowsFn = match t {
-            BlockType::Q4_0 => |w, r, xs, o| unsafe { avx2::q4_0_rows(w, r, xs, o) },
-            BlockType::Q5_0 => |w, r, xs, o| unsafe { avx2::q5_0_rows(w, r, xs, o) },
-            BlockType::Q8_0 => |w, r, xs, o| unsafe { avx2::q8_0_rows(w, r, xs, o) },
-            BlockType::Q4_1 => |w, r, xs, o| unsafe { avx2::q4_1_rows(w, r, xs, o) },
-            BlockType::Q5_1 => |w, r, xs, o| unsafe { avx2::q5_1_rows(w, r, xs, o) },
-            BlockType::Q4K => |w, r, xs, o| unsafe { avx2::q4k_rows(w, r, xs, o) },
-            BlockType::Q5K => |w, r, xs, o| unsafe { avx2::q5k_rows(w, r, xs, o) },
-            BlockType::Q6K => |w, r, xs, o| unsafe { avx2::q6k_rows(w, r, xs, o) },
-        };
-        return Some(f);
+    match dot_at(level, t).0 {
+        CpuLevel::Portable => Some(per_type!(t, RowsFn, |w, r, xs, o| portable_rows)),
+        #[cfg(target_arch = "aarch64")]
+        CpuLevel::Neon => {
+            use super::neon::rows;
+            // SAFETY: `dot_at` returned a NEON kernel: NEON and dotprod were detected.
+            Some(per_type!(t, RowsFn, |w, r, xs, o| rows))
+        }
+        #[cfg(target_arch = "x86_64")]
+        CpuLevel::Avx2 => {
+            // SAFETY: `dot_at` returned an AVX2 kernel, so AVX2, FMA and F16C were detected;
+            // `run` checks that rows hold whole blocks of this type and passes whole rows.
+            let f: RowsFn = match t {
+                BlockType::Q4_0 => |w, r, xs, o| unsafe { avx2::q4_0_rows(w, r, xs, o) },
+                BlockType::Q5_0 => |w, r, xs, o| unsafe { avx2::q5_0_rows(w, r, xs, o) },
+                BlockType::Q8_0 => |w, r, xs, o| unsafe { avx2::q8_0_rows(w, r, xs, o) },
+                BlockType::Q4_1 => |w, r, xs, o| unsafe { avx2::q4_1_rows(w, r, xs, o) },
+                BlockType::Q5_1 => |w, r, xs, o| unsafe { avx2::q5_1_rows(w, r, xs, o) },
+                BlockType::Q4K => |w, r, xs, o| unsafe { avx2::q4k_rows(w, r, xs, o) },
+                BlockType::Q5K => |w, r, xs, o| unsafe { avx2::q5k_rows(w, r, xs, o) },
+                BlockType::Q6K => |w, r, xs, o| unsafe { avx2::q6k_rows(w, r, xs, o) },
+            };
+            Some(f)
+        }
+        _ => None,
     }
-    let _ = (level, t);
-    None
 }
 
 /// Runs a `C`-row kernel over packed activation rows (`stride` words apart), `width` outputs
@@ -191,23 +226,12 @@ pub fn set_many_rows_kernels(on: bool) {
     MANY_ROWS.store(on, Ordering::Relaxed);
 }
 
-/// Whether many rows of `x` through a `t` matrix with rows of `k` have a blocked kernel at the
-/// active level (otherwise long prefills are better served by widening the weight to f32).
-pub fn has_many_rows_kernel(t: BlockType, k: usize) -> bool {
-    many_at(cpu::active(), t, k).is_some()
-}
-
-/// Whether `t` has a rows kernel at the active level (one weight row against a few activation
-/// rows at once).
-pub fn has_rows_kernel(t: BlockType) -> bool {
-    rows_at(cpu::active(), t).is_some()
-}
-
 /// The kernels quantized weights run with at the active level, for the load log.
 pub fn kernel_path() -> &'static str {
     match cpu::active() {
         CpuLevel::Avx512 => "avx512 (VNNI, 16-row tiles)",
-        CpuLevel::Avx2 => "avx2",
+        CpuLevel::Avx2 => "avx2 (16-row tiles for Q4_0, Q5_0, Q4_1, Q5_1)",
+        CpuLevel::Neon => "neon (dotprod)",
         CpuLevel::Portable => "portable",
     }
 }
@@ -296,7 +320,8 @@ fn run(
     let many: Vec<Option<ManyFn>> = mats
         .iter()
         .map(|w| {
-            if m > 1 && !w.interleaved {
+            // Decoding's one row too: a row's sums must not depend on the rows beside it.
+            if !w.interleaved {
                 many(w.kind)
             } else {
                 None
@@ -408,23 +433,11 @@ fn run(
 /// matrix's outputs after the previous one's (a fused projection), in one parallel pass.
 /// `k` must be a multiple of every matrix's block value count.
 pub fn matmul_t(x: &[f32], m: usize, k: usize, mats: &[QuantMatrix<'_>]) -> Vec<f32> {
-    matmul_t_with(x, m, k, mats, true)
+    matmul_t_at(cpu::active(), x, m, k, mats, true)
 }
 
-/// [`matmul_t`], with the many-row kernels allowed or not: without them every row of `x` takes
-/// the one-row kernel's exact sums (rows that are separate sequences of a batch).
-pub(crate) fn matmul_t_with(
-    x: &[f32],
-    m: usize,
-    k: usize,
-    mats: &[QuantMatrix<'_>],
-    many_rows: bool,
-) -> Vec<f32> {
-    matmul_t_at(cpu::active(), x, m, k, mats, many_rows)
-}
-
-/// [`matmul_t_with`] at `level` (capped to what this CPU runs): tests and benchmarks of
-/// each path.
+/// [`matmul_t`] at `level` (capped to what this CPU runs), with the many-row kernels allowed
+/// or not (AVX-512 VNNI's Q4_K/Q6_K): tests and benchmarks of each path.
 pub fn matmul_t_at(
     level: CpuLevel,
     x: &[f32],
@@ -575,7 +588,7 @@ mod tests {
                     let dot = dot_at(level, t).1;
                     let data = gguf_blocks(&wt, dtype)?;
                     let mat = in_gguf_order(t, &data, n);
-                    for m in [1, 3, 4, 9] {
+                    for m in [1, 3, 4, 9, 21] {
                         let x: Vec<f32> = (0..m * k)
                             .map(|i| ((i * 17 % 41) as f32 - 20.0) / 9.0 + (i % 5) as f32 * 0.013)
                             .collect();
@@ -587,10 +600,13 @@ mod tests {
                 }
             }
         }
-        // Which levels have rows kernels: AVX2 (and the types AVX-512 runs with AVX2's dot).
+        // Portable and AVX2 have rows kernels for every type (AVX-512 for the types it runs
+        // with AVX2's dot product).
         println!("rows kernels checked on this CPU: {checked:?}");
+        let at = |l| checked.iter().filter(|c| c.0 == l).count();
+        assert_eq!(at(CpuLevel::Portable), 2 * 8 - 3, "{checked:?}");
         if cpu::detected() >= CpuLevel::Avx2 {
-            assert!(checked.len() >= 2 * 5, "{checked:?}");
+            assert_eq!(at(CpuLevel::Avx2), 2 * 8 - 3, "{checked:?}");
         }
         Ok(())
     }

@@ -1,4 +1,5 @@
-//! Q4_0, Q5_0 and Q8_0 weights with 16 rows interleaved, and their AVX-512 VNNI kernels.
+//! Q4_0, Q5_0, Q8_0, Q4_1 and Q5_1 weights with 16 rows interleaved, and their AVX-512 VNNI
+//! and AVX2 kernels.
 //!
 //! In GGUF order a row's blocks follow one another, so a kernel computes one output at a time
 //! and ends every row with a horizontal sum; each 32-value block's scale costs as much work as
@@ -32,14 +33,19 @@ const QK: usize = 32;
 /// Q4_1's and Q5_1's minimums), 3 of padding (a block per cache line).
 pub const BLOCK_WORDS: usize = 16;
 
-/// Whether weights of type `t` can be interleaved here: the type has a kernel, this CPU has
-/// AVX-512 VNNI, and the rows come in whole tiles.
+/// Whether weights of type `t` can be interleaved here: the rows come in whole tiles and the
+/// active level has a kernel for the type (AVX-512 VNNI: all five; AVX2: all but Q8_0, whose
+/// unsigned bytes would saturate AVX2's 16-bit pair sums).
 pub fn supported(t: BlockType, rows: usize) -> bool {
-    matches!(
-        t,
-        BlockType::Q4_0 | BlockType::Q5_0 | BlockType::Q8_0 | BlockType::Q4_1 | BlockType::Q5_1
-    ) && rows.is_multiple_of(ROWS)
-        && cpu::active() >= CpuLevel::Avx512
+    let level = cpu::active();
+    rows.is_multiple_of(ROWS)
+        && match t {
+            BlockType::Q4_0 | BlockType::Q5_0 | BlockType::Q4_1 | BlockType::Q5_1 => {
+                level >= CpuLevel::Avx2
+            }
+            BlockType::Q8_0 => level >= CpuLevel::Avx512,
+            _ => false,
+        }
 }
 
 fn tile_bytes(t: BlockType) -> usize {
@@ -246,41 +252,202 @@ pub(crate) fn pack(rows: &[Q8Row]) -> (Vec<u32>, usize) {
 /// rows, `stride` words apart.
 pub(crate) type GroupFn = fn(w: &[u8], cols: &[u32], stride: usize, out: &mut [f32]);
 
-/// The kernel for `t` (on CPUs where [`supported`]).
+/// The kernel for `t` (on CPUs where [`supported`]): AVX-512 VNNI's at that level, and for
+/// Q8_0 tiles made there whatever the level is now (weights interleaved at load keep a kernel);
+/// else AVX2's, which computes the same integers and the same f32 operations per row, so the
+/// same outputs bit for bit.
 pub(crate) fn kernel(t: BlockType) -> Option<GroupFn> {
-    // The hardware, not the active level: weights interleaved at load keep their kernels.
-    if cpu::detected() < CpuLevel::Avx512 {
-        return None;
-    }
+    kernel_at(cpu::active(), t)
+}
+
+/// [`kernel`] with `level` active.
+fn kernel_at(level: CpuLevel, t: BlockType) -> Option<GroupFn> {
     #[cfg(target_arch = "x86_64")]
     {
-        // SAFETY: AVX-512 F/BW/VL/VNNI were detected; `in_groups` checks that `cols` holds
-        // `out.len() / 16` rows, the kernels that `w` holds a tile per block of `stride`.
-        let f: GroupFn = match t {
-            BlockType::Q4_0 => |w, c, s, o| unsafe {
-                in_groups!(avx512::q4_0, w, c, s, o, width: ROWS, sixteen: false)
-            },
-            BlockType::Q5_0 => |w, c, s, o| unsafe {
-                in_groups!(avx512::q5_0, w, c, s, o, width: ROWS, sixteen: false)
-            },
-            BlockType::Q8_0 => |w, c, s, o| unsafe {
-                in_groups!(avx512::q8_0, w, c, s, o, width: ROWS, sixteen: false)
-            },
-            BlockType::Q4_1 => |w, c, s, o| unsafe {
-                in_groups!(avx512::q4_1, w, c, s, o, width: ROWS, sixteen: false)
-            },
-            BlockType::Q5_1 => |w, c, s, o| unsafe {
-                in_groups!(avx512::q5_1, w, c, s, o, width: ROWS, sixteen: false)
-            },
-            _ => return None,
+        let hardware = cpu::detected();
+        if hardware >= CpuLevel::Avx512 && (level >= CpuLevel::Avx512 || t == BlockType::Q8_0) {
+            // SAFETY: AVX-512 F/BW/VL/VNNI were detected; `in_groups` checks that `cols` holds
+            // `out.len() / 16` rows, the kernels that `w` holds a tile per block of `stride`.
+            let f: GroupFn = match t {
+                BlockType::Q4_0 => |w, c, s, o| unsafe {
+                    in_groups!(avx512::q4_0, w, c, s, o, width: ROWS, sixteen: false)
+                },
+                BlockType::Q5_0 => |w, c, s, o| unsafe {
+                    in_groups!(avx512::q5_0, w, c, s, o, width: ROWS, sixteen: false)
+                },
+                BlockType::Q8_0 => |w, c, s, o| unsafe {
+                    in_groups!(avx512::q8_0, w, c, s, o, width: ROWS, sixteen: false)
+                },
+                BlockType::Q4_1 => |w, c, s, o| unsafe {
+                    in_groups!(avx512::q4_1, w, c, s, o, width: ROWS, sixteen: false)
+                },
+                BlockType::Q5_1 => |w, c, s, o| unsafe {
+                    in_groups!(avx512::q5_1, w, c, s, o, width: ROWS, sixteen: false)
+                },
+                _ => return None,
+            };
+            return Some(f);
+        }
+        if hardware >= CpuLevel::Avx2 {
+            // SAFETY: AVX2, FMA and F16C were detected; `in_fours` checks that `cols` holds
+            // `out.len() / 16` rows, the kernels that `w` holds a tile per block of `stride`.
+            let f: GroupFn = match t {
+                BlockType::Q4_0 => |w, c, s, o| unsafe { in_fours!(avx2::q4_0, w, c, s, o) },
+                BlockType::Q5_0 => |w, c, s, o| unsafe { in_fours!(avx2::q5_0, w, c, s, o) },
+                BlockType::Q4_1 => |w, c, s, o| unsafe { in_fours!(avx2::q4_1, w, c, s, o) },
+                BlockType::Q5_1 => |w, c, s, o| unsafe { in_fours!(avx2::q5_1, w, c, s, o) },
+                _ => return None,
+            };
+            return Some(f);
+        }
+    }
+    let _ = (level, t);
+    None
+}
+
+/// Runs `$kernel::<C>` over groups of up to 4 packed activation rows (AVX2 keeps two
+/// accumulators per row; more rows would spill them).
+#[cfg(target_arch = "x86_64")]
+macro_rules! in_fours {
+    ($module:ident :: $kernel:ident, $w:expr, $cols:expr, $stride:expr, $out:expr) => {{
+        let (w, cols, stride, out): (&[u8], &[u32], usize, &mut [f32]) = ($w, $cols, $stride, $out);
+        let n = out.len() / ROWS;
+        assert!(cols.len() >= n * stride);
+        let base = cols.as_ptr();
+        let mut c0 = 0;
+        while c0 < n {
+            let len = (n - c0).min(4);
+            let (at, o) = (
+                base.add(c0 * stride),
+                &mut out[c0 * ROWS..(c0 + len) * ROWS],
+            );
+            match len {
+                4 => $module::$kernel::<4>(w, at, stride, o),
+                3 => $module::$kernel::<3>(w, at, stride, o),
+                2 => $module::$kernel::<2>(w, at, stride, o),
+                _ => $module::$kernel::<1>(w, at, stride, o),
+            }
+            c0 += len;
+        }
+    }};
+}
+#[cfg(target_arch = "x86_64")]
+use in_fours;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::*;
+    use crate::kernels::avx2::fifth_bits;
+    use std::arch::x86_64::*;
+
+    /// How far ahead of the tile being read the kernels ask for cache lines.
+    const PREFETCH: usize = 4096;
+
+    /// The AVX-512 kernel body in two halves of 8 rows: each 64-byte group vector is two
+    /// 32-byte ones, and `vpdpbusd` is `maddubs` then `madd` (the unsigned weights are at most
+    /// 31 and the activations at most 127 in size, so the 16-bit pair sums cannot saturate).
+    /// `$widen` fills `$q[half][group]` with the tile's unsigned values.
+    macro_rules! group_kernel {
+        ($name:ident, $t:expr, $off:expr, $mins:expr, |$tile:ident, $q:ident| $widen:expr) => {
+            #[target_feature(enable = "avx2,fma,f16c")]
+            #[allow(clippy::needless_range_loop)] // `c` indexes rows, sums and outputs together
+            pub unsafe fn $name<const C: usize>(
+                w: &[u8],
+                cols: *const u32,
+                stride: usize,
+                out: &mut [f32],
+            ) {
+                let tb = tile_bytes($t);
+                let blocks = stride / BLOCK_WORDS;
+                assert!(w.len() >= blocks * tb && out.len() >= C * ROWS);
+                let ones = _mm256_set1_epi16(1);
+                let mut acc = [[_mm256_setzero_ps(); 2]; C];
+                let mut $q = [[_mm256_setzero_si256(); 8]; 2];
+                for b in 0..blocks {
+                    let $tile = w.as_ptr().add(b * tb);
+                    for line in (0..tb).step_by(64) {
+                        _mm_prefetch::<_MM_HINT_T0>(
+                            $tile.wrapping_add(PREFETCH + line) as *const i8
+                        );
+                    }
+                    let half = |p: *const u8| _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
+                    let dw = [half($tile), half($tile.add(16))];
+                    let mw = match $mins {
+                        true => [half($tile.add(32)), half($tile.add(48))],
+                        false => [_mm256_setzero_ps(); 2],
+                    };
+                    $widen;
+                    for c in 0..C {
+                        let y = cols.add(c * stride + b * BLOCK_WORDS);
+                        let mut s = [_mm256_set1_epi32(*y.add($off) as i32); 2];
+                        for g in 0..8 {
+                            let yg = _mm256_set1_epi32(*y.add(g) as i32);
+                            for h in 0..2 {
+                                let pairs = _mm256_maddubs_epi16($q[h][g], yg);
+                                s[h] = _mm256_add_epi32(s[h], _mm256_madd_epi16(pairs, ones));
+                            }
+                        }
+                        let dy = _mm256_set1_ps(f32::from_bits(*y.add(8)));
+                        for h in 0..2 {
+                            let d = _mm256_mul_ps(dw[h], dy);
+                            acc[c][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[h]), d, acc[c][h]);
+                            if $mins {
+                                let dy_sum = _mm256_set1_ps(f32::from_bits(*y.add(12)));
+                                acc[c][h] = _mm256_fmadd_ps(mw[h], dy_sum, acc[c][h]);
+                            }
+                        }
+                    }
+                }
+                for c in 0..C {
+                    for h in 0..2 {
+                        _mm256_storeu_ps(out.as_mut_ptr().add(c * ROWS + 8 * h), acc[c][h]);
+                    }
+                }
+            }
         };
-        Some(f)
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = t;
-        None
+
+    /// The nibbles at `tile + at` into `q`: low nibbles (groups 0-3), then high (groups 4-7).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn nibbles(tile: *const u8, at: usize, q: &mut [[__m256i; 8]; 2]) {
+        let m4 = _mm256_set1_epi8(0x0F);
+        for j in 0..4 {
+            for (h, q) in q.iter_mut().enumerate() {
+                let v = _mm256_loadu_si256(tile.add(at + 64 * j + 32 * h) as *const __m256i);
+                q[j] = _mm256_and_si256(v, m4);
+                q[j + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            }
+        }
     }
+
+    /// Nibbles at `at`, fifth bits after them (mask `g`'s bit `4r+t`: rows 0-7 in its low
+    /// 32 bits, rows 8-15 in its high 32).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn five_bits(tile: *const u8, at: usize, q: &mut [[__m256i; 8]; 2]) {
+        nibbles(tile, at, q);
+        let high = _mm256_set1_epi8(0x10);
+        for g in 0..8 {
+            for (h, q) in q.iter_mut().enumerate() {
+                let bits = fifth_bits(tile.add(at + 256 + 8 * g + 4 * h));
+                q[g] = _mm256_or_si256(q[g], _mm256_and_si256(bits, high));
+            }
+        }
+    }
+
+    group_kernel!(q4_0, BlockType::Q4_0, 9, false, |tile, q| nibbles(
+        tile, 32, &mut q
+    ));
+    group_kernel!(q5_0, BlockType::Q5_0, 10, false, |tile, q| five_bits(
+        tile, 32, &mut q
+    ));
+    group_kernel!(q4_1, BlockType::Q4_1, 13, true, |tile, q| nibbles(
+        tile, 64, &mut q
+    ));
+    group_kernel!(q5_1, BlockType::Q5_1, 13, true, |tile, q| five_bits(
+        tile, 64, &mut q
+    ));
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -428,7 +595,7 @@ mod tests {
     type TestResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
     use super::*;
-    use crate::kernels::quant_matmul::{assert_close, matmul_t, QuantMatrix};
+    use crate::kernels::quant_matmul::{assert_close, matmul_t_at, QuantMatrix};
     use candle_core::quantized::{GgmlDType, QTensor};
     use candle_core::{Device, Tensor};
 
@@ -466,33 +633,50 @@ mod tests {
     /// full group of 8 activation rows and remainders; two matrices are fused.
     #[test]
     fn tile_kernels_match_the_row_kernels() -> TestResult {
-        if kernel(BlockType::Q8_0).is_none() {
-            // Weights are interleaved only where the tile kernels run.
-            println!("tile kernels: none on this CPU (no AVX-512 VNNI); GGUF order is used");
-            return Ok(());
-        }
-        println!(
-            "tile kernels: AVX-512 VNNI, checked for {} block types",
-            TYPES.len()
-        );
         let k = 160; // 5 blocks
-        for (dtype, t) in TYPES {
-            let (a, b) = (quantized(dtype, 32, k)?, quantized(dtype, 16, k)?);
-            let (ta, tb) = (interleave(t, &a, 32, k), interleave(t, &b, 16, k));
-            let rows = |data, rows, interleaved| QuantMatrix {
-                kind: t,
-                data,
-                rows,
-                interleaved,
-            };
-            for m in [1, 3, 8, 11, 20] {
-                let x: Vec<f32> = (0..m * k)
-                    .map(|i| ((i * 11 % 37) as f32 - 18.0) / 5.0)
-                    .collect();
-                let want = matmul_t(&x, m, k, &[rows(&a, 32, false), rows(&b, 16, false)]);
-                let got = matmul_t(&x, m, k, &[rows(&ta, 32, true), rows(&tb, 16, true)]);
-                assert_close(&got, &want, 1e-5, &format!("{t:?} m={m}"));
+        let mut checked = vec![];
+        let mut by_level: Vec<(BlockType, usize, Vec<f32>)> = vec![];
+        for level in cpu::runnable() {
+            for (dtype, t) in TYPES {
+                let Some(group) = kernel_at(level, t).filter(|_| level >= CpuLevel::Avx2) else {
+                    continue;
+                };
+                let b = quantized(dtype, 16, k)?;
+                let tiles = interleave(t, &b, 16, k);
+                let gguf = QuantMatrix {
+                    kind: t,
+                    data: &b,
+                    rows: 16,
+                    interleaved: false,
+                };
+                for m in [1, 3, 8, 11] {
+                    let x: Vec<f32> = (0..m * k)
+                        .map(|i| ((i * 11 % 37) as f32 - 18.0) / 5.0)
+                        .collect();
+                    let want = matmul_t_at(CpuLevel::Portable, &x, m, k, &[gguf], true);
+                    let (cols, stride) = quantize(&x, k);
+                    let mut got = vec![0f32; m * ROWS];
+                    group(&tiles, &cols, stride, &mut got);
+                    assert_close(&got, &want, 1e-5, &format!("{t:?} at {level}, m={m}"));
+                    // Each activation row gets what it gets alone (decoding), bit for bit.
+                    for (c, x) in x.chunks_exact(k).enumerate() {
+                        let (cols, stride) = quantize(x, k);
+                        let mut alone = vec![0f32; ROWS];
+                        group(&tiles, &cols, stride, &mut alone);
+                        assert_eq!(alone, got[c * ROWS..(c + 1) * ROWS], "{t:?} at {level}");
+                    }
+                    // AVX2's kernels compute what AVX-512's do, bit for bit.
+                    match by_level.iter().find(|(bt, bm, _)| *bt == t && *bm == m) {
+                        Some((_, _, first)) => assert_eq!(first, &got, "{t:?} m={m} at {level}"),
+                        None => by_level.push((t, m, got)),
+                    }
+                }
+                checked.push((level, t));
             }
+        }
+        println!("tile kernels checked: {checked:?}");
+        if cpu::detected() >= CpuLevel::Avx2 {
+            assert!(checked.len() >= 4, "{checked:?}");
         }
         Ok(())
     }
