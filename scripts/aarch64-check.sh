@@ -49,7 +49,12 @@ echo "$($RUSTC --version), target $target" >&2
 /usr/bin/cargo check --target "$target" "${scope[@]}"
 
 if ((run_tests)); then
-    export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu"
+    # Linked statically: under Debian 12's qemu-aarch64 (7.2) a dynamically linked binary hangs
+    # in glibc when it starts its first thread. Its own target folder, so that the flag does
+    # not rebuild the check's.
+    export CARGO_TARGET_DIR="$CARGO_TARGET_DIR-static"
+    export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+crt-static"
+    export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER=qemu-aarch64
     /usr/bin/cargo test --target "$target" -p hearth-engine --lib kernels
 fi
 echo "aarch64: ok" >&2

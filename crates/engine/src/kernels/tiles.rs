@@ -34,16 +34,16 @@ const QK: usize = 32;
 pub const BLOCK_WORDS: usize = 16;
 
 /// Whether weights of type `t` can be interleaved here: the rows come in whole tiles and the
-/// active level has a kernel for the type (AVX-512 VNNI: all five; AVX2: all but Q8_0, whose
-/// unsigned bytes would saturate AVX2's 16-bit pair sums).
+/// active level has tile kernels (AVX2 or AVX-512 VNNI).
 pub fn supported(t: BlockType, rows: usize) -> bool {
     let level = cpu::active();
     rows.is_multiple_of(ROWS)
         && match t {
-            BlockType::Q4_0 | BlockType::Q5_0 | BlockType::Q4_1 | BlockType::Q5_1 => {
-                level >= CpuLevel::Avx2
-            }
-            BlockType::Q8_0 => level >= CpuLevel::Avx512,
+            BlockType::Q4_0
+            | BlockType::Q5_0
+            | BlockType::Q8_0
+            | BlockType::Q4_1
+            | BlockType::Q5_1 => level >= CpuLevel::Avx2,
             _ => false,
         }
 }
@@ -252,10 +252,9 @@ pub(crate) fn pack(rows: &[Q8Row]) -> (Vec<u32>, usize) {
 /// rows, `stride` words apart.
 pub(crate) type GroupFn = fn(w: &[u8], cols: &[u32], stride: usize, out: &mut [f32]);
 
-/// The kernel for `t` (on CPUs where [`supported`]): AVX-512 VNNI's at that level, and for
-/// Q8_0 tiles made there whatever the level is now (weights interleaved at load keep a kernel);
-/// else AVX2's, which computes the same integers and the same f32 operations per row, so the
-/// same outputs bit for bit.
+/// The kernel for `t` (on CPUs where [`supported`]): AVX-512 VNNI's at that level, else
+/// AVX2's (also below it: weights interleaved at load keep a kernel), which computes the same
+/// integers and the same f32 operations per row, so the same outputs bit for bit.
 pub(crate) fn kernel(t: BlockType) -> Option<GroupFn> {
     kernel_at(cpu::active(), t)
 }
@@ -265,7 +264,7 @@ fn kernel_at(level: CpuLevel, t: BlockType) -> Option<GroupFn> {
     #[cfg(target_arch = "x86_64")]
     {
         let hardware = cpu::detected();
-        if hardware >= CpuLevel::Avx512 && (level >= CpuLevel::Avx512 || t == BlockType::Q8_0) {
+        if hardware >= CpuLevel::Avx512 && level >= CpuLevel::Avx512 {
             // SAFETY: AVX-512 F/BW/VL/VNNI were detected; `in_groups` checks that `cols` holds
             // `out.len() / 16` rows, the kernels that `w` holds a tile per block of `stride`.
             let f: GroupFn = match t {
@@ -293,6 +292,7 @@ fn kernel_at(level: CpuLevel, t: BlockType) -> Option<GroupFn> {
             // `out.len() / 16` rows, the kernels that `w` holds a tile per block of `stride`.
             let f: GroupFn = match t {
                 BlockType::Q4_0 => |w, c, s, o| unsafe { in_fours!(avx2::q4_0, w, c, s, o) },
+                BlockType::Q8_0 => |w, c, s, o| unsafe { in_fours!(avx2::q8_0, w, c, s, o) },
                 BlockType::Q5_0 => |w, c, s, o| unsafe { in_fours!(avx2::q5_0, w, c, s, o) },
                 BlockType::Q4_1 => |w, c, s, o| unsafe { in_fours!(avx2::q4_1, w, c, s, o) },
                 BlockType::Q5_1 => |w, c, s, o| unsafe { in_fours!(avx2::q5_1, w, c, s, o) },
@@ -346,9 +346,13 @@ mod avx2 {
     /// The AVX-512 kernel body in two halves of 8 rows: each 64-byte group vector is two
     /// 32-byte ones, and `vpdpbusd` is `maddubs` then `madd` (the unsigned weights are at most
     /// 31 and the activations at most 127 in size, so the 16-bit pair sums cannot saturate).
-    /// `$widen` fills `$q[half][group]` with the tile's unsigned values.
+    /// `$load` gives group `$g`, half `$h` of the tile: its unsigned values, and for Q8_0
+    /// (`$signed`) their magnitudes and the signed values, whose signs move onto the
+    /// activations (at most 128 × 127 × 2, no saturation either). One activation row
+    /// (decoding) loads each group where it is used; more rows widen the tile once for all.
     macro_rules! group_kernel {
-        ($name:ident, $t:expr, $off:expr, $mins:expr, |$tile:ident, $q:ident| $widen:expr) => {
+        ($name:ident, $t:expr, $off:expr, $mins:expr, $signed:expr,
+         |$tile:ident, $g:ident, $h:ident| $load:expr) => {
             #[target_feature(enable = "avx2,fma,f16c")]
             #[allow(clippy::needless_range_loop)] // `c` indexes rows, sums and outputs together
             pub unsafe fn $name<const C: usize>(
@@ -362,7 +366,7 @@ mod avx2 {
                 assert!(w.len() >= blocks * tb && out.len() >= C * ROWS);
                 let ones = _mm256_set1_epi16(1);
                 let mut acc = [[_mm256_setzero_ps(); 2]; C];
-                let mut $q = [[_mm256_setzero_si256(); 8]; 2];
+                let mut wide = [[(_mm256_setzero_si256(), _mm256_setzero_si256()); 8]; 2];
                 for b in 0..blocks {
                     let $tile = w.as_ptr().add(b * tb);
                     for line in (0..tb).step_by(64) {
@@ -376,15 +380,26 @@ mod avx2 {
                         true => [half($tile.add(32)), half($tile.add(48))],
                         false => [_mm256_setzero_ps(); 2],
                     };
-                    $widen;
+                    if C > 1 {
+                        for $h in 0..2 {
+                            for $g in 0..8 {
+                                wide[$h][$g] = $load;
+                            }
+                        }
+                    }
                     for c in 0..C {
                         let y = cols.add(c * stride + b * BLOCK_WORDS);
                         let mut s = [_mm256_set1_epi32(*y.add($off) as i32); 2];
-                        for g in 0..8 {
-                            let yg = _mm256_set1_epi32(*y.add(g) as i32);
-                            for h in 0..2 {
-                                let pairs = _mm256_maddubs_epi16($q[h][g], yg);
-                                s[h] = _mm256_add_epi32(s[h], _mm256_madd_epi16(pairs, ones));
+                        for $g in 0..8 {
+                            let yg = _mm256_set1_epi32(*y.add($g) as i32);
+                            for $h in 0..2 {
+                                let (q, sign) = if C > 1 { wide[$h][$g] } else { $load };
+                                let yg = match $signed {
+                                    true => _mm256_sign_epi8(yg, sign),
+                                    false => yg,
+                                };
+                                let pairs = _mm256_maddubs_epi16(q, yg);
+                                s[$h] = _mm256_add_epi32(s[$h], _mm256_madd_epi16(pairs, ones));
                             }
                         }
                         let dy = _mm256_set1_ps(f32::from_bits(*y.add(8)));
@@ -407,47 +422,63 @@ mod avx2 {
         };
     }
 
-    /// The nibbles at `tile + at` into `q`: low nibbles (groups 0-3), then high (groups 4-7).
+    /// Group `g` (low nibbles for 0-3, high for 4-7), half `h` of the nibbles at `tile + at`.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn nibbles(tile: *const u8, at: usize, q: &mut [[__m256i; 8]; 2]) {
-        let m4 = _mm256_set1_epi8(0x0F);
-        for j in 0..4 {
-            for (h, q) in q.iter_mut().enumerate() {
-                let v = _mm256_loadu_si256(tile.add(at + 64 * j + 32 * h) as *const __m256i);
-                q[j] = _mm256_and_si256(v, m4);
-                q[j + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            }
-        }
+    unsafe fn nibbles(tile: *const u8, at: usize, g: usize, h: usize) -> (__m256i, __m256i) {
+        let v = _mm256_loadu_si256(tile.add(at + 64 * (g % 4) + 32 * h) as *const __m256i);
+        let v = if g < 4 { v } else { _mm256_srli_epi16(v, 4) };
+        (_mm256_and_si256(v, _mm256_set1_epi8(0x0F)), v)
     }
 
     /// Nibbles at `at`, fifth bits after them (mask `g`'s bit `4r+t`: rows 0-7 in its low
     /// 32 bits, rows 8-15 in its high 32).
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn five_bits(tile: *const u8, at: usize, q: &mut [[__m256i; 8]; 2]) {
-        nibbles(tile, at, q);
-        let high = _mm256_set1_epi8(0x10);
-        for g in 0..8 {
-            for (h, q) in q.iter_mut().enumerate() {
-                let bits = fifth_bits(tile.add(at + 256 + 8 * g + 4 * h));
-                q[g] = _mm256_or_si256(q[g], _mm256_and_si256(bits, high));
-            }
-        }
+    unsafe fn five_bits(tile: *const u8, at: usize, g: usize, h: usize) -> (__m256i, __m256i) {
+        let (q, v) = nibbles(tile, at, g, h);
+        let bits = fifth_bits(tile.add(at + 256 + 8 * g + 4 * h));
+        (
+            _mm256_or_si256(q, _mm256_and_si256(bits, _mm256_set1_epi8(0x10))),
+            v,
+        )
     }
 
-    group_kernel!(q4_0, BlockType::Q4_0, 9, false, |tile, q| nibbles(
-        tile, 32, &mut q
+    /// Q8_0's bytes (stored `+128`): magnitudes and signed values.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn bytes(tile: *const u8, g: usize, h: usize) -> (__m256i, __m256i) {
+        let v = _mm256_loadu_si256(tile.add(32 + 64 * g + 32 * h) as *const __m256i);
+        let w = _mm256_xor_si256(v, _mm256_set1_epi8(-128));
+        (_mm256_sign_epi8(w, w), w)
+    }
+
+    // Word 15 of a packed activation block is zero: signed Q8_0 needs no offset.
+    group_kernel!(q8_0, BlockType::Q8_0, 15, false, true, |tile, g, h| bytes(
+        tile, g, h
     ));
-    group_kernel!(q5_0, BlockType::Q5_0, 10, false, |tile, q| five_bits(
-        tile, 32, &mut q
-    ));
-    group_kernel!(q4_1, BlockType::Q4_1, 13, true, |tile, q| nibbles(
-        tile, 64, &mut q
-    ));
-    group_kernel!(q5_1, BlockType::Q5_1, 13, true, |tile, q| five_bits(
-        tile, 64, &mut q
-    ));
+    group_kernel!(
+        q4_0,
+        BlockType::Q4_0,
+        9,
+        false,
+        false,
+        |tile, g, h| nibbles(tile, 32, g, h)
+    );
+    group_kernel!(q5_0, BlockType::Q5_0, 10, false, false, |tile, g, h| {
+        five_bits(tile, 32, g, h)
+    });
+    group_kernel!(
+        q4_1,
+        BlockType::Q4_1,
+        13,
+        true,
+        false,
+        |tile, g, h| nibbles(tile, 64, g, h)
+    );
+    group_kernel!(q5_1, BlockType::Q5_1, 13, true, false, |tile, g, h| {
+        five_bits(tile, 64, g, h)
+    });
 }
 
 #[cfg(target_arch = "x86_64")]
