@@ -561,6 +561,12 @@ mod tests {
                         let dot = dot_at(level, t).1;
                         let got = run(|_| dot, |_| None, |_| None, &x[..mm * k], mm, k, &[mat]);
                         assert_close(&got, &want, bound, &what);
+                        if ran == CpuLevel::Neon {
+                            // The portable arithmetic with `sdot`: the same results exactly.
+                            let one = |t| dot_at(CpuLevel::Portable, t).1;
+                            let plain = run(one, |_| None, |_| None, &x[..mm * k], mm, k, &[mat]);
+                            assert_eq!(got, plain, "{what}");
+                        }
                         let got = matmul_t_at(level, &x[..mm * k], mm, k, &[mat], true);
                         assert_close(&got, &want, bound, &format!("{what}, batched"));
                     }
