@@ -1,8 +1,7 @@
 //! `y = x · Wᵀ` for GGUF-quantized weights on the CPU, for decoding and prompts: the block
 //! types of llama.cpp's common files (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K). Weights stay in GGUF
-//! order here, or come in the 16-row tiles of [`super::tiles`] (Q4_0, Q5_0, Q4_1, Q5_1 on
-//! CPUs with AVX2, and Q8_0 too with AVX-512 VNNI), whose kernels this module's parallel pass
-//! calls.
+//! order here, or come in the 16-row tiles of [`super::tiles`] (Q4_0, Q5_0, Q8_0, Q4_1, Q5_1
+//! on CPUs with AVX2 or AVX-512 VNNI), whose kernels this module's parallel pass calls.
 //!
 //! Why not candle's `QMatMul`: its Q5_0 dot product is scalar code (llama.cpp's Q4_K_M files
 //! store most of Qwen2.5-0.5B's matrices as Q5_0, because 896 is not a multiple of 256), and
@@ -230,7 +229,7 @@ pub fn set_many_rows_kernels(on: bool) {
 pub fn kernel_path() -> &'static str {
     match cpu::active() {
         CpuLevel::Avx512 => "avx512 (VNNI, 16-row tiles)",
-        CpuLevel::Avx2 => "avx2 (16-row tiles for Q4_0, Q5_0, Q4_1, Q5_1)",
+        CpuLevel::Avx2 => "avx2 (16-row tiles for Q4_0, Q5_0, Q8_0, Q4_1, Q5_1)",
         CpuLevel::Neon => "neon (dotprod)",
         CpuLevel::Portable => "portable",
     }
