@@ -48,7 +48,7 @@ enum Part {
 /// From this many rows on (prompt prefills), a quantized matrix of a type Hearth has no kernel
 /// for (candle's then run: Q2_K, Q3_K, …) is widened to f32 and multiplied with gemm, 3–10×
 /// faster than candle's one dot product per row. The eight types with kernels here never are:
-/// their prompts sum exactly as decoding does (see [`with_rows_kernel`]).
+/// their prompts sum exactly as decoding does (see [`with_block_kernels`]).
 static DEQUANTIZE_FROM_ROWS: AtomicUsize = AtomicUsize::new(16);
 
 /// Sets the row count from which quantized matrices are widened to f32 (`usize::MAX`: never).
@@ -168,12 +168,12 @@ impl Part {
                     && !rows_are_sequences()
                     && x.elem_count() / x.dim(D::Minus1)?
                         >= DEQUANTIZE_FROM_ROWS.load(Ordering::Relaxed)
-                    && !with_rows_kernel(q, x)? =>
+                    && !with_block_kernels(q, x)? =>
             {
                 let w = q.dequantize(x.device())?.to_dtype(x.dtype())?;
                 x.broadcast_matmul(&w.t()?)
             }
-            Part::Quantized(q, w) if with_rows_kernel(w, x)? => {
+            Part::Quantized(q, w) if with_block_kernels(w, x)? => {
                 match quantized_rows(std::slice::from_ref(self), x)? {
                     Some(y) => Ok(y),
                     None => q.forward(x),
@@ -203,7 +203,7 @@ impl Part {
 /// for gemm was no faster on AVX2 (Q4_K_M, 2 threads, pp512: 52 vs 50 tok/s; pp128: 69 vs
 /// 48), takes four times the weight's memory on every call, and would sum differently from
 /// decoding, so a conversation's greedy tokens would depend on what was in the KV cache.
-fn with_rows_kernel(w: &QTensor, x: &Tensor) -> Result<bool> {
+fn with_block_kernels(w: &QTensor, x: &Tensor) -> Result<bool> {
     Ok(x.device().is_cpu() && BlockType::of(w.dtype()).is_some())
 }
 

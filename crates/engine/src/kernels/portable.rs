@@ -52,17 +52,15 @@ impl IntDot for Plain {
 pub(crate) trait Block {
     const BYTES: usize;
     fn unpack(blk: &[u8], u: &mut Unpacked);
-    /// Block `b`'s share of the dot product with `x`.
+    /// Block `b`'s share of the dot product with `x`; by default `value = d·q` with 32 values
+    /// per block (Q4_0, Q5_0, Q8_0).
     ///
     /// # Safety
     /// As [`IntDot::dot`] for `D`.
-    unsafe fn sum<D: IntDot>(u: &Unpacked, x: &Q8Row, b: usize) -> f32;
-}
-
-/// `value = d·q` with 32 values per block (Q4_0, Q5_0, Q8_0).
-#[inline(always)]
-unsafe fn scaled_32<D: IntDot>(u: &Unpacked, x: &Q8Row, b: usize) -> f32 {
-    D::dot(&u.v[..QK], &x.qs[b * QK..(b + 1) * QK]) as f32 * u.d * x.d[b]
+    #[inline(always)]
+    unsafe fn sum<D: IntDot>(u: &Unpacked, x: &Q8Row, b: usize) -> f32 {
+        D::dot(&u.v[..QK], &x.qs[b * QK..(b + 1) * QK]) as f32 * u.d * x.d[b]
+    }
 }
 
 /// Q4_1/Q5_1: `value = d·q + m` with unsigned q, so a block gives `d·dy·Σq·y + m·dy·Σy`,
@@ -84,10 +82,6 @@ impl Block for Q4_0 {
             u.v[j + 16] = (blk[2 + j] >> 4) as i8 - 8;
         }
     }
-    #[inline(always)]
-    unsafe fn sum<D: IntDot>(u: &Unpacked, x: &Q8Row, b: usize) -> f32 {
-        scaled_32::<D>(u, x, b)
-    }
 }
 
 pub(crate) struct Q5_0;
@@ -104,10 +98,6 @@ impl Block for Q5_0 {
             u.v[j + 16] = hi as i8 - 16;
         }
     }
-    #[inline(always)]
-    unsafe fn sum<D: IntDot>(u: &Unpacked, x: &Q8Row, b: usize) -> f32 {
-        scaled_32::<D>(u, x, b)
-    }
 }
 
 pub(crate) struct Q8_0;
@@ -119,10 +109,6 @@ impl Block for Q8_0 {
         for (v, &q) in u.v[..QK].iter_mut().zip(&blk[2..]) {
             *v = q as i8;
         }
-    }
-    #[inline(always)]
-    unsafe fn sum<D: IntDot>(u: &Unpacked, x: &Q8Row, b: usize) -> f32 {
-        scaled_32::<D>(u, x, b)
     }
 }
 

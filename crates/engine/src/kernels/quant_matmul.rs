@@ -152,11 +152,12 @@ pub(crate) fn rows_at(level: CpuLevel, t: BlockType) -> Option<RowsFn> {
 
 /// Runs a `C`-row kernel over packed activation rows (`stride` words apart), `width` outputs
 /// per row: in groups of 16 where `sixteen` (the weight block is widened once per group), then
-/// of 8, then one smaller group (the kernels keep registers per row, so `C` is a constant).
+/// of `most` (at most 8), then one smaller group (the kernels keep registers per row, so `C` is
+/// a constant; AVX2's two accumulators per row would spill beyond 4).
 #[cfg(target_arch = "x86_64")]
 macro_rules! in_groups {
     ($module:ident :: $kernel:ident, $w:expr, $cols:expr, $stride:expr, $out:expr,
-     width: $width:expr, sixteen: $sixteen:expr) => {{
+     width: $width:expr, sixteen: $sixteen:expr, most: $most:expr) => {{
         let (w, cols, stride, out): (&[u8], &[u32], usize, &mut [f32]) = ($w, $cols, $stride, $out);
         let width: usize = $width;
         let n = out.len() / width;
@@ -169,7 +170,7 @@ macro_rules! in_groups {
             c0 += 16;
         }
         while c0 < n {
-            let len = (n - c0).min(8);
+            let len = (n - c0).min($most);
             let (at, o) = (
                 base.add(c0 * stride),
                 &mut out[c0 * width..(c0 + len) * width],
@@ -204,12 +205,12 @@ pub(crate) fn many_at(level: CpuLevel, t: BlockType, k: usize) -> Option<ManyFn>
         // holds `out.len()` rows of `pack_q8_k` (checked in `in_groups!`).
         BlockType::Q6K => {
             return Some(|w, c, s, o| unsafe {
-                in_groups!(avx512::q6k_rows, w, c, s, o, width: 1, sixteen: true)
+                in_groups!(avx512::q6k_rows, w, c, s, o, width: 1, sixteen: true, most: 8)
             })
         }
         BlockType::Q4K => {
             return Some(|w, c, s, o| unsafe {
-                in_groups!(avx512::q4k_rows, w, c, s, o, width: 1, sixteen: true)
+                in_groups!(avx512::q4k_rows, w, c, s, o, width: 1, sixteen: true, most: 8)
             })
         }
         _ => {}

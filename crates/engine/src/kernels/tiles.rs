@@ -269,33 +269,43 @@ fn kernel_at(level: CpuLevel, t: BlockType) -> Option<GroupFn> {
             // `out.len() / 16` rows, the kernels that `w` holds a tile per block of `stride`.
             let f: GroupFn = match t {
                 BlockType::Q4_0 => |w, c, s, o| unsafe {
-                    in_groups!(avx512::q4_0, w, c, s, o, width: ROWS, sixteen: false)
+                    in_groups!(avx512::q4_0, w, c, s, o, width: ROWS, sixteen: false, most: 8)
                 },
                 BlockType::Q5_0 => |w, c, s, o| unsafe {
-                    in_groups!(avx512::q5_0, w, c, s, o, width: ROWS, sixteen: false)
+                    in_groups!(avx512::q5_0, w, c, s, o, width: ROWS, sixteen: false, most: 8)
                 },
                 BlockType::Q8_0 => |w, c, s, o| unsafe {
-                    in_groups!(avx512::q8_0, w, c, s, o, width: ROWS, sixteen: false)
+                    in_groups!(avx512::q8_0, w, c, s, o, width: ROWS, sixteen: false, most: 8)
                 },
                 BlockType::Q4_1 => |w, c, s, o| unsafe {
-                    in_groups!(avx512::q4_1, w, c, s, o, width: ROWS, sixteen: false)
+                    in_groups!(avx512::q4_1, w, c, s, o, width: ROWS, sixteen: false, most: 8)
                 },
                 BlockType::Q5_1 => |w, c, s, o| unsafe {
-                    in_groups!(avx512::q5_1, w, c, s, o, width: ROWS, sixteen: false)
+                    in_groups!(avx512::q5_1, w, c, s, o, width: ROWS, sixteen: false, most: 8)
                 },
                 _ => return None,
             };
             return Some(f);
         }
         if hardware >= CpuLevel::Avx2 {
-            // SAFETY: AVX2, FMA and F16C were detected; `in_fours` checks that `cols` holds
+            // SAFETY: AVX2, FMA and F16C were detected; `in_groups` checks that `cols` holds
             // `out.len() / 16` rows, the kernels that `w` holds a tile per block of `stride`.
             let f: GroupFn = match t {
-                BlockType::Q4_0 => |w, c, s, o| unsafe { in_fours!(avx2::q4_0, w, c, s, o) },
-                BlockType::Q8_0 => |w, c, s, o| unsafe { in_fours!(avx2::q8_0, w, c, s, o) },
-                BlockType::Q5_0 => |w, c, s, o| unsafe { in_fours!(avx2::q5_0, w, c, s, o) },
-                BlockType::Q4_1 => |w, c, s, o| unsafe { in_fours!(avx2::q4_1, w, c, s, o) },
-                BlockType::Q5_1 => |w, c, s, o| unsafe { in_fours!(avx2::q5_1, w, c, s, o) },
+                BlockType::Q4_0 => |w, c, s, o| unsafe {
+                    in_groups!(avx2::q4_0, w, c, s, o, width: ROWS, sixteen: false, most: 4)
+                },
+                BlockType::Q8_0 => |w, c, s, o| unsafe {
+                    in_groups!(avx2::q8_0, w, c, s, o, width: ROWS, sixteen: false, most: 4)
+                },
+                BlockType::Q5_0 => |w, c, s, o| unsafe {
+                    in_groups!(avx2::q5_0, w, c, s, o, width: ROWS, sixteen: false, most: 4)
+                },
+                BlockType::Q4_1 => |w, c, s, o| unsafe {
+                    in_groups!(avx2::q4_1, w, c, s, o, width: ROWS, sixteen: false, most: 4)
+                },
+                BlockType::Q5_1 => |w, c, s, o| unsafe {
+                    in_groups!(avx2::q5_1, w, c, s, o, width: ROWS, sixteen: false, most: 4)
+                },
                 _ => return None,
             };
             return Some(f);
@@ -304,35 +314,6 @@ fn kernel_at(level: CpuLevel, t: BlockType) -> Option<GroupFn> {
     let _ = (level, t);
     None
 }
-
-/// Runs `$kernel::<C>` over groups of up to 4 packed activation rows (AVX2 keeps two
-/// accumulators per row; more rows would spill them).
-#[cfg(target_arch = "x86_64")]
-macro_rules! in_fours {
-    ($module:ident :: $kernel:ident, $w:expr, $cols:expr, $stride:expr, $out:expr) => {{
-        let (w, cols, stride, out): (&[u8], &[u32], usize, &mut [f32]) = ($w, $cols, $stride, $out);
-        let n = out.len() / ROWS;
-        assert!(cols.len() >= n * stride);
-        let base = cols.as_ptr();
-        let mut c0 = 0;
-        while c0 < n {
-            let len = (n - c0).min(4);
-            let (at, o) = (
-                base.add(c0 * stride),
-                &mut out[c0 * ROWS..(c0 + len) * ROWS],
-            );
-            match len {
-                4 => $module::$kernel::<4>(w, at, stride, o),
-                3 => $module::$kernel::<3>(w, at, stride, o),
-                2 => $module::$kernel::<2>(w, at, stride, o),
-                _ => $module::$kernel::<1>(w, at, stride, o),
-            }
-            c0 += len;
-        }
-    }};
-}
-#[cfg(target_arch = "x86_64")]
-use in_fours;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
