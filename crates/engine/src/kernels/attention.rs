@@ -183,18 +183,24 @@ fn attend_block_portable(task: &Task<'_>, scratch: &mut Vec<f32>, dst: &SharedOu
             for (j, s) in s.iter_mut().enumerate() {
                 *s = dot(q, &kh[j * dim..(j + 1) * dim]) * scale;
             }
-            let max = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-            let mut sum = 0f32;
+            let max = max(s);
+            // The exponentials in a loop of their own, which vectorises; their sum in order.
             for v in s.iter_mut() {
                 *v = exp(*v - max);
-                sum += *v;
             }
+            let sum = s.iter().fold(0f32, |a, &v| a + v);
             let inv = 1.0 / sum;
-            acc.fill(0.0);
-            for (j, &p) in s.iter().enumerate() {
-                let p = p * inv;
-                for (a, &v) in acc.iter_mut().zip(&vh[j * dim..(j + 1) * dim]) {
-                    *a += p * v;
+            match dim {
+                64 => weigh_values::<64>(s, inv, vh, acc),
+                128 => weigh_values::<128>(s, inv, vh, acc),
+                _ => {
+                    acc.fill(0.0);
+                    for (j, &p) in s.iter().enumerate() {
+                        let p = p * inv;
+                        for (a, &v) in acc.iter_mut().zip(&vh[j * dim..(j + 1) * dim]) {
+                            *a += p * v;
+                        }
+                    }
                 }
             }
             // SAFETY: output row `t` of this head belongs to this task alone (tasks split the
@@ -204,6 +210,38 @@ fn attend_block_portable(task: &Task<'_>, scratch: &mut Vec<f32>, dst: &SharedOu
             };
         }
     }
+}
+
+/// `acc = Σ_j (p_j · inv) · v_j` for the head sizes of Qwen models, with `acc` a local array
+/// the compiler keeps in registers across the keys (a slice would be stored and loaded at every
+/// key); the same operations in the same order as the general loop.
+#[inline(always)]
+fn weigh_values<const D: usize>(p: &[f32], inv: f32, vh: &[f32], out: &mut [f32]) {
+    let mut acc = [0f32; D];
+    for (&p, v) in p.iter().zip(vh.chunks_exact(D)) {
+        let p = p * inv;
+        for (a, &v) in acc.iter_mut().zip(v) {
+            *a += p * v;
+        }
+    }
+    out[..D].copy_from_slice(&acc);
+}
+
+/// The largest of `s` (not empty), in eight lanes: the maximum does not depend on the order.
+#[inline(always)]
+fn max(s: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; 8];
+    let s8 = s.chunks_exact(8);
+    let rest = s8
+        .remainder()
+        .iter()
+        .fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    for c in s8 {
+        for l in 0..8 {
+            lanes[l] = if c[l] > lanes[l] { c[l] } else { lanes[l] };
+        }
+    }
+    lanes.iter().fold(rest, |m, &v| m.max(v))
 }
 
 /// `Σ a·b` in eight lanes, then a fixed tree of additions: the same value at every level (the
@@ -276,11 +314,14 @@ mod tests {
     /// cache that already holds positions before the queries.
     #[test]
     fn attention_matches_the_plain_formula() {
-        let heads = Heads {
-            q: 6,
-            kv: 2,
-            dim: 8,
-        };
+        // 64 and 128 take the register-held value sums; 8 the general loop.
+        for dim in [8, 64, 128] {
+            attention_matches_the_plain_formula_at(dim);
+        }
+    }
+
+    fn attention_matches_the_plain_formula_at(dim: usize) {
+        let heads = Heads { q: 6, kv: 2, dim };
         let (offset, len, cap) = (5, 19, 32);
         let value = |i: usize, s: usize| ((i * s % 101) as f32 - 50.0) / 37.0;
         let q_width = heads.q * heads.dim + 3; // rows wider than the queries, as in fused q/k/v
@@ -331,7 +372,7 @@ mod tests {
                     let have = got[t * heads.q * d + h * d + i] as f64;
                     assert!(
                         (have - want).abs() < 1e-5,
-                        "t={t} h={h} i={i}: {have} vs {want}"
+                        "dim={dim} t={t} h={h} i={i}: {have} vs {want}"
                     );
                 }
             }

@@ -120,15 +120,15 @@ mod x86 {
     /// How far ahead of the weights being read the kernels ask for cache lines.
     const PREFETCH: usize = 4096;
 
-    /// Several activation rows (short prompts): products in register blocks of 2 weight rows
-    /// × up to 4 activation rows (`J`, a constant so that no product is computed twice), so
-    /// that each load serves several multiply-adds; a missing weight row of a block repeats the
-    /// last one and its sums are dropped. Each output is one chain of multiply-adds in the same
+    /// Several activation rows (prompts): products in register blocks of `R` weight rows × up
+    /// to 4 activation rows (`J`, a constant so that no product is computed twice), so that
+    /// each load serves several multiply-adds; a missing weight row of a block repeats the last
+    /// one and its sums are dropped. Each output is one chain of multiply-adds in the same
     /// order whatever the grouping: one activation row alone gets exactly what it gets among
     /// others.
     macro_rules! block_simd {
         ($name:ident, $t:ty, $widen:ident, $features:literal, $lanes:expr, $vec:ty,
-         $zero:ident, $load:ident, $fmadd:ident, $reduce:ident) => {
+         $zero:ident, $load:ident, $fmadd:ident, $reduce:ident, $r:expr) => {
             #[inline]
             #[target_feature(enable = $features)]
             unsafe fn $name(
@@ -139,6 +139,7 @@ mod x86 {
                 first: usize,
                 out_t: &mut [f32],
             ) {
+                const R: usize = $r;
                 #[inline]
                 #[target_feature(enable = $features)]
                 unsafe fn group<const J: usize>(
@@ -150,8 +151,8 @@ mod x86 {
                     out_t: &mut [f32],
                 ) {
                     let body = k - k % $lanes;
-                    let wr = [first + r, first + (r + 1).min(rows - 1)];
-                    let mut acc = [[$zero(); J]; 2];
+                    let wr: [usize; R] = std::array::from_fn(|h| first + (r + h).min(rows - 1));
+                    let mut acc = [[$zero(); J]; R];
                     for i in (0..body).step_by($lanes) {
                         if i % (64 / std::mem::size_of::<$t>()) == 0 {
                             // The hardware prefetcher alone leaves decoding waiting on memory.
@@ -160,16 +161,16 @@ mod x86 {
                                 _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(PREFETCH));
                             }
                         }
-                        let wv: [$vec; 2] =
+                        let wv: [$vec; R] =
                             std::array::from_fn(|h| $widen(w.as_ptr().add(wr[h] * k + i)));
                         for j in 0..J {
                             let xv = $load(x.as_ptr().add((c + j) * k + i));
-                            for h in 0..2 {
+                            for h in 0..R {
                                 acc[h][j] = $fmadd(xv, wv[h], acc[h][j]);
                             }
                         }
                     }
-                    for h in 0..(rows - r).min(2) {
+                    for h in 0..(rows - r).min(R) {
                         for j in 0..J {
                             let (wrow, xrow) = (&w[wr[h] * k..][..k], &x[(c + j) * k..][..k]);
                             let tail: f32 = (body..k).map(|i| xrow[i] * wrow[i].widen()).sum();
@@ -184,7 +185,7 @@ mod x86 {
                 let chunk = activation_chunk(k);
                 for c0 in (0..m).step_by(chunk) {
                     let c1 = (c0 + chunk).min(m);
-                    for r in (0..rows).step_by(2) {
+                    for r in (0..rows).step_by(R) {
                         for c in (c0..c1).step_by(4) {
                             let at = (first, r, rows, c);
                             match c1 - c {
@@ -222,14 +223,16 @@ mod x86 {
     }
 
     /// One instruction set's kernels (a module with `run`, the [`BlockFn`] body): the block
-    /// and dot products of each weight type, named by the vector type and operations.
+    /// and dot products of each weight type, named by the vector type and operations, and the
+    /// weight rows of its register block.
     macro_rules! level {
         ($module:ident, $features:literal, $lanes:expr, $vec:ty, $zero:ident, $load:ident,
-         $fmadd:ident, $reduce:ident, $wf32:ident, $wbf16:ident, $wf16:ident) => {
+         $fmadd:ident, $reduce:ident, $wf32:ident, $wbf16:ident, $wf16:ident, $r:expr) => {
             mod $module {
                 use super::*;
                 block_simd!(
-                    block_f32, f32, $wf32, $features, $lanes, $vec, $zero, $load, $fmadd, $reduce
+                    block_f32, f32, $wf32, $features, $lanes, $vec, $zero, $load, $fmadd, $reduce,
+                    $r
                 );
                 block_simd!(
                     block_bf16,
@@ -241,7 +244,8 @@ mod x86 {
                     $zero,
                     $load,
                     $fmadd,
-                    $reduce
+                    $reduce,
+                    $r
                 );
                 block_simd!(
                     block_f16,
@@ -253,7 +257,8 @@ mod x86 {
                     $zero,
                     $load,
                     $fmadd,
-                    $reduce
+                    $reduce,
+                    $r
                 );
 
                 #[target_feature(enable = $features)]
@@ -266,8 +271,8 @@ mod x86 {
                     out: &mut [f32],
                 ) {
                     // Decoding too: one activation row gets exactly the sums it gets in a
-                    // batch or a prompt (two chains of multiply-adds per weight-row pair keep
-                    // the units busy enough for the memory bandwidth).
+                    // batch or a prompt (a chain of multiply-adds per weight row of a block
+                    // keeps the units busy enough for the memory bandwidth).
                     match w {
                         WeightRows::F32(w) => block_f32(x, m, k, w, first, out),
                         WeightRows::Bf16(w) => block_bf16(x, m, k, w, first, out),
@@ -289,7 +294,8 @@ mod x86 {
         _mm512_reduce_add_ps,
         wide_f32,
         wide_bf16,
-        wide_f16
+        wide_f16,
+        2
     );
     level!(
         avx2,
@@ -302,7 +308,9 @@ mod x86 {
         hsum,
         wide8_f32,
         wide8_bf16,
-        wide8_f16
+        wide8_f16,
+        // 12 accumulators, 3 weight vectors and an activation vector: the 16 registers.
+        3
     );
 
     #[inline]
