@@ -183,7 +183,7 @@ fn attend_block_portable(task: &Task<'_>, scratch: &mut Vec<f32>, dst: &SharedOu
             for (j, s) in s.iter_mut().enumerate() {
                 *s = dot(q, &kh[j * dim..(j + 1) * dim]) * scale;
             }
-            let max = max(s);
+            let max = largest(s);
             // The exponentials in a loop of their own, which vectorises; their sum in order.
             for v in s.iter_mut() {
                 *v = exp(*v - max);
@@ -229,7 +229,7 @@ fn weigh_values<const D: usize>(p: &[f32], inv: f32, vh: &[f32], out: &mut [f32]
 
 /// The largest of `s` (not empty), in eight lanes: the maximum does not depend on the order.
 #[inline(always)]
-fn max(s: &[f32]) -> f32 {
+fn largest(s: &[f32]) -> f32 {
     let mut lanes = [f32::NEG_INFINITY; 8];
     let s8 = s.chunks_exact(8);
     let rest = s8

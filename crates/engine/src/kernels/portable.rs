@@ -147,63 +147,44 @@ impl Block for Q5_1 {
     }
 }
 
-/// Q4_K and Q5_K: four chunks of 64 values, the low nibbles of 32 bytes then their high
-/// nibbles, each sub-block of 32 with a 6-bit scale and minimum; Q5_K's fifth bit of value
-/// `l` of sub-block `j` is bit `j` of `qh[l]`.
-#[inline(always)]
-fn unpack_k4(blk: &[u8], u: &mut Unpacked, fifth: bool) {
-    (u.d, u.m) = (f16_at(blk, 0), f16_at(blk, 2));
-    let scales = &blk[4..16];
-    let (qh, qs) = match fifth {
-        true => (&blk[16..48], &blk[48..176]),
-        false => (&blk[0..0], &blk[16..144]),
-    };
-    for j in 0..8 {
-        (u.scales[j], u.mins[j]) = scale_min_k4(j, scales);
-        let (q, shift) = (&qs[(j / 2) * 32..(j / 2 + 1) * 32], 4 * (j % 2));
-        for l in 0..32 {
-            let high = if fifth { ((qh[l] >> j) & 1) << 4 } else { 0 };
-            u.v[j * 32 + l] = (((q[l] >> shift) & 0x0F) | high) as i8;
+/// Q4_K (`FIFTH` false) and Q5_K (true): four chunks of 64 values, the low nibbles of 32
+/// bytes then their high nibbles, each sub-block of 32 with a 6-bit scale and minimum; Q5_K's
+/// fifth bit of value `l` of sub-block `j` is bit `j` of `qh[l]`.
+pub(crate) struct K4<const FIFTH: bool>;
+pub(crate) type Q4K = K4<false>;
+pub(crate) type Q5K = K4<true>;
+
+impl<const FIFTH: bool> Block for K4<FIFTH> {
+    const BYTES: usize = if FIFTH { 176 } else { 144 };
+    #[inline(always)]
+    fn unpack(blk: &[u8], u: &mut Unpacked) {
+        (u.d, u.m) = (f16_at(blk, 0), f16_at(blk, 2));
+        let scales = &blk[4..16];
+        let (qh, qs) = match FIFTH {
+            true => (&blk[16..48], &blk[48..176]),
+            false => (&blk[0..0], &blk[16..144]),
+        };
+        for j in 0..8 {
+            (u.scales[j], u.mins[j]) = scale_min_k4(j, scales);
+            let (q, shift) = (&qs[(j / 2) * 32..(j / 2 + 1) * 32], 4 * (j % 2));
+            for l in 0..32 {
+                let high = if FIFTH { ((qh[l] >> j) & 1) << 4 } else { 0 };
+                u.v[j * 32 + l] = (((q[l] >> shift) & 0x0F) | high) as i8;
+            }
         }
     }
-}
 
-#[inline(always)]
-unsafe fn sum_k4<D: IntDot>(u: &Unpacked, x: &Q8Row, b: usize) -> f32 {
-    let (d, dmin) = (u.d * x.d[b], u.m * x.d[b]);
-    let xq = &x.qs[b * QK_K..(b + 1) * QK_K];
-    let bsums = &x.bsums[b * 16..(b + 1) * 16];
-    let (mut sum_q, mut sum_m) = (0i32, 0i32);
-    for j in 0..8 {
-        sum_q += u.scales[j] * D::dot(&u.v[j * 32..(j + 1) * 32], &xq[j * 32..(j + 1) * 32]);
-        sum_m += u.mins[j] * (bsums[2 * j] as i32 + bsums[2 * j + 1] as i32);
-    }
-    d * sum_q as f32 - dmin * sum_m as f32
-}
-
-pub(crate) struct Q4K;
-impl Block for Q4K {
-    const BYTES: usize = 144;
-    #[inline(always)]
-    fn unpack(blk: &[u8], u: &mut Unpacked) {
-        unpack_k4(blk, u, false)
-    }
     #[inline(always)]
     unsafe fn sum<D: IntDot>(u: &Unpacked, x: &Q8Row, b: usize) -> f32 {
-        sum_k4::<D>(u, x, b)
-    }
-}
-
-pub(crate) struct Q5K;
-impl Block for Q5K {
-    const BYTES: usize = 176;
-    #[inline(always)]
-    fn unpack(blk: &[u8], u: &mut Unpacked) {
-        unpack_k4(blk, u, true)
-    }
-    #[inline(always)]
-    unsafe fn sum<D: IntDot>(u: &Unpacked, x: &Q8Row, b: usize) -> f32 {
-        sum_k4::<D>(u, x, b)
+        let (d, dmin) = (u.d * x.d[b], u.m * x.d[b]);
+        let xq = &x.qs[b * QK_K..(b + 1) * QK_K];
+        let bsums = &x.bsums[b * 16..(b + 1) * 16];
+        let (mut sum_q, mut sum_m) = (0i32, 0i32);
+        for j in 0..8 {
+            sum_q += u.scales[j] * D::dot(&u.v[j * 32..(j + 1) * 32], &xq[j * 32..(j + 1) * 32]);
+            sum_m += u.mins[j] * (bsums[2 * j] as i32 + bsums[2 * j + 1] as i32);
+        }
+        d * sum_q as f32 - dmin * sum_m as f32
     }
 }
 

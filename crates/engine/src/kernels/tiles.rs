@@ -259,56 +259,47 @@ pub(crate) fn kernel(t: BlockType) -> Option<GroupFn> {
     kernel_at(cpu::active(), t)
 }
 
-/// [`kernel`] with `level` active.
+/// The five tile kernels of `$module` as a [`GroupFn`] for block type `$t` (`None` for other
+/// types), in groups of at most `$most` activation rows.
+#[cfg(target_arch = "x86_64")]
+macro_rules! tile_kernel {
+    ($module:ident, $t:expr, most: $most:expr) => {{
+        let f: GroupFn = match $t {
+            BlockType::Q4_0 => |w, c, s, o| unsafe {
+                in_groups!($module::q4_0, w, c, s, o, width: ROWS, sixteen: false, most: $most)
+            },
+            BlockType::Q5_0 => |w, c, s, o| unsafe {
+                in_groups!($module::q5_0, w, c, s, o, width: ROWS, sixteen: false, most: $most)
+            },
+            BlockType::Q8_0 => |w, c, s, o| unsafe {
+                in_groups!($module::q8_0, w, c, s, o, width: ROWS, sixteen: false, most: $most)
+            },
+            BlockType::Q4_1 => |w, c, s, o| unsafe {
+                in_groups!($module::q4_1, w, c, s, o, width: ROWS, sixteen: false, most: $most)
+            },
+            BlockType::Q5_1 => |w, c, s, o| unsafe {
+                in_groups!($module::q5_1, w, c, s, o, width: ROWS, sixteen: false, most: $most)
+            },
+            _ => return None,
+        };
+        Some(f)
+    }};
+}
+
+/// [`kernel`] with `level` active. Tiles loaded at one level still run after the active level
+/// drops (tests switch it): below AVX-512 the AVX2 kernels serve them, with the same outputs.
 fn kernel_at(level: CpuLevel, t: BlockType) -> Option<GroupFn> {
     #[cfg(target_arch = "x86_64")]
     {
         let hardware = cpu::detected();
+        // SAFETY (both): the kernels' features were detected; `in_groups` checks that `cols`
+        // holds `out.len() / 16` rows, the kernels that `w` holds a tile per block of `stride`.
         if hardware >= CpuLevel::Avx512 && level >= CpuLevel::Avx512 {
-            // SAFETY: AVX-512 F/BW/VL/VNNI were detected; `in_groups` checks that `cols` holds
-            // `out.len() / 16` rows, the kernels that `w` holds a tile per block of `stride`.
-            let f: GroupFn = match t {
-                BlockType::Q4_0 => |w, c, s, o| unsafe {
-                    in_groups!(avx512::q4_0, w, c, s, o, width: ROWS, sixteen: false, most: 8)
-                },
-                BlockType::Q5_0 => |w, c, s, o| unsafe {
-                    in_groups!(avx512::q5_0, w, c, s, o, width: ROWS, sixteen: false, most: 8)
-                },
-                BlockType::Q8_0 => |w, c, s, o| unsafe {
-                    in_groups!(avx512::q8_0, w, c, s, o, width: ROWS, sixteen: false, most: 8)
-                },
-                BlockType::Q4_1 => |w, c, s, o| unsafe {
-                    in_groups!(avx512::q4_1, w, c, s, o, width: ROWS, sixteen: false, most: 8)
-                },
-                BlockType::Q5_1 => |w, c, s, o| unsafe {
-                    in_groups!(avx512::q5_1, w, c, s, o, width: ROWS, sixteen: false, most: 8)
-                },
-                _ => return None,
-            };
-            return Some(f);
+            return tile_kernel!(avx512, t, most: 8);
         }
         if hardware >= CpuLevel::Avx2 {
-            // SAFETY: AVX2, FMA and F16C were detected; `in_groups` checks that `cols` holds
-            // `out.len() / 16` rows, the kernels that `w` holds a tile per block of `stride`.
-            let f: GroupFn = match t {
-                BlockType::Q4_0 => |w, c, s, o| unsafe {
-                    in_groups!(avx2::q4_0, w, c, s, o, width: ROWS, sixteen: false, most: 4)
-                },
-                BlockType::Q8_0 => |w, c, s, o| unsafe {
-                    in_groups!(avx2::q8_0, w, c, s, o, width: ROWS, sixteen: false, most: 4)
-                },
-                BlockType::Q5_0 => |w, c, s, o| unsafe {
-                    in_groups!(avx2::q5_0, w, c, s, o, width: ROWS, sixteen: false, most: 4)
-                },
-                BlockType::Q4_1 => |w, c, s, o| unsafe {
-                    in_groups!(avx2::q4_1, w, c, s, o, width: ROWS, sixteen: false, most: 4)
-                },
-                BlockType::Q5_1 => |w, c, s, o| unsafe {
-                    in_groups!(avx2::q5_1, w, c, s, o, width: ROWS, sixteen: false, most: 4)
-                },
-                _ => return None,
-            };
-            return Some(f);
+            // AVX2's two accumulators per row would spill beyond four rows.
+            return tile_kernel!(avx2, t, most: 4);
         }
     }
     let _ = (level, t);
