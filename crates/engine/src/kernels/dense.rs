@@ -80,34 +80,55 @@ fn dot<W: Elem>(x: &[f32], w: &[W]) -> f32 {
     sum + acc.iter().sum::<f32>()
 }
 
-/// Output rows `rows` of `out_t` (`[n, m]`, transposed) for `m` activation rows in `x`.
+/// One task's outputs: weight rows `first..first + rows` of a `[m, n]` result, written in
+/// place (a prompt's outputs are megabytes: a transposed copy per task would cost a pass).
+struct Outputs<'a> {
+    dst: &'a SharedOut,
+    m: usize,
+    n: usize,
+    first: usize,
+    rows: usize,
+}
+
+impl Outputs<'_> {
+    /// The output of weight row `first + r` for activation row `i`.
+    #[inline(always)]
+    fn set(&self, r: usize, i: usize, v: f32) {
+        assert!(r < self.rows && i < self.m);
+        // SAFETY: `dst` holds `m * n` values and `first + rows <= n` (see `par_rows`), and
+        // tasks own disjoint row ranges, so no two writes alias.
+        unsafe { self.dst.at(i * self.n + self.first + r).write(v) }
+    }
+}
+
+/// The task's outputs for the `m` activation rows in `x`.
 #[inline(always)]
-fn block<W: Elem>(x: &[f32], m: usize, k: usize, w: &[W], first_row: usize, out_t: &mut [f32]) {
+fn block<W: Elem>(x: &[f32], m: usize, k: usize, w: &[W], out: &Outputs<'_>) {
     let mut wide = Vec::new();
-    for (r, out) in out_t.chunks_exact_mut(m).enumerate() {
-        let row = &w[(first_row + r) * k..(first_row + r + 1) * k];
+    for r in 0..out.rows {
+        let row = &w[(out.first + r) * k..(out.first + r + 1) * k];
         if m == 1 {
-            out[0] = dot(x, row);
+            out.set(r, 0, dot(x, row));
         } else {
             // Widen the row once and reuse it for every activation row.
             wide.clear();
             wide.extend(row.iter().map(|v| v.widen()));
-            for (i, o) in out.iter_mut().enumerate() {
-                *o = dot(&x[i * k..(i + 1) * k], &wide[..]);
+            for i in 0..m {
+                out.set(r, i, dot(&x[i * k..(i + 1) * k], &wide[..]));
             }
         }
     }
 }
 
-type BlockFn = fn(&[f32], usize, usize, WeightRows<'_>, usize, &mut [f32]);
+type BlockFn = fn(&[f32], usize, usize, WeightRows<'_>, &Outputs<'_>);
 
 // Inlined into each target-feature wrapper below, so that it is compiled for those features.
 #[inline(always)]
-fn block_portable(x: &[f32], m: usize, k: usize, w: WeightRows<'_>, first: usize, out: &mut [f32]) {
+fn block_portable(x: &[f32], m: usize, k: usize, w: WeightRows<'_>, out: &Outputs<'_>) {
     match w {
-        WeightRows::F32(w) => block(x, m, k, w, first, out),
-        WeightRows::Bf16(w) => block(x, m, k, w, first, out),
-        WeightRows::F16(w) => block(x, m, k, w, first, out),
+        WeightRows::F32(w) => block(x, m, k, w, out),
+        WeightRows::Bf16(w) => block(x, m, k, w, out),
+        WeightRows::F16(w) => block(x, m, k, w, out),
     }
 }
 
@@ -131,25 +152,18 @@ mod x86 {
          $zero:ident, $load:ident, $fmadd:ident, $reduce:ident, $r:expr) => {
             #[inline]
             #[target_feature(enable = $features)]
-            unsafe fn $name(
-                x: &[f32],
-                m: usize,
-                k: usize,
-                w: &[$t],
-                first: usize,
-                out_t: &mut [f32],
-            ) {
+            unsafe fn $name(x: &[f32], m: usize, k: usize, w: &[$t], out: &Outputs<'_>) {
                 const R: usize = $r;
                 #[inline]
                 #[target_feature(enable = $features)]
                 unsafe fn group<const J: usize>(
                     x: &[f32],
-                    m: usize,
                     k: usize,
                     w: &[$t],
-                    (first, r, rows, c): (usize, usize, usize, usize),
-                    out_t: &mut [f32],
+                    (r, c): (usize, usize),
+                    out: &Outputs<'_>,
                 ) {
+                    let (first, rows) = (out.first, out.rows);
                     let body = k - k % $lanes;
                     let wr: [usize; R] = std::array::from_fn(|h| first + (r + h).min(rows - 1));
                     let mut acc = [[$zero(); J]; R];
@@ -174,12 +188,12 @@ mod x86 {
                         for j in 0..J {
                             let (wrow, xrow) = (&w[wr[h] * k..][..k], &x[(c + j) * k..][..k]);
                             let tail: f32 = (body..k).map(|i| xrow[i] * wrow[i].widen()).sum();
-                            out_t[(r + h) * m + c + j] = $reduce(acc[h][j]) + tail;
+                            out.set(r + h, c + j, $reduce(acc[h][j]) + tail);
                         }
                     }
                 }
-                let rows = out_t.len() / m;
-                assert!(x.len() >= m * k && w.len() >= (first + rows) * k);
+                let rows = out.rows;
+                assert!(x.len() >= m * k && w.len() >= (out.first + rows) * k);
                 // Activation rows in chunks that stay in L2 while the task's weight rows pass
                 // over them (a long prompt's would come from memory for every weight row).
                 let chunk = activation_chunk(k);
@@ -187,12 +201,11 @@ mod x86 {
                     let c1 = (c0 + chunk).min(m);
                     for r in (0..rows).step_by(R) {
                         for c in (c0..c1).step_by(4) {
-                            let at = (first, r, rows, c);
                             match c1 - c {
-                                1 => group::<1>(x, m, k, w, at, out_t),
-                                2 => group::<2>(x, m, k, w, at, out_t),
-                                3 => group::<3>(x, m, k, w, at, out_t),
-                                _ => group::<4>(x, m, k, w, at, out_t),
+                                1 => group::<1>(x, k, w, (r, c), out),
+                                2 => group::<2>(x, k, w, (r, c), out),
+                                3 => group::<3>(x, k, w, (r, c), out),
+                                _ => group::<4>(x, k, w, (r, c), out),
                             }
                         }
                     }
@@ -267,16 +280,15 @@ mod x86 {
                     m: usize,
                     k: usize,
                     w: WeightRows<'_>,
-                    first: usize,
-                    out: &mut [f32],
+                    out: &Outputs<'_>,
                 ) {
                     // Decoding too: one activation row gets exactly the sums it gets in a
                     // batch or a prompt (a chain of multiply-adds per weight row of a block
                     // keeps the units busy enough for the memory bandwidth).
                     match w {
-                        WeightRows::F32(w) => block_f32(x, m, k, w, first, out),
-                        WeightRows::Bf16(w) => block_bf16(x, m, k, w, first, out),
-                        WeightRows::F16(w) => block_f16(x, m, k, w, first, out),
+                        WeightRows::F32(w) => block_f32(x, m, k, w, out),
+                        WeightRows::Bf16(w) => block_bf16(x, m, k, w, out),
+                        WeightRows::F16(w) => block_f16(x, m, k, w, out),
                     }
                 }
             }
@@ -336,8 +348,8 @@ mod x86 {
         // SAFETY: `cpu::active()` never exceeds the detected level, whose features include
         // these.
         match level.min(cpu::detected()) {
-            CpuLevel::Avx512 => |x, m, k, w, f, o| unsafe { avx512::run(x, m, k, w, f, o) },
-            CpuLevel::Avx2 => |x, m, k, w, f, o| unsafe { avx2::run(x, m, k, w, f, o) },
+            CpuLevel::Avx512 => |x, m, k, w, o| unsafe { avx512::run(x, m, k, w, o) },
+            CpuLevel::Avx2 => |x, m, k, w, o| unsafe { avx2::run(x, m, k, w, o) },
             CpuLevel::Portable | CpuLevel::Neon => block_portable,
         }
     }
@@ -372,44 +384,32 @@ pub fn matmul_t_at(
 ) -> Vec<f32> {
     debug_assert_eq!(x.len(), m * k);
     let kernel = kernel(level);
-    par_rows(n, m, |first, out| kernel(x, m, k, w, first, out))
+    par_rows(n, m, |out| kernel(x, m, k, w, out))
 }
 
-/// Runs `block(first_row, out)` over blocks of the `n` output rows in parallel, each block
-/// writing `[rows, m]` (transposed), and returns `[m, n]`.
-fn par_rows(n: usize, m: usize, block: impl Fn(usize, &mut [f32]) + Sync) -> Vec<f32> {
+/// Runs `block` over tasks of the `n` weight rows in parallel, each writing its rows' outputs
+/// of the `[m, n]` result, and returns the result.
+fn par_rows(n: usize, m: usize, block: impl Fn(&Outputs<'_>) + Sync) -> Vec<f32> {
     // Enough rows per task to amortise scheduling, few enough to balance the threads.
     let rows_per_task = (n / (rayon::current_num_threads() * 8)).clamp(8, 256);
-    if m == 1 {
-        let mut out = vec![0f32; n];
-        // One task per block, taken in turn by whichever thread is free: a thread slowed by
-        // the rest of the machine does not hold the others up at the end of each product.
-        out.par_chunks_mut(rows_per_task)
-            .enumerate()
-            .with_max_len(1)
-            .for_each(|(t, out)| block(t * rows_per_task, out));
-        return out;
-    }
-    // Several rows: each task transposes its block into place while it is in cache.
     // Not zeroed first: the tasks write every element (a prompt's outputs are megabytes).
     let mut out: Vec<f32> = Vec::with_capacity(m * n);
     let dst = SharedOut(out.as_mut_ptr());
-    let tasks = n.div_ceil(rows_per_task);
-    (0..tasks)
+    // One task at a time to whichever thread is free: a thread slowed by the rest of the
+    // machine does not hold the others up at the end of each product.
+    (0..n.div_ceil(rows_per_task))
         .into_par_iter()
-        .for_each_init(Vec::new, |out_t, t| {
+        .with_max_len(1)
+        .for_each(|t| {
             let first = t * rows_per_task;
             let rows = rows_per_task.min(n - first);
-            out_t.clear();
-            out_t.resize(rows * m, 0f32);
-            block(first, out_t);
-            for i in 0..m {
-                for r in 0..rows {
-                    // SAFETY: `i * n + first + r < m * n`, and tasks own disjoint column ranges
-                    // `first..first + rows` of every output row, so no two writes alias.
-                    unsafe { dst.at(i * n + first + r).write(out_t[r * m + i]) };
-                }
-            }
+            block(&Outputs {
+                dst: &dst,
+                m,
+                n,
+                first,
+                rows,
+            });
         });
     // SAFETY: the tasks cover rows `0..n`, each writing all `m` of its outputs.
     unsafe { out.set_len(m * n) };
