@@ -591,6 +591,29 @@ impl GgufWeights {
             })
     }
 
+    /// An F16, BF16 or F32 tensor read on the CPU straight into the buffer the dense tensor
+    /// keeps (through a quantized tensor the buffer was copied once more, and loading peaked at
+    /// the model plus its largest tensor); `None` for block types.
+    fn dense_cpu(&self, hf: &str, shape: &[usize]) -> Result<Option<Tensor>> {
+        let (name, info, start) = self.info(hf, shape)?;
+        let elems = info.shape.elem_count();
+        let mut reader = self
+            .file
+            .reader
+            .lock()
+            .map_err(|_| self.file.err("reader poisoned"))?;
+        let tensor = match info.ggml_dtype {
+            GgmlDType::F16 => read_dense::<half::f16>(&mut *reader, start, elems, shape),
+            GgmlDType::BF16 => read_dense::<half::bf16>(&mut *reader, start, elems, shape),
+            GgmlDType::F32 => read_dense::<f32>(&mut *reader, start, elems, shape),
+            _ => return Ok(None),
+        };
+        tensor.map(Some).map_err(|e| {
+            self.file
+                .err(format!("tensor `{name}`: {}", first_line(&e)))
+        })
+    }
+
     fn qtensor(&self, hf: &str, shape: &[usize]) -> Result<candle_core::quantized::QTensor> {
         let (name, info, start) = self.info(hf, shape)?;
         let mut reader = self
@@ -705,6 +728,28 @@ fn read_blocks<T: candle_core::quantized::k_quants::GgmlType + 'static>(
     reader: &mut impl Read,
     blocks: usize,
 ) -> candle_core::Result<QStorage> {
+    Ok(QStorage::Cpu(Box::new(read_vec::<T>(reader, blocks)?)))
+}
+
+/// `elems` values of `T` from `start` as a CPU tensor of `shape`, read into the buffer it keeps.
+fn read_dense<T: candle_core::quantized::k_quants::GgmlType + candle_core::WithDType>(
+    reader: &mut (impl Read + Seek),
+    start: u64,
+    elems: usize,
+    shape: &[usize],
+) -> candle_core::Result<Tensor> {
+    let Some(bytes) = elems.checked_mul(std::mem::size_of::<T>()) else {
+        candle_core::bail!("{elems} values do not fit in memory");
+    };
+    seek_to_tensor(reader, start, bytes)?;
+    Tensor::from_vec(read_vec::<T>(reader, elems)?, shape, &Device::Cpu)
+}
+
+/// `blocks` blocks of `T` from `reader`, in a buffer on huge pages from its first touch.
+fn read_vec<T: candle_core::quantized::k_quants::GgmlType>(
+    reader: &mut impl Read,
+    blocks: usize,
+) -> candle_core::Result<Vec<T>> {
     let mut data: Vec<T> = Vec::with_capacity(blocks);
     let bytes = blocks * std::mem::size_of::<T>();
     crate::huge_pages::prefer_huge_pages(data.as_ptr() as *const u8, bytes);
@@ -714,7 +759,7 @@ fn read_blocks<T: candle_core::quantized::k_quants::GgmlType + 'static>(
     // the initialised elements.
     let raw = unsafe { std::slice::from_raw_parts_mut(data.as_mut_ptr() as *mut u8, bytes) };
     reader.read_exact(raw)?;
-    Ok(QStorage::Cpu(Box::new(data)))
+    Ok(data)
 }
 
 impl WeightSource for GgufWeights {
@@ -743,6 +788,11 @@ impl WeightSource for GgufWeights {
         }
     }
     fn matrix(&self, name: &str, shape: &[usize]) -> Result<Matrix> {
+        if self.device.is_cpu() {
+            if let Some(dense) = self.dense_cpu(name, shape)? {
+                return Ok(Matrix::Dense(dense));
+            }
+        }
         let q = self.qtensor(name, shape)?;
         // Unquantized matrices (F16, BF16, F32 files) run as dense weights in their own type:
         // the dense kernels read half-precision rows directly, candle's quantized path has no
@@ -754,13 +804,6 @@ impl WeightSource for GgufWeights {
             _ => None,
         };
         match dense {
-            // On the CPU the bytes are the dense tensor already: one copy, no f32 detour.
-            Some(dtype) if self.device.is_cpu() => Ok(Matrix::Dense(Tensor::from_raw_buffer(
-                &q.data()?,
-                dtype,
-                shape,
-                &self.device,
-            )?)),
             Some(dtype) => Ok(Matrix::Dense(q.dequantize(&self.device)?.to_dtype(dtype)?)),
             None => Ok(Matrix::Quantized(Arc::new(q))),
         }
