@@ -76,15 +76,25 @@ for m in models:
     l = json.loads(l)
     c = json.loads(subprocess.run([candle, m, "32", "64", "3"], capture_output=True, text=True, check=True,
                                   env={"RAYON_NUM_THREADS": threads}).stdout)
+    # The read bandwidth and the weights one token reads, from a run of its own (the
+    # measurement's buffer would count in the peak RSS above).
+    roof = json.loads(subprocess.run([hearth, "bench", "-m", m, "-p", "0", "-n", "16", "-t", threads, "-r", "1",
+                                      "--roofline", "--json"], capture_output=True, text=True, check=True).stdout)[0]
+    per_token, bandwidth = roof["weight_bytes_per_token"], roof["read_bandwidth_gb_s"] * 1e9
     memory.append({"model": pathlib.Path(m).name, "file_bytes": os.path.getsize(m),
                    "hearth_peak_rss_bytes": h_rss * 1024, "llama_cpp_peak_rss_bytes": l_rss * 1024})
     get = lambda rs, test: next((r["avg_ts"] for r in rs if r.get("test") == test), None)
     llama_t = {(f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}"): r["avg_ts"] for r in l}
     for test in ["pp32", "pp512", "tg64"]:
         hv, lv, cv = get(h, test), llama_t[test], get(c, test)
-        rows.append({"model": pathlib.Path(m).name, "test": test, "threads": int(threads), "hearth_ts": hv,
-                     "llama_cpp_ts": lv, "candle_transformers_ts": cv, "hearth_over_llama_cpp": hv / lv,
-                     "hearth_over_candle": hv / cv if cv else None})
+        row = {"model": pathlib.Path(m).name, "test": test, "threads": int(threads), "hearth_ts": hv,
+               "llama_cpp_ts": lv, "candle_transformers_ts": cv, "hearth_over_llama_cpp": hv / lv,
+               "hearth_over_candle": hv / cv if cv else None}
+        if test.startswith("tg"):
+            # Share of the memory-bandwidth roofline: weight bytes per token × tok/s ÷ bandwidth.
+            row.update({"weight_bytes_per_token": per_token, "read_bandwidth_gb_s": bandwidth / 1e9,
+                        "hearth_roofline": hv * per_token / bandwidth, "llama_cpp_roofline": lv * per_token / bandwidth})
+        rows.append(row)
 level = os.environ.get("HEARTH_CPU")
 cpu_flag = f"--cpu {level} " if level else ""
 pathlib.Path(out).write_text(json.dumps({"command": "benches/gguf-side-by-side.sh " + cpu_flag + " ".join(sys.argv[2:3] + models),
@@ -96,6 +106,10 @@ for r in rows:
     c = f"{r['candle_transformers_ts']:.1f}" if r["candle_transformers_ts"] else "-"
     hc = f"{r['hearth_over_candle']:.2f}" if r["hearth_over_candle"] else "-"
     print(f"| {r['model']} | {r['test']} | {r['hearth_ts']:.1f} | {r['llama_cpp_ts']:.1f} | {c} | {r['hearth_over_llama_cpp']:.2f} | {hc} |")
+for r in rows:
+    if "hearth_roofline" in r:
+        print(f"{r['model']} {r['test']}: {r['weight_bytes_per_token'] / 1e6:.0f} MB of weights per token, read bandwidth "
+              f"{r['read_bandwidth_gb_s']:.1f} GB/s: hearth {100 * r['hearth_roofline']:.0f} %, llama.cpp {100 * r['llama_cpp_roofline']:.0f} % of the roofline")
 for mem in memory:
     print(f"{mem['model']}: file {mem['file_bytes'] / 2**20:.0f} MiB, peak RSS hearth {mem['hearth_peak_rss_bytes'] / 2**20:.0f} MiB, "
           f"llama.cpp {mem['llama_cpp_peak_rss_bytes'] / 2**20:.0f} MiB")

@@ -42,6 +42,11 @@ pub struct BenchArgs {
     /// many tokens another cached request holds, against one that shares nothing.
     #[arg(long)]
     pub shared_prefix: Option<usize>,
+    /// Also measure the CPU's read bandwidth with the same threads and report each decode
+    /// rate as a share of the memory-bandwidth roofline (weights read per token); the
+    /// measurement reads a 512 MiB buffer of its own.
+    #[arg(long)]
+    pub roofline: bool,
 }
 
 #[derive(serde::Serialize)]
@@ -59,6 +64,14 @@ struct Record {
     avg_ts: f64,
     stddev_ts: f64,
     samples_ts: Vec<f64>,
+    /// With `--roofline`, on decode tests: bytes of weights one token reads, the read
+    /// bandwidth measured, and the share of it the decode rate reached.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    weight_bytes_per_token: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    read_bandwidth_gb_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    roofline: Option<f64>,
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -90,6 +103,15 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         origin,
         backend,
     } = load(&args.model)?;
+    let bandwidth = if args.roofline {
+        if !backend.starts_with("cpu") {
+            bail!("--roofline measures the CPU's read bandwidth; this model runs on {backend}");
+        }
+        Some(crate::roofline::read_bandwidth())
+    } else {
+        None
+    };
+    let per_token = model.weight_bytes_per_token();
 
     let mut records = vec![];
     let mut tests: Vec<(usize, usize)> = args
@@ -118,6 +140,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         let avg = samples.iter().sum::<f64>() / samples.len() as f64;
         let var = samples.iter().map(|s| (s - avg).powi(2)).sum::<f64>()
             / (samples.len().max(2) - 1) as f64;
+        let roofline = bandwidth.filter(|_| n > 0);
         records.push(Record {
             model: origin.clone(),
             family: cfg.family.name().into(),
@@ -132,6 +155,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             avg_ts: avg,
             stddev_ts: var.sqrt(),
             samples_ts: samples,
+            weight_bytes_per_token: roofline.map(|_| per_token),
+            read_bandwidth_gb_s: roofline.map(|b| b / 1e9),
+            roofline: roofline.map(|b| avg * per_token as f64 / b),
         });
         if !args.json {
             let r = records.last().context("no record")?;
@@ -144,8 +170,29 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&records)?);
+    } else if let Some(b) = bandwidth {
+        println!(
+            "\nread bandwidth: {:.1} GB/s ({threads} threads, the best of 5 passes over 512 MiB)",
+            b / 1e9
+        );
+        for r in records.iter().filter(|r| r.n_gen > 0) {
+            println!("{}", roofline_line(r, per_token, b));
+        }
     }
     Ok(())
+}
+
+/// `tg64: 491 MB of weights per token × 38.6 tok/s = 19.0 GB/s = 86 % of the read bandwidth`.
+fn roofline_line(r: &Record, per_token: usize, bandwidth: f64) -> String {
+    let rate = r.avg_ts * per_token as f64;
+    format!(
+        "{}: {:.0} MB of weights per token × {:.1} tok/s = {:.1} GB/s = {:.0} % of the read bandwidth",
+        r.test,
+        per_token as f64 / 1e6,
+        r.avg_ts,
+        rate / 1e9,
+        100.0 * rate / bandwidth
+    )
 }
 
 fn test_name(p: usize, n: usize) -> String {
@@ -289,7 +336,20 @@ mod tests {
             avg_ts: avg,
             stddev_ts: sd,
             samples_ts: vec![],
+            weight_bytes_per_token: None,
+            read_bandwidth_gb_s: None,
+            roofline: None,
         }
+    }
+
+    #[test]
+    fn the_roofline_line_divides_the_bytes_read_by_the_bandwidth() {
+        let r = record("m", "tg64", 40.0, 1.0);
+        // 500 MB per token × 40 tok/s = 20 GB/s of 25.
+        assert_eq!(
+            roofline_line(&r, 500_000_000, 25e9),
+            "tg64: 500 MB of weights per token × 40.0 tok/s = 20.0 GB/s = 80 % of the read bandwidth"
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod model_args;
 mod models;
 mod parity;
 mod replay;
+mod roofline;
 mod run;
 mod serve;
 mod template;

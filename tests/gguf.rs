@@ -141,6 +141,24 @@ fn q8_0_and_f16_gguf_stay_close_to_transformers() {
     }
 }
 
+/// Decoding reads every tensor once — the tied embedding table whole, as the LM head — plus
+/// one row of the table for the input token.
+#[test]
+fn a_decoded_token_reads_every_weight_and_one_embedding_row() {
+    for (quant, row_bytes) in [(GgmlDType::F32, 64 * 4), (GgmlDType::Q8_0, 64 / 32 * 34)] {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("tiny.gguf");
+        write_tiny(&path, quant, |_| {});
+        let file = GgufFile::open(&path).unwrap();
+        let (m, _) = load(&path);
+        assert_eq!(
+            m.weight_bytes_per_token(),
+            file.weight_bytes() + row_bytes,
+            "{quant:?}"
+        );
+    }
+}
+
 #[test]
 fn gguf_tokenizer_and_template_come_from_the_metadata() {
     let tmp = tempfile::tempdir().unwrap();

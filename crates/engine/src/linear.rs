@@ -132,6 +132,26 @@ impl Linear {
     }
 }
 
+impl Linear {
+    /// Bytes of the weight and bias as held in memory: what one product reads.
+    pub fn bytes(&self) -> usize {
+        let parts: usize = self
+            .parts
+            .iter()
+            .map(|p| match p {
+                Part::Dense(t) => tensor_bytes(t),
+                Part::Quantized(_, q) => q.storage_size_in_bytes(),
+                Part::Tiles(t) => t.data.len(),
+            })
+            .sum();
+        parts + self.bias.as_ref().map_or(0, tensor_bytes)
+    }
+}
+
+pub(crate) fn tensor_bytes(t: &Tensor) -> usize {
+    t.elem_count() * t.dtype().size_in_bytes()
+}
+
 /// Tiles back in GGUF order, as candle's quantized tensor (for the paths only candle has).
 fn tiles_to_qtensor(t: &TileMatrix) -> Result<QTensor> {
     let dtype = match t.kind {

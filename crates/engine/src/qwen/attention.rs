@@ -23,6 +23,14 @@ pub struct Attention {
 }
 
 impl Attention {
+    /// Bytes of weights one token's pass reads.
+    pub fn weight_bytes(&self) -> usize {
+        let norms = self.qk_norm.as_ref().map_or(0, |(q, k)| {
+            crate::linear::tensor_bytes(q) + crate::linear::tensor_bytes(k)
+        });
+        self.qkv.bytes() + self.o.bytes() + norms
+    }
+
     pub fn load(w: &dyn WeightSource, prefix: &str, cfg: &QwenConfig, act: DType) -> Result<Self> {
         let (h, d) = (cfg.hidden_size, cfg.head_dim);
         let (q_out, kv_out) = (cfg.num_attention_heads * d, cfg.num_key_value_heads * d);

@@ -17,6 +17,11 @@ pub struct Mlp {
 }
 
 impl Mlp {
+    /// Bytes of weights one token's pass reads.
+    pub fn weight_bytes(&self) -> usize {
+        self.gate_up.bytes() + self.down.bytes()
+    }
+
     pub fn load(
         w: &dyn WeightSource,
         prefix: &str,

@@ -115,6 +115,32 @@ impl Qwen {
         self.act_dtype
     }
 
+    /// Bytes of weights one decoded token reads: every layer's, the LM head's and one row of
+    /// the embedding table (the memory-bandwidth roofline of decoding is the read bandwidth
+    /// divided by this).
+    pub fn weight_bytes_per_token(&self) -> usize {
+        use crate::linear::tensor_bytes;
+        let layers: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                tensor_bytes(&l.input_norm)
+                    + l.attn.weight_bytes()
+                    + tensor_bytes(&l.post_norm)
+                    + l.mlp.weight_bytes()
+            })
+            .sum();
+        let table = match &self.embed.0 {
+            Matrix::Dense(t) => tensor_bytes(t),
+            Matrix::Quantized(q) => q.storage_size_in_bytes(),
+            Matrix::Tiles(t) => t.data.len(),
+        };
+        layers
+            + tensor_bytes(&self.norm)
+            + self.lm_head.bytes()
+            + table / self.cfg.vocab_size.max(1)
+    }
+
     /// A cache sized for this model.
     pub fn new_cache(&self) -> KvCache {
         let c = &self.cfg;
