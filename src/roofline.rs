@@ -7,7 +7,7 @@ use std::time::Instant;
 
 /// Bytes read per pass: far more than any CPU's last-level cache.
 const BUFFER_BYTES: usize = 512 << 20;
-const PASSES: usize = 5;
+const PASSES: usize = 10;
 
 /// The CPU's read bandwidth in bytes per second with rayon's threads (the ones the kernels
 /// use): the fastest of several passes over a buffer that no cache holds, each thread reading

@@ -306,6 +306,49 @@ fn a_regex_and_a_lark_grammar_hold() -> TestResult {
     Ok(())
 }
 
+/// Guides for one constraint share its compiled grammar (and lexer) but not their place in
+/// it; at most 32 constraints stay compiled.
+#[test]
+fn guides_of_one_constraint_are_independent() -> TestResult {
+    let e = tiny()?;
+    let g = e.grammars()?;
+    let id = |t: &str| -> Result<u32, Box<dyn std::error::Error>> {
+        match e.tokenizer().encode(t)?[..] {
+            [id] => Ok(id),
+            ref ids => Err(format!("{t:?} is {ids:?}, not one token").into()),
+        }
+    };
+    let (a, b, c) = (id("a")?, id("b")?, id("c")?);
+    let rx = Constraint::Regex("ab|cd".into());
+    let mut first = g.guide(&rx)?;
+    first.consume(a)?;
+    let mut second = g.guide(&rx)?;
+    assert_eq!(g.compiled(), 1);
+    assert!(first.allows(b)? && !first.allows(c)?);
+    assert!(second.allows(c)? && !second.allows(b)?);
+    second.consume(c)?;
+    assert!(!second.is_accepting()? && !first.is_accepting()?);
+    first.consume(b)?;
+    assert!(first.is_accepting()? && !second.is_accepting()?);
+
+    // The mask: refused ids (and padding rows past the vocabulary) to -inf, allowed ones kept;
+    // nothing left to sample is an error.
+    let vocab = g.vocab_size();
+    let mut logits = vec![1.5f32; vocab + 40];
+    g.guide(&rx)?.mask(&mut logits)?;
+    assert_eq!((logits[a as usize], logits[c as usize]), (1.5, 1.5));
+    assert_eq!(logits[b as usize], f32::NEG_INFINITY);
+    assert!(logits[vocab..].iter().all(|l| *l == f32::NEG_INFINITY));
+    let mut dead = vec![f32::NEG_INFINITY; vocab];
+    assert!(g.guide(&rx)?.mask(&mut dead).is_err());
+
+    for n in 0..40 {
+        g.guide(&Constraint::Regex(format!("x{{{n}}}")))?;
+    }
+    assert_eq!(g.compiled(), 32);
+    Ok(())
+}
+
 #[test]
 fn a_chat_request_carries_its_constraint() -> TestResult {
     let e = tiny()?;

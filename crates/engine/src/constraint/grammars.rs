@@ -1,5 +1,5 @@
 //! The grammar compiler of one model: its token trie and llguidance's parser factory, built
-//! once and shared by every constrained request.
+//! once and shared by every constrained request, and the constraints compiled lately.
 
 use super::guide::Guide;
 use super::spec::Constraint;
@@ -9,11 +9,19 @@ use crate::error::{EngineError, Result};
 use crate::tokenizer::Tokenizer;
 use llguidance::toktrie::TokEnv;
 use llguidance::{Matcher, ParserFactory};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+/// Constraints kept compiled (an agent's tools come back every turn).
+const COMPILED: usize = 32;
 
 pub struct Grammars {
     factory: ParserFactory,
     env: Arc<TokenEnv>,
+    /// Compiled constraints at their start, keyed by the constraint's JSON, the most recently
+    /// used last. A guide for one of them is a clone that shares its lexer with every other:
+    /// the lexer's states, built lazily as masks need them (the first mask inside a bounded
+    /// string or a tool's arguments costs milliseconds), are built once, not per request.
+    compiled: Mutex<Vec<(String, Matcher)>>,
 }
 
 impl std::fmt::Debug for Grammars {
@@ -31,7 +39,11 @@ impl Grammars {
             .map_err(|e| EngineError::invalid("tokenizer", format!("token trie: {e}")))?;
         // Grammar warnings come back as errors or are dropped, never printed by the library.
         factory.quiet();
-        Ok(Self { factory, env })
+        Ok(Self {
+            factory,
+            env,
+            compiled: Mutex::new(Vec::new()),
+        })
     }
 
     /// The number of token ids the trie knows (logits beyond it are never allowed).
@@ -84,9 +96,37 @@ impl Grammars {
         tool_call_grammar(&specs, choice, self.tag_style())
     }
 
-    /// Compiles `constraint` into a fresh matcher. A grammar llguidance cannot compile, or
-    /// one that admits no text at all, is an error on `constraint` that says why.
+    /// A matcher for `constraint` at its start: a clone of the compiled one when it was
+    /// compiled lately, else freshly compiled. A grammar llguidance cannot compile, or one that
+    /// admits no text at all, is an error on `constraint` that says why.
     pub fn guide(&self, constraint: &Constraint) -> Result<Guide> {
+        let key = serde_json::to_string(constraint)
+            .map_err(|e| EngineError::invalid("constraint", e.to_string()))?;
+        let cached = {
+            let mut compiled = self.compiled.lock().unwrap_or_else(|e| e.into_inner());
+            compiled.iter().position(|(k, _)| *k == key).map(|i| {
+                let entry = compiled.remove(i);
+                let matcher = entry.1.clone();
+                compiled.push(entry);
+                matcher
+            })
+        };
+        let matcher = match cached {
+            Some(m) => m,
+            None => {
+                let m = self.compile(constraint)?;
+                let mut compiled = self.compiled.lock().unwrap_or_else(|e| e.into_inner());
+                if compiled.len() == COMPILED {
+                    compiled.remove(0);
+                }
+                compiled.push((key, m.clone()));
+                m
+            }
+        };
+        Ok(Guide::new(matcher, self.env.clone()))
+    }
+
+    fn compile(&self, constraint: &Constraint) -> Result<Matcher> {
         let invalid = |why: String| {
             EngineError::invalid("constraint", format!("{}: {why}", constraint.kind()))
         };
@@ -99,6 +139,11 @@ impl Grammars {
         if first.is_zero() {
             return Err(invalid("it admits no text at all".into()));
         }
-        Ok(Guide::new(matcher, self.env.clone()))
+        Ok(matcher)
+    }
+
+    /// How many constraints are kept compiled now.
+    pub fn compiled(&self) -> usize {
+        self.compiled.lock().map_or(0, |c| c.len())
     }
 }

@@ -60,21 +60,29 @@ impl Guide {
         } else {
             self.matcher.compute_mask().map_err(|e| failed(&e))?
         };
-        // 32 ids per word of the mask: most words of a 150k vocabulary are all refused.
+        // 32 ids per word of the mask: most words are all refused or, in free text, all
+        // allowed; only mixed ones go id by id.
         let words = allowed.as_slice();
         let len = allowed.len();
         let mut any = false;
         for (w, chunk) in logits.chunks_mut(32).enumerate() {
-            let bits = words.get(w).copied().unwrap_or(0);
-            if bits == 0 {
-                chunk.fill(f32::NEG_INFINITY);
-                continue;
+            // Ids past the trie's vocabulary (padding rows of the logits) are never allowed.
+            let valid = len.saturating_sub(w * 32).min(32);
+            let mut bits = words.get(w).copied().unwrap_or(0);
+            if valid < 32 {
+                bits &= (1u32 << valid) - 1;
             }
-            for (b, l) in chunk.iter_mut().enumerate() {
-                if bits >> b & 1 == 1 && w * 32 + b < len && l.is_finite() {
-                    any = true;
-                } else {
-                    *l = f32::NEG_INFINITY;
+            match bits {
+                0 => chunk.fill(f32::NEG_INFINITY),
+                u32::MAX => any = any || chunk.iter().any(|l| l.is_finite()),
+                _ => {
+                    for (b, l) in chunk.iter_mut().enumerate() {
+                        if bits >> b & 1 == 0 {
+                            *l = f32::NEG_INFINITY;
+                        } else {
+                            any = any || l.is_finite();
+                        }
+                    }
                 }
             }
         }
