@@ -123,10 +123,14 @@ fn main() -> Result<()> {
         "type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
         "required": ["city"]}}}),
     ];
-    let tool_grammar = e
-        .grammars()?
-        .tool_calls(&tools, &ToolChoice::Auto)?
-        .ok_or("no grammar")?;
+    let mut tool_grammar_us = vec![];
+    let mut tool_grammar = None;
+    for _ in 0..2 {
+        let t = Instant::now();
+        tool_grammar = e.grammars()?.tool_calls(&tools, &ToolChoice::Auto)?;
+        tool_grammar_us.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let tool_grammar = tool_grammar.ok_or("no grammar")?;
     let answers = |names: [&str; 6], city: &str| {
         let doc = json!({"items": names.iter().enumerate().map(|(i, n)| json!({
             "name": n, "price": 1.25 * i as f64 + 0.5, "category": if i % 2 == 0 { "fruit" } else { "dairy" }
@@ -195,6 +199,7 @@ fn main() -> Result<()> {
         "vocab": vocab,
         "trie_and_factory_s": trie_s,
         "mask_us": {"first_request": passes[0], "same_constraints_again": passes[1]},
+        "tool_grammar_us": {"first_request": tool_grammar_us[0], "same_tools_again": tool_grammar_us[1]},
         "decode_tok_s": {
             "unconstrained": best(&free),
             "json_schema": best(&held),

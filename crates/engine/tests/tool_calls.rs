@@ -209,14 +209,19 @@ fn bad_tools_and_choices_are_refused() -> TestResult {
     let m = err(g.tool_calls(&[], &ToolChoice::Required));
     assert!(m.contains("tool_choice"), "{m}");
     assert_eq!(g.tool_calls(&[], &ToolChoice::Auto)?, None);
+    // Checked tools are remembered; a bad one is refused on every request, also after the
+    // good ones beside it were checked.
+    g.tool_calls(&tools(), &ToolChoice::Auto)?;
     let mut bad = tools();
     bad[1]["function"]["parameters"] =
         json!({"type": "object", "properties": {"x": {"$ref": "#/$defs/gone"}}});
-    let m = err(g.tool_calls(&bad, &ToolChoice::Auto));
-    assert!(
-        m.contains("tools") && m.contains("`add`") && m.contains("gone"),
-        "{m}"
-    );
+    for _ in 0..2 {
+        let m = err(g.tool_calls(&bad, &ToolChoice::Auto));
+        assert!(
+            m.contains("tools") && m.contains("`add`") && m.contains("gone"),
+            "{m}"
+        );
+    }
     let m = err(g.tool_calls(
         &[json!({"type": "function", "function": {}})],
         &ToolChoice::Auto,

@@ -9,6 +9,7 @@ use crate::error::{EngineError, Result};
 use crate::tokenizer::Tokenizer;
 use llguidance::toktrie::TokEnv;
 use llguidance::{Matcher, ParserFactory};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 /// Constraints kept compiled (an agent's tools come back every turn).
@@ -22,7 +23,13 @@ pub struct Grammars {
     /// the lexer's states, built lazily as masks need them (the first mask inside a bounded
     /// string or a tool's arguments costs milliseconds), are built once, not per request.
     compiled: Mutex<Vec<(String, Matcher)>>,
+    /// Tool-call schemas known to compile (checked once, not on every request that offers
+    /// the tool).
+    checked: Mutex<HashSet<String>>,
 }
+
+/// Checked tool-call schemas remembered before the set starts over.
+const CHECKED: usize = 256;
 
 impl std::fmt::Debug for Grammars {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -43,6 +50,7 @@ impl Grammars {
             factory,
             env,
             compiled: Mutex::new(Vec::new()),
+            checked: Mutex::new(HashSet::new()),
         })
     }
 
@@ -84,14 +92,25 @@ impl Grammars {
     ) -> Result<Option<Constraint>> {
         let specs = ToolSpec::from_openai(tools)?;
         for s in &specs {
+            let schema = s.call_schema();
+            let key = schema.to_string();
+            if self.checked.lock().is_ok_and(|c| c.contains(&key)) {
+                continue;
+            }
             self.factory
-                .create_parser(Constraint::JsonSchema(s.call_schema()).grammar())
+                .create_parser(Constraint::JsonSchema(schema).grammar())
                 .map_err(|e| {
                     EngineError::invalid(
                         "tools",
                         format!("tool `{}`: its parameters are not a schema constrained decoding supports: {e}", s.name),
                     )
                 })?;
+            if let Ok(mut checked) = self.checked.lock() {
+                if checked.len() == CHECKED {
+                    checked.clear();
+                }
+                checked.insert(key);
+            }
         }
         tool_call_grammar(&specs, choice, self.tag_style())
     }
