@@ -262,3 +262,46 @@ fn hearth_cpu_forces_a_kernel_level_or_says_why_not() {
         assert!(text.trim_start().starts_with("Paris"), "{level}: {text:?}");
     }
 }
+
+/// `hearth bench --roofline`: each decode rate as a share of the measured read bandwidth,
+/// from the bytes of weights one token reads — for the tiny tied-embedding model in f32, every
+/// parameter (the table is also the LM head) plus one embedding row.
+#[test]
+fn bench_reports_the_decode_roofline() {
+    let model = common::tiny("qwen2");
+    let (ok, stdout, stderr) = hearth(&[
+        "bench",
+        "--model",
+        model.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--dtype",
+        "f32",
+        "-p",
+        "8",
+        "-n",
+        "4",
+        "-t",
+        "1",
+        "-r",
+        "1",
+        "--roofline",
+        "--json",
+    ]);
+    assert!(ok, "{stderr}");
+    let records: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let [pp, tg] = records.as_array().unwrap().as_slice() else {
+        panic!("{stdout}")
+    };
+    assert!(pp.get("roofline").is_none(), "{pp}");
+    let params = tg["params"].as_u64().unwrap();
+    assert_eq!(
+        tg["weight_bytes_per_token"].as_u64(),
+        Some((params + 64) * 4)
+    );
+    assert!(tg["read_bandwidth_gb_s"].as_f64().unwrap() > 0.0, "{tg}");
+    let share = tg["roofline"].as_f64().unwrap();
+    let expected = tg["avg_ts"].as_f64().unwrap() * ((params + 64) * 4) as f64
+        / (tg["read_bandwidth_gb_s"].as_f64().unwrap() * 1e9);
+    assert!((share - expected).abs() <= 1e-9 * expected, "{tg}");
+}

@@ -130,6 +130,17 @@ impl Grammars {
                 matcher
             })
         };
+        // A copy whose shared lexer broke (a panic inside the library poisons it for every
+        // copy) is dropped with its constraint, which compiles afresh. Its start's mask is
+        // cached, so the check costs microseconds.
+        let cached = cached.and_then(|mut m| match m.compute_mask() {
+            Ok(_) => Some(m),
+            Err(_) => {
+                let mut compiled = self.compiled.lock().unwrap_or_else(|e| e.into_inner());
+                compiled.retain(|(k, _)| *k != key);
+                None
+            }
+        });
         let matcher = match cached {
             Some(m) => m,
             None => {
