@@ -59,6 +59,7 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
+    hearth_engine::memory::one_arena();
     let cli = Cli::parse();
     let level = match (cli.quiet, cli.verbose) {
         (true, _) => "warn",

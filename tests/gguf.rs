@@ -159,6 +159,27 @@ fn a_decoded_token_reads_every_weight_and_one_embedding_row() {
     }
 }
 
+/// Loading drops the vocabulary's metadata once the tokenizer is built; the special tokens'
+/// names stay for the chat template.
+#[test]
+fn the_vocabulary_metadata_goes_once_the_tokenizer_is_built() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("tiny.gguf");
+    write_tiny(&path, GgmlDType::Q8_0, |_| {});
+    let mut file = GgufFile::open(&path).unwrap();
+    let special = file.special_tokens();
+    assert!(special["eos_token"].is_string(), "{special:?}");
+    file.tokenizer().unwrap();
+    file.forget_vocabulary();
+    assert_eq!(file.special_tokens(), special);
+    let err = file
+        .tokenizer()
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("tokenizer.ggml.tokens"), "{err}");
+}
+
 #[test]
 fn gguf_tokenizer_and_template_come_from_the_metadata() {
     let tmp = tempfile::tempdir().unwrap();

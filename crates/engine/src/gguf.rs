@@ -21,7 +21,16 @@ pub struct GgufFile {
     path: PathBuf,
     content: Content,
     reader: Mutex<BufReader<File>>,
+    /// The special tokens' names, kept when the vocabulary's metadata is dropped.
+    special: Option<serde_json::Map<String, serde_json::Value>>,
 }
+
+/// The metadata a tokenizer is built from: hundreds of thousands of small strings.
+const VOCABULARY_KEYS: [&str; 3] = [
+    "tokenizer.ggml.tokens",
+    "tokenizer.ggml.merges",
+    "tokenizer.ggml.token_type",
+];
 
 /// Block types the engine computes with (llama.cpp's names).
 const SUPPORTED: &[GgmlDType] = &[
@@ -90,6 +99,7 @@ impl GgufFile {
             path: path.into(),
             content,
             reader: Mutex::new(reader),
+            special: None,
         };
         me.check_tensors()?;
         Ok(me)
@@ -383,8 +393,21 @@ impl GgufFile {
             .map(str::to_owned)
     }
 
+    /// Drops the vocabulary's metadata (tokens, merges, token types: about 50 MB for Qwen's
+    /// 151 936 tokens) once the tokenizer is built, so that loading the weights does not peak
+    /// with it. [`GgufFile::tokenizer`] is an error afterwards; the special tokens' names stay.
+    pub fn forget_vocabulary(&mut self) {
+        self.special = Some(self.special_tokens());
+        for key in VOCABULARY_KEYS {
+            self.content.metadata.remove(key);
+        }
+    }
+
     /// Special tokens for the chat template, by the names HF templates use.
     pub fn special_tokens(&self) -> serde_json::Map<String, serde_json::Value> {
+        if let Some(special) = &self.special {
+            return special.clone();
+        }
         let tokens = self
             .meta_strings("tokenizer.ggml.tokens")
             .unwrap_or_default();

@@ -20,6 +20,7 @@ pub mod kv_cache;
 pub mod kv_snapshot;
 pub mod linear;
 pub mod load;
+pub mod memory;
 pub mod qwen;
 pub mod sampling;
 pub mod scheduler;

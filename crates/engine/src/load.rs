@@ -149,7 +149,7 @@ pub struct LoadedModel {
 pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
     let start = Instant::now();
     choose_cpu_level(opts.cpu)?;
-    let (card, checkpoint) = resolve_model(spec, opts)?;
+    let (card, mut checkpoint) = resolve_model(spec, opts)?;
     let device = opts.device.open()?;
     let progress = |done: usize, total: usize| {
         if let Some(p) = &opts.progress {
@@ -157,7 +157,7 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
         }
     };
     let (model, cfg, tokenizer, dtype_label, generation, mut stop, size_bytes, file_type) =
-        match &checkpoint {
+        match &mut checkpoint {
             Checkpoint::Dense(files) => {
                 let cfg = QwenConfig::from_file(&files.config)?;
                 let tokenizer = Tokenizer::from_file(&files.tokenizer)?;
@@ -195,6 +195,10 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
                 }
                 let cfg = file.config()?;
                 let tokenizer = file.tokenizer()?;
+                if let Some(file) = Arc::get_mut(file) {
+                    file.forget_vocabulary();
+                    crate::memory::return_freed_memory();
+                }
                 let model = Qwen::load_with_progress(&cfg, &file.weights(&device), &progress)?;
                 let mut stop = file.stop_token_ids();
                 for t in CHATML_STOPS {
