@@ -304,4 +304,13 @@ fn bench_reports_the_decode_roofline() {
     let expected = tg["avg_ts"].as_f64().unwrap() * ((params + 64) * 4) as f64
         / (tg["read_bandwidth_gb_s"].as_f64().unwrap() * 1e9);
     assert!((share - expected).abs() <= 1e-9 * expected, "{tg}");
+    let (ok, _, stderr) = hearth(&[
+        "bench",
+        "--model",
+        model.to_str().unwrap(),
+        "--concurrency",
+        "2",
+        "--roofline",
+    ]);
+    assert!(!ok && stderr.contains("--roofline"), "{stderr}");
 }
