@@ -109,6 +109,16 @@ impl GgufFile {
         &self.path
     }
 
+    /// The file's one reader (tensors are read one at a time).
+    fn reader(&self) -> Result<std::sync::MutexGuard<'_, BufReader<File>>> {
+        self.reader.lock().map_err(|_| self.err("reader poisoned"))
+    }
+
+    /// An error reading tensor `name`, naming the file and the tensor.
+    fn tensor_err(&self, name: &str, e: &candle_core::Error) -> EngineError {
+        self.err(format!("tensor `{name}`: {}", first_line(e)))
+    }
+
     fn err(&self, message: impl Into<String>) -> EngineError {
         EngineError::Gguf {
             path: self.path.clone(),
@@ -601,17 +611,10 @@ impl GgufWeights {
         {
             return Ok(None);
         }
-        let mut reader = self
-            .file
-            .reader
-            .lock()
-            .map_err(|_| self.file.err("reader poisoned"))?;
+        let mut reader = self.file.reader()?;
         read_tiles(&mut *reader, start, kind, rows, cols)
             .map(Some)
-            .map_err(|e| {
-                self.file
-                    .err(format!("tensor `{name}`: {}", first_line(&e)))
-            })
+            .map_err(|e| self.file.tensor_err(&name, &e))
     }
 
     /// An F16, BF16 or F32 tensor read on the CPU straight into the buffer the dense tensor
@@ -620,38 +623,26 @@ impl GgufWeights {
     fn dense_cpu(&self, hf: &str, shape: &[usize]) -> Result<Option<Tensor>> {
         let (name, info, start) = self.info(hf, shape)?;
         let elems = info.shape.elem_count();
-        let mut reader = self
-            .file
-            .reader
-            .lock()
-            .map_err(|_| self.file.err("reader poisoned"))?;
+        let mut reader = self.file.reader()?;
         let tensor = match info.ggml_dtype {
             GgmlDType::F16 => read_dense::<half::f16>(&mut *reader, start, elems, shape),
             GgmlDType::BF16 => read_dense::<half::bf16>(&mut *reader, start, elems, shape),
             GgmlDType::F32 => read_dense::<f32>(&mut *reader, start, elems, shape),
             _ => return Ok(None),
         };
-        tensor.map(Some).map_err(|e| {
-            self.file
-                .err(format!("tensor `{name}`: {}", first_line(&e)))
-        })
+        tensor
+            .map(Some)
+            .map_err(|e| self.file.tensor_err(&name, &e))
     }
 
     fn qtensor(&self, hf: &str, shape: &[usize]) -> Result<candle_core::quantized::QTensor> {
         let (name, info, start) = self.info(hf, shape)?;
-        let mut reader = self
-            .file
-            .reader
-            .lock()
-            .map_err(|_| self.file.err("reader poisoned"))?;
+        let mut reader = self.file.reader()?;
         let loaded = match self.device {
             Device::Cpu => read_cpu(&mut *reader, start, info.ggml_dtype, info.shape.dims()),
             _ => self.file.content.tensor(&mut *reader, &name, &self.device),
         };
-        loaded.map_err(|e| {
-            self.file
-                .err(format!("tensor `{name}`: {}", first_line(&e)))
-        })
+        loaded.map_err(|e| self.file.tensor_err(&name, &e))
     }
 }
 

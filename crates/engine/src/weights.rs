@@ -20,6 +20,17 @@ pub enum Matrix {
     Tiles(Arc<TileMatrix>),
 }
 
+impl Matrix {
+    /// Bytes of the matrix as held in memory.
+    pub fn bytes(&self) -> usize {
+        match self {
+            Self::Dense(t) => crate::linear::tensor_bytes(t),
+            Self::Quantized(q) => q.storage_size_in_bytes(),
+            Self::Tiles(t) => t.data.len(),
+        }
+    }
+}
+
 pub trait WeightSource {
     fn device(&self) -> &Device;
     /// The storage dtype of dense weights (f32 for quantized files, whose blocks stay as is).

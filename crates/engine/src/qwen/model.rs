@@ -130,15 +130,8 @@ impl Qwen {
                     + l.mlp.weight_bytes()
             })
             .sum();
-        let table = match &self.embed.0 {
-            Matrix::Dense(t) => tensor_bytes(t),
-            Matrix::Quantized(q) => q.storage_size_in_bytes(),
-            Matrix::Tiles(t) => t.data.len(),
-        };
-        layers
-            + tensor_bytes(&self.norm)
-            + self.lm_head.bytes()
-            + table / self.cfg.vocab_size.max(1)
+        let row = self.embed.0.bytes() / self.cfg.vocab_size.max(1);
+        layers + tensor_bytes(&self.norm) + self.lm_head.bytes() + row
     }
 
     /// A cache sized for this model.
