@@ -118,7 +118,10 @@ impl Parser<'_> {
     fn unary_inner(&mut self) -> R {
         if self.eat("-") {
             return match self.unary()? {
-                Number::Int(i) => Ok(Number::Int(-i)),
+                // -i128::MIN does not fit: it goes on as a float.
+                Number::Int(i) => Ok(i
+                    .checked_neg()
+                    .map_or(Number::Float(-(i as f64)), Number::Int)),
                 Number::Float(f) => Ok(Number::Float(-f)),
             };
         }
@@ -156,9 +159,11 @@ impl Parser<'_> {
                     return Err(format!("missing `)` after {name}("));
                 }
                 return Ok(match (name, v) {
-                    ("abs", Number::Int(i)) => Number::Int(i.abs()),
-                    ("sqrt", Number::Int(i)) if i >= 0 && isqrt(i).pow(2) == i => {
-                        Number::Int(isqrt(i))
+                    ("abs", Number::Int(i)) => {
+                        i.checked_abs().map_or(Number::Float(f(v.f())), Number::Int)
+                    }
+                    ("sqrt", Number::Int(i)) if i >= 0 && i.isqrt().pow(2) == i => {
+                        Number::Int(i.isqrt())
                     }
                     _ => Number::Float(f(v.f())),
                 });
@@ -198,17 +203,6 @@ impl Parser<'_> {
     }
 }
 
-fn isqrt(i: i128) -> i128 {
-    let mut r = (i as f64).sqrt() as i128;
-    while r * r > i {
-        r -= 1;
-    }
-    while (r + 1) * (r + 1) <= i {
-        r += 1;
-    }
-    r
-}
-
 fn arith(a: Number, b: Number, op: char) -> R {
     if let (Number::Int(x), Number::Int(y)) = (a, b) {
         let exact = match op {
@@ -216,10 +210,12 @@ fn arith(a: Number, b: Number, op: char) -> R {
             '-' => x.checked_sub(y),
             '*' => x.checked_mul(y),
             '/' if y == 0 => return Err("division by zero".into()),
-            '/' if x % y == 0 => Some(x / y),
+            // i128::MIN / -1 overflows: checked, it goes on as a float.
+            '/' if x.checked_rem(y) == Some(0) => x.checked_div(y),
             '/' => None,
             '%' if y == 0 => return Err("division by zero".into()),
-            '%' => Some(x.rem_euclid(y)),
+            '%' if y == -1 => Some(0),
+            '%' => x.checked_rem_euclid(y),
             _ => None,
         };
         if let Some(v) = exact {
@@ -343,6 +339,35 @@ mod tests {
         assert!(ev("rm -rf /").starts_with("error"));
         assert!(ev("10 ^ 100").contains("too large"));
         assert!(ev("").starts_with("error"));
+        Ok(())
+    }
+
+    #[test]
+    fn the_integer_limits_neither_panic_nor_hang() -> TestResult {
+        let min = "(-170141183460469231731687303715884105727 - 1)";
+        // The largest i128: not a square; its float root, squared, overflows i128.
+        assert_eq!(
+            ev("sqrt(170141183460469231731687303715884105727)"),
+            ev("sqrt(170141183460469231731687303715884105727.0)")
+        );
+        assert_eq!(
+            ev("sqrt(85070591730234615865843651857942052864)"),
+            "9223372036854775808"
+        );
+        assert_eq!(
+            ev(&format!("{min} / -1")),
+            ev("170141183460469231731687303715884105728.0")
+        );
+        assert_eq!(ev(&format!("{min} % -1")), "0");
+        assert_eq!(ev(&format!("-{min}")), ev(&format!("abs({min})")));
+        assert_eq!(
+            ev(&format!("-{min}")),
+            ev("170141183460469231731687303715884105728.0")
+        );
+        assert_eq!(
+            ev(&format!("{min} * 1")),
+            "-170141183460469231731687303715884105728"
+        );
         Ok(())
     }
 
