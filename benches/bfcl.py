@@ -5,7 +5,9 @@ data: fetched with `pip download --no-deps`, read from the zip, never installed)
 AST checker checks them: the function's name, required parameters present, each value among the
 allowed ones ("" meaning it may be left out, an int accepted for a float, strings compared
 without case, spaces and punctuation), parallel calls matched in any order, irrelevance passed
-by making no call. A call that does not parse, or names a function not offered, is malformed.
+by making no call. A call that does not parse, or names a function not offered, or text that
+tries to write a call, is malformed; an answer cut by `max_tokens` (finish reason `length`) is
+counted as truncated instead, whatever its text (both count as wrong).
 
   python benches/bfcl.py HEARTH_BIN MODEL [--cases N] [--categories simple_python,multiple,parallel,irrelevance]
                          [--modes constrained,free] [--clients 4] [--out benches/results/DATE-bfcl.json]
@@ -151,8 +153,9 @@ def run_mode(hearth, model, mode, cases, clients):
 def score(category, case, truth, answer):
     names = {f["name"] for f in case["function"]}
     if "error" in answer:
-        return {"ok": False, "malformed": True, "why": answer["error"].get("error", {}).get("message", "")}
-    msg = answer["choices"][0]["message"]
+        return {"ok": False, "malformed": True, "truncated": False, "why": answer["error"].get("error", {}).get("message", "")}
+    choice = answer["choices"][0]
+    msg = choice["message"]
     calls, malformed = [], False
     for c in msg.get("tool_calls") or []:
         try:
@@ -167,8 +170,11 @@ def score(category, case, truth, answer):
     # An attempted call that did not come out as a call.
     if "<tool_call>" in text or re.search(r'\{\s*"name"\s*:', text):
         malformed = True
-    ok = not malformed and check(category, calls, truth, case["function"])
-    return {"ok": ok, "malformed": malformed, "calls": calls, "text": text[:300]}
+    # Cut by the token limit: whatever was written is unfinished, not malformed.
+    truncated = choice.get("finish_reason") == "length"
+    malformed = malformed and not truncated
+    ok = not malformed and not truncated and check(category, calls, truth, case["function"])
+    return {"ok": ok, "malformed": malformed, "truncated": truncated, "calls": calls, "text": text[:300]}
 
 
 def main():
@@ -202,22 +208,24 @@ def main():
         for (cat, case, truth), ans in zip(everything, answers):
             s = score(cat, case, truth, ans)
             details.append({"id": case["id"], **s})
-            p = per.setdefault(cat, {"cases": 0, "correct": 0, "malformed": 0})
+            p = per.setdefault(cat, {"cases": 0, "correct": 0, "malformed": 0, "truncated": 0})
             p["cases"] += 1
             p["correct"] += s["ok"]
             p["malformed"] += s["malformed"]
+            p["truncated"] += s["truncated"]
         for p in per.values():
             p["accuracy"] = round(100 * p["correct"] / p["cases"], 1)
             p["malformed_pct"] = round(100 * p["malformed"] / p["cases"], 1)
+            p["truncated_pct"] = round(100 * p["truncated"] / p["cases"], 1)
         results["modes"][mode] = {"seconds": round(time.time() - start, 1), "categories": per}
         if a.details:
             results["modes"][mode]["cases"] = details
         print(mode, json.dumps(per), file=sys.stderr)
     pathlib.Path(a.out).write_text(json.dumps(results, indent=1))
-    print("| category | " + " | ".join(f"{m} accuracy | {m} malformed %" for m in results["modes"]) + " |")
-    print("|---|" + "---|---|" * len(results["modes"]))
+    print("| category | " + " | ".join(f"{m} accuracy | {m} malformed % | {m} truncated %" for m in results["modes"]) + " |")
+    print("|---|" + "---|---|---|" * len(results["modes"]))
     for cat in data:
-        row = [f"{results['modes'][m]['categories'][cat]['accuracy']} | {results['modes'][m]['categories'][cat]['malformed_pct']}" for m in results["modes"]]
+        row = ["{accuracy} | {malformed_pct} | {truncated_pct}".format(**results["modes"][m]["categories"][cat]) for m in results["modes"]]
         print(f"| {cat} | " + " | ".join(row) + " |")
     print(f"wrote {a.out}")
 

@@ -123,7 +123,7 @@ impl Sampler {
             .iter()
             .enumerate()
             .filter(|(_, l)| l.is_finite())
-            .map(|(i, &l)| (i as u32, l / p.temperature))
+            .map(|(i, &l)| (i as u32, l))
             .collect();
         if cand.is_empty() {
             return argmax(logits);
@@ -132,8 +132,14 @@ impl Sampler {
         if let Some(k) = p.top_k {
             cand.truncate(k);
         }
+        // Scaled after the best logit is subtracted: a tiny temperature then sends every other
+        // candidate to 0 and the best to 1 (greedy), where `l / t` would overflow to inf and
+        // make every probability NaN.
         let max = cand[0].1;
-        let mut probs: Vec<f32> = cand.iter().map(|(_, l)| (l - max).exp()).collect();
+        let mut probs: Vec<f32> = cand
+            .iter()
+            .map(|(_, l)| ((l - max) / p.temperature).exp())
+            .collect();
         let total: f32 = probs.iter().sum();
         probs.iter_mut().for_each(|x| *x /= total);
         if let Some(top_p) = p.top_p {
@@ -189,6 +195,21 @@ mod tests {
     fn greedy_takes_the_argmax() {
         let mut s = Sampler::new(SamplingParams::greedy()).unwrap();
         assert_eq!(s.sample(&mut logits(), &[]), 1);
+    }
+
+    #[test]
+    fn a_tiny_temperature_is_greedy_not_nan() {
+        for temperature in [1e-45, 1e-39, f32::MIN_POSITIVE] {
+            let params = SamplingParams {
+                temperature,
+                top_k: None,
+                ..SamplingParams::default()
+            };
+            for seed in 0..20 {
+                let mut s = Sampler::new(SamplingParams { seed, ..params.clone() }).unwrap();
+                assert_eq!(s.sample(&mut logits(), &[]), 1, "temperature {temperature}");
+            }
+        }
     }
 
     #[test]
