@@ -206,7 +206,11 @@ mod tests {
                 ..SamplingParams::default()
             };
             for seed in 0..20 {
-                let mut s = Sampler::new(SamplingParams { seed, ..params.clone() }).unwrap();
+                let mut s = Sampler::new(SamplingParams {
+                    seed,
+                    ..params.clone()
+                })
+                .unwrap();
                 assert_eq!(s.sample(&mut logits(), &[]), 1, "temperature {temperature}");
             }
         }

@@ -4,6 +4,11 @@
 
 use crate::error::{EngineError, Result};
 
+/// Stop strings a request may carry, and the bytes of each: every token is scanned against
+/// all of them on the scheduler's thread, which every sequence shares (OpenAI allows 4).
+pub const MAX_STOP_STRINGS: usize = 64;
+pub const MAX_STOP_BYTES: usize = 1024;
+
 #[derive(Debug, Clone, Default)]
 pub struct StopStrings {
     stops: Vec<String>,
@@ -24,6 +29,21 @@ impl StopStrings {
             return Err(EngineError::invalid(
                 "stop",
                 format!("stop string {i} is empty"),
+            ));
+        }
+        if stops.len() > MAX_STOP_STRINGS {
+            return Err(EngineError::invalid(
+                "stop",
+                format!("{} stop strings (at most {MAX_STOP_STRINGS})", stops.len()),
+            ));
+        }
+        if let Some(i) = stops.iter().position(|s| s.len() > MAX_STOP_BYTES) {
+            return Err(EngineError::invalid(
+                "stop",
+                format!(
+                    "stop string {i} is {} bytes long (at most {MAX_STOP_BYTES})",
+                    stops[i].len()
+                ),
             ));
         }
         Ok(Self {
@@ -146,5 +166,19 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("stop string 1 is empty"), "{err}");
+    }
+
+    #[test]
+    fn too_many_or_too_long_stop_strings_are_refused() {
+        let many = (0..=MAX_STOP_STRINGS).map(|i| format!("s{i}")).collect();
+        let err = StopStrings::new(many).unwrap_err().to_string();
+        assert!(err.contains("65 stop strings (at most 64)"), "{err}");
+        let long = vec!["ok".into(), "a".repeat(MAX_STOP_BYTES + 1)];
+        let err = StopStrings::new(long).unwrap_err().to_string();
+        assert!(err.contains("stop string 1 is 1025 bytes long"), "{err}");
+        let most = (0..MAX_STOP_STRINGS)
+            .map(|_| "a".repeat(MAX_STOP_BYTES))
+            .collect();
+        assert!(StopStrings::new(most).is_ok());
     }
 }
