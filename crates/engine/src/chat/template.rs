@@ -152,8 +152,17 @@ fn template_error(origin: &str, e: JError) -> EngineError {
     }
 }
 
+/// The widest `tojson(indent=…)` a template may ask for (each level of nesting repeats it).
+const MAX_INDENT: usize = 64;
+
 fn tojson(value: JValue, kwargs: Kwargs) -> std::result::Result<String, JError> {
     let indent: Option<usize> = kwargs.get("indent")?;
+    if let Some(n) = indent.filter(|&n| n > MAX_INDENT) {
+        return Err(JError::new(
+            ErrorKind::InvalidOperation,
+            format!("tojson: indent {n} is more than {MAX_INDENT}"),
+        ));
+    }
     let mut fmt = PyJson::with_indent(indent);
     if let Some(seps) = kwargs.get::<Option<Vec<String>>>("separators")? {
         match seps.as_slice() {
@@ -181,8 +190,17 @@ fn raise_exception(message: String) -> std::result::Result<String, JError> {
     Err(JError::new(ErrorKind::InvalidOperation, message))
 }
 
-fn strftime_now(format: String) -> String {
-    chrono::Local::now().format(&format).to_string()
+fn strftime_now(format: String) -> std::result::Result<String, JError> {
+    use std::fmt::Write;
+    // A bad specifier is a formatting error (`to_string` would panic on it).
+    let mut out = String::new();
+    write!(out, "{}", chrono::Local::now().format(&format)).map_err(|_| {
+        JError::new(
+            ErrorKind::InvalidOperation,
+            format!("strftime_now: bad format {format:?}"),
+        )
+    })?;
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -206,6 +224,24 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("Only user and assistant roles!"), "{err}");
+    }
+
+    #[test]
+    fn bad_strftime_formats_and_huge_indents_are_errors() {
+        for (src, why) in [
+            ("{{ strftime_now('%Q') }}", "bad format"),
+            (
+                "{{ messages | tojson(indent=1000000000000000000) }}",
+                "indent",
+            ),
+        ] {
+            let err = render(src, &[ChatMessage::user("x")])
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(why), "{src}: {err}");
+        }
+        let ok = render("{{ [1] | tojson(indent=64) }}", &[]).unwrap();
+        assert_eq!(ok, format!("[\n{}1\n]", " ".repeat(64)));
     }
 
     #[test]
