@@ -82,7 +82,13 @@ impl Llm for LocalLlm {
         let events = futures::stream::unfold(Some(stream), |state| async move {
             let mut stream = state?;
             loop {
-                let item = match stream.next().await? {
+                // The engine always ends a stream with `Finished` or `Error`; a stream that
+                // just ends lost its worker, and its text must not pass for a whole answer.
+                let Some(event) = stream.next().await else {
+                    let gone = AgentError::Llm("the engine stopped before the answer ended".into());
+                    return Some((Err(gone), None));
+                };
+                let item = match event {
                     Event::Text { text } => Ok(LlmEvent::Text(text)),
                     Event::Reasoning { text } => Ok(LlmEvent::Reasoning(text)),
                     Event::Token { .. } => continue,
