@@ -4,7 +4,7 @@
 use super::error::ApiError;
 use super::request::{chat_call, json_object, ChatCall, ToolChoice};
 use super::tool_stream::{Piece, ToolCallSplitter};
-use super::{body_bytes, finish_reason, unix_now, usage_json, App, RequestId};
+use super::{body_bytes, finish_reason, off_the_runtime, unix_now, usage_json, App, RequestId};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
@@ -20,7 +20,7 @@ pub async fn chat_completions(
     State(app): State<Arc<App>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    match start(&app, body) {
+    match off_the_runtime(&app, body, start).await {
         Ok((call, stream, splitter)) => {
             let reply = Reply::new(&app, call.include_usage);
             if call.stream {

@@ -2,7 +2,9 @@
 
 use super::error::ApiError;
 use super::request::{json_object, typed, RawSampling};
-use super::{body_bytes, finish_reason, send_all, unix_now, usage_json, App, RequestId};
+use super::{
+    body_bytes, finish_reason, off_the_runtime, send_all, unix_now, usage_json, App, RequestId,
+};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
@@ -37,7 +39,7 @@ pub async fn completions(
     State(app): State<Arc<App>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    match start(&app, body) {
+    match off_the_runtime(&app, body, start).await {
         Ok((stream, streaming, include_usage)) => {
             let id = format!("cmpl-{}", RequestId::next());
             if streaming {

@@ -63,6 +63,24 @@ pub struct App {
     pub constrain_tools: bool,
 }
 
+/// Runs a handler's `start` (template rendering, tokenizing megabytes, compiling grammars:
+/// up to a second of CPU) on tokio's blocking pool, so that it never holds up the threads
+/// that carry every other client's stream.
+async fn off_the_runtime<T: Send + 'static>(
+    app: &Arc<App>,
+    body: Result<Bytes, BytesRejection>,
+    start: fn(&App, Result<Bytes, BytesRejection>) -> Result<T, ApiError>,
+) -> Result<T, ApiError> {
+    let app = app.clone();
+    tokio::task::spawn_blocking(move || start(&app, body))
+        .await
+        .unwrap_or_else(|e| {
+            Err(ApiError::internal(format!(
+                "the request's set-up failed: {e}"
+            )))
+        })
+}
+
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let opts = args.model.load_options()?;
     let engine = Engine::load(&args.model.model, &opts)?;
