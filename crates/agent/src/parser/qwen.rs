@@ -126,35 +126,48 @@ impl OutputParser for QwenToolParser {
         let known = |c: &ToolCall| tools.iter().any(|t| t == &c.function.name);
         let trimmed = raw.trim();
         if trimmed.starts_with('{') {
-            // One object, or several one after another (a cut-off last one is dropped).
-            let calls: Vec<ToolCall> = serde_json::Deserializer::from_str(trimmed)
-                .into_iter::<Value>()
-                .map_while(|v| v.ok())
-                .map(|v| call_from_json(&v))
-                .map_while(|c| c.ok())
-                .collect();
+            // One object, or several one after another (a cut-off last one is dropped); text
+            // after them is kept as the answer's text.
+            let mut objects = serde_json::Deserializer::from_str(trimmed).into_iter::<Value>();
+            let (mut calls, mut end) = (vec![], 0);
+            while let Some(Ok(v)) = objects.next() {
+                let Ok(c) = call_from_json(&v) else { break };
+                calls.push(c);
+                end = objects.byte_offset();
+            }
             if !calls.is_empty() && calls.iter().all(known) {
-                return ParsedOutput::calls(raw, String::new(), calls);
+                // (What starts like another object is one cut off by the token limit.)
+                let after = trimmed[end..].trim();
+                let text = if after.starts_with('{') { "" } else { after };
+                return ParsedOutput::calls(raw, text.to_string(), calls);
             }
         }
-        for (lang, body) in fenced_blocks(raw) {
-            if !matches!(lang, "" | "json") {
-                continue;
-            }
-            if let Ok(c) = serde_json::from_str::<Value>(body.trim())
-                .map_err(|e| e.to_string())
-                .and_then(|v| call_from_json(&v))
-            {
-                if known(&c) {
-                    let text = raw
-                        .split("```")
-                        .next()
-                        .unwrap_or_default()
-                        .trim()
-                        .to_string();
-                    return ParsedOutput::calls(raw, text, vec![c]);
+        // Every ```json (or bare ```) block that is a call of an offered tool; the text around
+        // them, other blocks included, stays the answer's text.
+        let (mut calls, mut text, mut rest) = (vec![], String::new(), raw);
+        while let Some(start) = rest.find("```") {
+            let after = &rest[start + 3..];
+            let Some(nl) = after.find('\n') else { break };
+            let body = &after[nl + 1..];
+            let Some(len) = body.find("```") else { break };
+            let block_end = start + 3 + nl + 1 + len + 3;
+            let call = matches!(after[..nl].trim(), "" | "json")
+                .then(|| serde_json::from_str::<Value>(body[..len].trim()).ok())
+                .flatten()
+                .and_then(|v| call_from_json(&v).ok())
+                .filter(known);
+            match call {
+                Some(c) => {
+                    text.push_str(&rest[..start]);
+                    calls.push(c);
                 }
+                None => text.push_str(&rest[..block_end]),
             }
+            rest = &rest[block_end..];
+        }
+        if !calls.is_empty() {
+            text.push_str(rest);
+            return ParsedOutput::calls(raw, text.trim().to_string(), calls);
         }
         ParsedOutput::text(raw)
     }
@@ -253,6 +266,21 @@ mod tests {
         let lines = format!("{bare}\n{{\"name\": \"get_weather\", \"arguments\": {{\"city\": \"Paris\"}}}}\n{{\"name\": \"calcu");
         let out = QwenToolParser.parse(&lines, &tools());
         assert_eq!(out.tool_calls.len(), 2);
+        assert_eq!(out.text, "");
+        // Text after the calls is the answer's text, not dropped.
+        let out = QwenToolParser.parse(&format!("{bare}\nDone."), &tools());
+        assert_eq!((out.tool_calls.len(), out.text.as_str()), (1, "Done."));
+        // Every fenced call, and the text around them (other blocks included).
+        let weather = "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}";
+        let two = format!("First:\n```json\n{bare}\n```\nthen:\n```\n{weather}\n```\n```python\nx = 1\n```\nDone.");
+        let out = QwenToolParser.parse(&two, &tools());
+        let names: Vec<_> = out
+            .tool_calls
+            .iter()
+            .map(|c| c.function.name.as_str())
+            .collect();
+        assert_eq!(names, ["calculator", "get_weather"]);
+        assert_eq!(out.text, "First:\n\nthen:\n\n```python\nx = 1\n```\nDone.");
         // A JSON object naming no offered tool is just an answer.
         let other = "{\"name\": \"Alice\", \"age\": 30}";
         assert_eq!(
