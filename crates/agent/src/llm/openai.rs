@@ -363,6 +363,12 @@ fn sse_events(resp: reqwest::Response) -> impl futures::Stream<Item = Result<Llm
                 continue;
             }
             match s.bytes.next().await {
+                Some(Ok(_)) if s.buf.len() > MAX_EVENT_BYTES => {
+                    s.ready.push_back(Err(AgentError::Llm(format!(
+                        "the server sent more than {MAX_EVENT_BYTES} bytes without ending an event"
+                    ))));
+                    s.done = true;
+                }
                 Some(Ok(b)) => s.buf.extend_from_slice(&b),
                 Some(Err(e)) => {
                     s.ready
@@ -456,6 +462,10 @@ fn finish(
     }));
 }
 
+/// The longest server-sent event read (a chunk is a few hundred bytes; a server that never
+/// ends one must not fill the memory).
+const MAX_EVENT_BYTES: usize = 1 << 20;
+
 /// Where the first event ends: its length and the separator's.
 fn find_event_end(buf: &[u8]) -> Option<(usize, usize)> {
     let lf = buf.windows(2).position(|w| w == b"\n\n").map(|i| (i, 2));
@@ -473,6 +483,41 @@ fn find_event_end(buf: &[u8]) -> Option<(usize, usize)> {
 mod tests {
     use super::*;
     use hearth_engine::ToolCall;
+
+    #[tokio::test]
+    async fn an_event_that_never_ends_is_an_error(
+    ) -> std::result::Result<(), Box<dyn std::error::Error>> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        // A server that answers with 2.5 MiB of one event that never ends.
+        let server = tokio::spawn(async move {
+            let (mut sock, _) = listener.accept().await?;
+            let mut request = vec![0u8; 1 << 16];
+            let _ = sock.read(&mut request).await?;
+            sock.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\ndata: ")
+                .await?;
+            let chunk = vec![b'x'; 64 << 10];
+            for _ in 0..40 {
+                if sock.write_all(&chunk).await.is_err() {
+                    break;
+                }
+            }
+            std::io::Result::Ok(())
+        });
+        let llm = OpenAiLlm::new(&format!("http://{addr}/v1"), "m")?;
+        let request = crate::llm::LlmRequest {
+            messages: vec![ChatMessage::new("user", "hi")],
+            ..Default::default()
+        };
+        let err = crate::llm::complete(&llm, request)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("without ending an event"), "{err}");
+        server.abort();
+        Ok(())
+    }
 
     #[test]
     fn tool_results_name_the_call_they_answer() {
