@@ -77,3 +77,22 @@ fn streaming_holds_back_a_split_character() {
     assert_eq!(dec.push(&tok, ids[0]).unwrap(), "");
     assert!(!dec.flush(&tok).unwrap().is_empty());
 }
+
+#[test]
+fn ids_that_never_complete_a_character_are_let_go() {
+    // 你's last byte, again and again: never a whole character. The decoder lets the held
+    // text go every few tokens (its window, re-decoded each token, stays short).
+    let tok = Tokenizer::from_file(&tiny("qwen2").join("tokenizer.json")).unwrap();
+    let ids = tok.encode("你").unwrap();
+    let lone = *ids.last().unwrap();
+    let mut dec = StreamDecoder::new();
+    let mut since = 0;
+    for _ in 0..1000 {
+        since = if dec.push(&tok, lone).unwrap().is_empty() {
+            since + 1
+        } else {
+            0
+        };
+        assert!(since < 8, "{since} tokens held");
+    }
+}

@@ -88,6 +88,9 @@ pub struct StreamDecoder {
     read: usize,
 }
 
+/// Tokens held back at most while their text is an incomplete character.
+const MAX_HELD: usize = 8;
+
 impl StreamDecoder {
     pub fn new() -> Self {
         Self::default()
@@ -98,7 +101,10 @@ impl StreamDecoder {
         self.ids.push(id);
         let before = tok.decode(&self.ids[self.prefix..self.read])?;
         let now = tok.decode(&self.ids[self.prefix..])?;
-        if now.len() > before.len() && !now.ends_with('\u{FFFD}') {
+        // A character is at most 4 byte tokens: past that, held text is let go as it is, so
+        // that ids that never complete one (or decode to nothing) keep the window short.
+        let held = self.ids.len() - self.read;
+        if (now.len() > before.len() && !now.ends_with('\u{FFFD}')) || held >= MAX_HELD {
             let delta = match now.get(before.len()..) {
                 Some(d) if now.starts_with(&before) => d.to_string(),
                 // Decoding a longer window changed earlier text (rare): emit what is new.
