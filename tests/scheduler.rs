@@ -126,6 +126,45 @@ fn batching_does_not_change_greedy_tokens() {
 }
 
 #[test]
+fn sequences_that_outgrow_the_budget_are_preempted_and_go_on() {
+    // Past 256 positions a tiny model's cache doubles to 512 (256 KiB): six such answers need
+    // 1.5 MiB, the budget is 1 MiB. The newest are preempted, run their tokens again later
+    // and go on: every answer whole, each the one it gives alone.
+    let settings = SchedulerOptions {
+        kv_cache_mb: Some(1),
+        max_seqs: Some(6),
+        ..Default::default()
+    };
+    let prompt =
+        |i: usize| -> Vec<u32> { (0..20).map(|j| ((i * 29 + j * 13) % 1000) as u32).collect() };
+    let alone_engine = engine("qwen2", settings.clone());
+    let alone: Vec<Vec<u32>> = (0..6)
+        .map(|i| {
+            collect(
+                alone_engine
+                    .generate(request(prompt(i), 300, None))
+                    .unwrap(),
+            )
+            .0
+        })
+        .collect();
+    let e = engine("qwen2", settings);
+    let streams: Vec<EventStream> = (0..6)
+        .map(|i| e.generate(request(prompt(i), 300, None)).unwrap())
+        .collect();
+    for (i, s) in streams.into_iter().enumerate() {
+        let (ids, summary) = collect(s);
+        assert_eq!(ids.len(), 300, "request {i}");
+        assert_eq!(summary.usage.prompt_tokens, 20, "request {i}");
+        assert_eq!(ids, alone[i], "request {i}: preempted vs alone");
+    }
+    let stats = e.stats().unwrap();
+    assert!(stats.preemptions > 0, "{stats:?}");
+    assert!(stats.peak_kv_bytes <= stats.kv_budget_bytes, "{stats:?}");
+    assert_eq!((stats.running, stats.waiting), (0, 0), "{stats:?}");
+}
+
+#[test]
 fn a_hundred_sessions_stay_under_the_kv_budget_and_all_answer() {
     // 1 MiB holds eight of the tiny model's 256-position caches (128 KiB each).
     let e = engine(

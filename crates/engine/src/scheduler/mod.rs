@@ -7,7 +7,9 @@
 //! leaves the batch when it finishes or its stream is dropped; a waiting one joins at the next
 //! step. Caches live in a byte-budgeted pool ([`kv_pool`]): sessions keep theirs between
 //! requests, finished requests leave theirs for later prompts with the same prefix, and idle
-//! ones are evicted least recently used.
+//! ones are evicted least recently used. When a running sequence must grow and no idle cache
+//! is left to evict, the newest running sequence is preempted: its cache is dropped and it
+//! waits, ahead of new requests, to run its tokens again and go on (vLLM's recompute).
 //!
 //! Batching does not change results: prompt chunks start at the same offsets whatever else
 //! runs, and a decoding row takes the kernel it would take alone
@@ -76,6 +78,8 @@ pub struct SchedulerStats {
     pub kv_budget_bytes: usize,
     /// Idle caches evicted to stay under the budget, since the start.
     pub evictions: usize,
+    /// Running sequences whose caches were dropped for others to grow, since the start.
+    pub preemptions: usize,
 }
 
 pub(crate) struct Scheduler {
@@ -88,11 +92,14 @@ pub(crate) struct Scheduler {
     config: SchedulerConfig,
     waiting: VecDeque<Job>,
     running: Vec<Sequence>,
+    /// Sequences preempted, oldest first: admitted again before any waiting request.
+    preempted: VecDeque<Sequence>,
     pool: KvPool,
     /// Requests waiting or running, shared with the engine handle (for `max_waiting`).
     in_flight: Arc<AtomicUsize>,
     peak_kv_bytes: usize,
     evictions: usize,
+    preemptions: usize,
 }
 
 impl Scheduler {
@@ -114,10 +121,12 @@ impl Scheduler {
             config,
             waiting: VecDeque::new(),
             running: Vec::new(),
+            preempted: VecDeque::new(),
             pool: KvPool::default(),
             in_flight,
             peak_kv_bytes: 0,
             evictions: 0,
+            preemptions: 0,
         }
     }
 
@@ -125,7 +134,7 @@ impl Scheduler {
     pub fn run(mut self, commands: Receiver<Command>) {
         let mut open = true;
         loop {
-            if self.running.is_empty() && self.waiting.is_empty() {
+            if self.running.is_empty() && self.waiting.is_empty() && self.preempted.is_empty() {
                 if !open {
                     return;
                 }
@@ -150,7 +159,7 @@ impl Scheduler {
             Command::Generate(job) => self.waiting.push_back(*job),
             Command::DropSession(id) => {
                 self.pool.remove(&id);
-                for s in &mut self.running {
+                for s in self.running.iter_mut().chain(&mut self.preempted) {
                     if s.session() == Some(id.as_str()) {
                         s.keep = false;
                     }
@@ -158,13 +167,14 @@ impl Scheduler {
             }
             Command::Stats(reply) => {
                 let _ = reply.send(SchedulerStats {
-                    waiting: self.waiting.len(),
+                    waiting: self.waiting.len() + self.preempted.len(),
                     running: self.running.len(),
                     idle_caches: self.pool.len(),
                     kv_bytes: self.kv_bytes(),
                     peak_kv_bytes: self.peak_kv_bytes.max(self.kv_bytes()),
                     kv_budget_bytes: self.config.kv_budget_bytes,
                     evictions: self.evictions,
+                    preemptions: self.preemptions,
                 });
             }
             Command::ExportSession(id, reply) => {
@@ -175,7 +185,7 @@ impl Scheduler {
             }
             Command::ReleaseSession(id) => {
                 self.pool.release(&id);
-                for s in &mut self.running {
+                for s in self.running.iter_mut().chain(&mut self.preempted) {
                     if s.session() == Some(id.as_str()) {
                         s.request.session = None;
                     }
@@ -204,6 +214,7 @@ impl Scheduler {
         if self
             .running
             .iter()
+            .chain(&self.preempted)
             .any(|s| s.session() == Some(c.session.as_str()))
         {
             return Err(EngineError::invalid(
@@ -284,6 +295,23 @@ impl Scheduler {
     }
 
     fn admit(&mut self) {
+        // Preempted sequences first, oldest first; new requests wait until they are all back.
+        while let Some(s) = self.preempted.front() {
+            if s.cancelled() {
+                self.preempted.pop_front();
+                self.in_flight.fetch_sub(1, Ordering::Relaxed);
+                continue;
+            }
+            if self.running.len() >= self.config.max_seqs {
+                return;
+            }
+            let need = s.cache.bytes_for(s.rerun_len());
+            if !self.make_room(need, None) {
+                return;
+            }
+            let s = self.preempted.pop_front().expect("front checked");
+            self.running.push(s);
+        }
         let mut i = 0;
         while i < self.waiting.len() && self.running.len() < self.config.max_seqs {
             if self.waiting[i].events.is_closed() {
@@ -293,10 +321,12 @@ impl Scheduler {
             }
             // One request at a time per session: a later one waits for the earlier's cache.
             let session = self.waiting[i].request.session.clone();
-            if session
-                .as_deref()
-                .is_some_and(|id| self.running.iter().any(|s| s.session() == Some(id)))
-            {
+            if session.as_deref().is_some_and(|id| {
+                self.running
+                    .iter()
+                    .chain(&self.preempted)
+                    .any(|s| s.session() == Some(id))
+            }) {
                 i += 1;
                 continue;
             }
@@ -439,16 +469,16 @@ impl Scheduler {
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
             let s = &self.running[i];
-            if s.pending.is_some() || s.unprefilled().is_empty() {
+            if s.unprefilled().is_empty() {
                 i += 1;
                 continue;
             }
             let chunk = s.unprefilled().len().min(self.config.prefill_chunk);
             budget = budget.saturating_sub(chunk);
             let extra = s.cache.bytes_for(s.cache.len() + chunk) - s.cache.bytes();
-            if !self.make_room(extra, None) {
-                let message = self.over_budget(extra);
-                self.fail(i, message);
+            let (stays, at) = self.room_for(i, extra, 0);
+            i = at;
+            if !stays {
                 continue;
             }
             match self.prefill_chunk(i, chunk) {
@@ -465,10 +495,13 @@ impl Scheduler {
         let start = Instant::now();
         let s = &mut self.running[i];
         let from = s.tokens.len();
-        let tokens = s.request.prompt[from..from + chunk].to_vec();
+        let tokens = s.unprefilled()[..chunk].to_vec();
+        debug_assert_eq!(from, s.cache.len());
         let logits = self.model.forward(&tokens, &mut s.cache)?;
         s.prefilled(chunk, start.elapsed());
-        if !s.unprefilled().is_empty() {
+        // More to run; or the tokens of a preempted sequence are back and it decodes its
+        // pending token next (sampled before: nothing to sample now).
+        if !s.unprefilled().is_empty() || s.pending.is_some() {
             return Ok(true);
         }
         if !logits.sum_all()?.to_scalar::<f32>()?.is_finite() {
@@ -488,25 +521,26 @@ impl Scheduler {
 
     /// One decoding step of every sequence with a pending token, batched.
     fn decode(&mut self) {
-        let mut batch: Vec<usize> = (0..self.running.len())
-            .filter(|&i| self.running[i].pending.is_some())
-            .collect();
-        // Caches that must grow this step need room first; one that cannot get it fails.
-        let mut k = 0;
-        while k < batch.len() {
-            let s = &self.running[batch[k]];
+        // Caches that must grow this step need room first, all of it together (they grow in
+        // the same forward pass), the oldest sequences' first.
+        let mut reserved = 0;
+        let mut i = 0;
+        while i < self.running.len() {
+            let s = &self.running[i];
             let extra = s.cache.bytes_for(s.cache.len() + 1) - s.cache.bytes();
-            if extra > 0 && !self.make_room(extra, None) {
-                let message = self.over_budget(extra);
-                let i = batch.remove(k);
-                self.fail(i, message);
-                for b in batch.iter_mut().filter(|b| **b > i) {
-                    *b -= 1;
-                }
+            if !s.decoding() || extra == 0 {
+                i += 1;
                 continue;
             }
-            k += 1;
+            let (stays, at) = self.room_for(i, extra, reserved);
+            i = at + usize::from(stays);
+            if stays {
+                reserved += extra;
+            }
         }
+        let batch: Vec<usize> = (0..self.running.len())
+            .filter(|&i| self.running[i].decoding())
+            .collect();
         if batch.is_empty() {
             return;
         }
@@ -590,6 +624,50 @@ impl Scheduler {
         if s.keep {
             self.pool.put(s.request.session.clone(), s.tokens, s.cache);
         }
+    }
+
+    /// Room under the budget for sequence `i` to grow by `extra` bytes besides `reserved`:
+    /// idle caches are evicted, then the newest running sequences preempted. Returns whether
+    /// `i` still runs, and where it is now (or where the next sequence is, when it left:
+    /// preempted as the newest, or failed because alone it does not fit).
+    fn room_for(&mut self, mut i: usize, extra: usize, reserved: usize) -> (bool, usize) {
+        while !self.make_room(reserved + extra, None) {
+            if self.running.len() == 1 {
+                let message = self.over_budget(extra);
+                self.fail(i, message);
+                return (false, i);
+            }
+            let newest = (0..self.running.len())
+                .max_by_key(|&j| self.running[j].arrived())
+                .expect("two or more running");
+            self.preempt(newest);
+            match newest.cmp(&i) {
+                std::cmp::Ordering::Equal => return (false, i),
+                std::cmp::Ordering::Less => i -= 1,
+                std::cmp::Ordering::Greater => {}
+            }
+        }
+        (true, i)
+    }
+
+    /// Drops sequence `i`'s cache; it waits to run its tokens again (see [`Sequence::preempt`]).
+    fn preempt(&mut self, i: usize) {
+        let mut s = self.running.remove(i);
+        tracing::info!(
+            "preempted a sequence of {} tokens ({:.1} MiB of KV cache) for others to grow under \
+             the {:.0} MiB budget; it runs again when there is room",
+            s.tokens.len(),
+            s.cache.bytes() as f64 / MIB,
+            self.config.kv_budget_bytes as f64 / MIB,
+        );
+        s.preempt(self.model.new_cache());
+        self.preemptions += 1;
+        let at = self
+            .preempted
+            .iter()
+            .position(|p| p.arrived() > s.arrived())
+            .unwrap_or(self.preempted.len());
+        self.preempted.insert(at, s);
     }
 
     /// Ends sequence `i` with an error; the others go on. Its cache is dropped.

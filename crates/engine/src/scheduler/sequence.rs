@@ -32,6 +32,9 @@ pub(crate) struct Sequence {
     pub cache: KvCache,
     /// The tokens whose keys and values `cache` holds.
     pub tokens: Vec<u32>,
+    /// After a preemption: every token the dropped cache held (prompt and generated), run
+    /// again as a prompt before decoding goes on from `pending`.
+    rerun: Vec<u32>,
     /// Prompt tokens found cached (not run again).
     pub cached: usize,
     /// The prompt, then every generated token (for the repetition penalty).
@@ -85,6 +88,7 @@ impl Sequence {
             cached: tokens.len(),
             cache,
             tokens,
+            rerun: Vec::new(),
             history: request.prompt.clone(),
             pending: None,
             generated: 0,
@@ -107,17 +111,52 @@ impl Sequence {
         self.events.is_closed()
     }
 
-    /// The prompt tokens still to run.
+    /// The prompt tokens still to run (after a preemption, the tokens to run again).
     pub fn unprefilled(&self) -> &[u32] {
-        &self.request.prompt[self.tokens.len().min(self.request.prompt.len())..]
+        let all = if self.rerun.is_empty() {
+            &self.request.prompt
+        } else {
+            &self.rerun
+        };
+        &all[self.tokens.len().min(all.len())..]
     }
 
     /// Records a prompt chunk run into the cache.
     pub fn prefilled(&mut self, chunk: usize, took: Duration) {
-        let from = self.tokens.len();
-        self.tokens
-            .extend_from_slice(&self.request.prompt[from..from + chunk]);
+        let next = self.unprefilled()[..chunk].to_vec();
+        self.tokens.extend_from_slice(&next);
         self.prefill += took;
+        if self.unprefilled().is_empty() {
+            self.rerun.clear();
+        }
+    }
+
+    /// Whether the sequence decodes this step: a token pending, no prompt left to run.
+    pub fn decoding(&self) -> bool {
+        self.pending.is_some() && self.unprefilled().is_empty()
+    }
+
+    /// Drops the cache (for `empty`, a new one that holds nothing): the tokens it held will
+    /// be run again when the sequence is admitted again. Sampler, grammar, stop strings and
+    /// text decoder keep their state, so the answer goes on where it stopped.
+    pub fn preempt(&mut self, empty: KvCache) {
+        let held = std::mem::take(&mut self.tokens);
+        // Still in its prompt: the prompt runs again from the start. Decoding: everything
+        // held runs again, then the pending token.
+        if self.pending.is_some() {
+            self.rerun = held;
+        }
+        self.cache = empty;
+    }
+
+    /// The tokens a new cache must hold before the sequence can go on.
+    pub fn rerun_len(&self) -> usize {
+        self.rerun.len().max(self.request.prompt.len())
+    }
+
+    /// When the request arrived (the newest running sequence is preempted first).
+    pub fn arrived(&self) -> Instant {
+        self.arrived
     }
 
     /// Records the pending token run into the cache.
