@@ -6,8 +6,8 @@ AST checker checks them: the function's name, required parameters present, each 
 allowed ones ("" meaning it may be left out, an int accepted for a float, strings compared
 without case, spaces and punctuation), parallel calls matched in any order, irrelevance passed
 by making no call. A call that does not parse, or names a function not offered, or text that
-tries to write a call, is malformed; an answer cut by `max_tokens` (finish reason `length`) is
-counted as truncated instead, whatever its text (both count as wrong).
+tries to write a call, is malformed; such an attempt cut by `max_tokens` (finish reason
+`length`) is counted as truncated instead (both count as wrong).
 
   python benches/bfcl.py HEARTH_BIN MODEL [--cases N] [--categories simple_python,multiple,parallel,irrelevance]
                          [--modes constrained,free] [--clients 4] [--out benches/results/DATE-bfcl.json]
@@ -170,11 +170,12 @@ def score(category, case, truth, answer):
     # An attempted call that did not come out as a call.
     if "<tool_call>" in text or re.search(r'\{\s*"name"\s*:', text):
         malformed = True
-    # Cut by the token limit: whatever was written is unfinished, not malformed.
-    truncated = choice.get("finish_reason") == "length"
-    malformed = malformed and not truncated
-    ok = not malformed and not truncated and check(category, calls, truth, case["function"])
-    return {"ok": ok, "malformed": malformed, "truncated": truncated, "calls": calls, "text": text[:300]}
+    ok = not malformed and check(category, calls, truth, case["function"])
+    # A call cut by the token limit is unfinished, not malformed (wrong all the same); an
+    # answer without a call that the limit cut is just a long answer.
+    truncated = malformed and choice.get("finish_reason") == "length"
+    return {"ok": ok, "malformed": malformed and not truncated, "truncated": truncated, "calls": calls,
+            "text": text[:300]}
 
 
 def main():
