@@ -151,18 +151,27 @@ pub(crate) fn partial_tag(text: &str, tag: &str) -> usize {
 
 /// The JSON in fenced code blocks (```json … ``` or ``` … ```), in order.
 pub(crate) fn fenced_blocks(text: &str) -> Vec<(&str, &str)> {
+    fenced_spans(text)
+        .into_iter()
+        .map(|(_, lang, body)| (lang, body))
+        .collect()
+}
+
+/// Fenced code blocks, in order: where each lies in `text` (opening fence to closing fence,
+/// both included), its language and its body.
+pub(crate) fn fenced_spans(text: &str) -> Vec<(std::ops::Range<usize>, &str, &str)> {
     let mut out = vec![];
-    let mut rest = text;
-    while let Some(start) = rest.find("```") {
-        let after = &rest[start + 3..];
+    let mut from = 0;
+    while let Some(start) = text[from..].find("```").map(|i| from + i) {
+        let after = &text[start + 3..];
         let (lang, body_start) = match after.find('\n') {
             Some(nl) => (after[..nl].trim(), nl + 1),
             None => break,
         };
         let body = &after[body_start..];
         let Some(end) = body.find("```") else { break };
-        out.push((lang, &body[..end]));
-        rest = &body[end + 3..];
+        from = start + 3 + body_start + end + 3;
+        out.push((start..from, lang, &body[..end]));
     }
     out
 }

@@ -3,7 +3,7 @@
 //! JSON string, and what small models write without tags — a bare JSON object, or one in a
 //! ```json fence, naming a tool they were offered.
 
-use super::{fenced_blocks, partial_tag, OutputParser, ParsedOutput};
+use super::{fenced_blocks, fenced_spans, partial_tag, OutputParser, ParsedOutput};
 use hearth_engine::ToolCall;
 use serde_json::{Map, Value};
 
@@ -144,29 +144,21 @@ impl OutputParser for QwenToolParser {
         }
         // Every ```json (or bare ```) block that is a call of an offered tool; the text around
         // them, other blocks included, stays the answer's text.
-        let (mut calls, mut text, mut rest) = (vec![], String::new(), raw);
-        while let Some(start) = rest.find("```") {
-            let after = &rest[start + 3..];
-            let Some(nl) = after.find('\n') else { break };
-            let body = &after[nl + 1..];
-            let Some(len) = body.find("```") else { break };
-            let block_end = start + 3 + nl + 1 + len + 3;
-            let call = matches!(after[..nl].trim(), "" | "json")
-                .then(|| serde_json::from_str::<Value>(body[..len].trim()).ok())
+        let (mut calls, mut text, mut from) = (vec![], String::new(), 0);
+        for (span, lang, body) in fenced_spans(raw) {
+            let call = matches!(lang, "" | "json")
+                .then(|| serde_json::from_str::<Value>(body.trim()).ok())
                 .flatten()
                 .and_then(|v| call_from_json(&v).ok())
                 .filter(known);
-            match call {
-                Some(c) => {
-                    text.push_str(&rest[..start]);
-                    calls.push(c);
-                }
-                None => text.push_str(&rest[..block_end]),
+            if let Some(c) = call {
+                text.push_str(&raw[from..span.start]);
+                calls.push(c);
+                from = span.end;
             }
-            rest = &rest[block_end..];
         }
         if !calls.is_empty() {
-            text.push_str(rest);
+            text.push_str(&raw[from..]);
             return ParsedOutput::calls(raw, text.trim().to_string(), calls);
         }
         ParsedOutput::text(raw)

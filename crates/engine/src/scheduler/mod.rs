@@ -305,7 +305,8 @@ impl Scheduler {
             if self.running.len() >= self.config.max_seqs {
                 return;
             }
-            let need = s.cache.bytes_for(s.rerun_len());
+            // Its cache is empty: everything it must run again is unprefilled.
+            let need = s.cache.bytes_for(s.unprefilled().len());
             if !self.make_room(need, None) {
                 return;
             }

@@ -149,11 +149,6 @@ impl Sequence {
         self.cache = empty;
     }
 
-    /// The tokens a new cache must hold before the sequence can go on.
-    pub fn rerun_len(&self) -> usize {
-        self.rerun.len().max(self.request.prompt.len())
-    }
-
     /// When the request arrived (the newest running sequence is preempted first).
     pub fn arrived(&self) -> Instant {
         self.arrived
