@@ -11,6 +11,7 @@ tries to write a call, is malformed; such an attempt cut by `max_tokens` (finish
 
   python benches/bfcl.py HEARTH_BIN MODEL [--cases N] [--categories simple_python,multiple,parallel,irrelevance]
                          [--modes constrained,free] [--clients 4] [--out benches/results/DATE-bfcl.json]
+                         [--details] [--ids multiple_90,multiple_152]
 """
 
 import argparse
@@ -188,6 +189,7 @@ def main():
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--out", default=f"benches/results/{datetime.date.today()}-bfcl.json")
     ap.add_argument("--details", action="store_true", help="keep each case's calls and text in the results")
+    ap.add_argument("--ids", default="", help="only these case ids, comma-separated (e.g. multiple_90,multiple_152)")
     a = ap.parse_args()
     z = wheel()
     data = {}
@@ -198,7 +200,12 @@ def main():
                  z.read(f"bfcl_eval/data/possible_answer/BFCL_v4_{cat}.json").decode().splitlines() if l.strip()}
         except KeyError:
             t = {}
+        if a.ids:
+            q = [c for c in q if c["id"] in a.ids.split(",")]
         data[cat] = [(cat, c, t.get(c["id"], [])) for c in (q[: a.cases] if a.cases else q)]
+    data = {cat: cases for cat, cases in data.items() if cases}
+    if not data:
+        raise SystemExit("no case matches --categories/--ids")
     results = {"command": " ".join(["python benches/bfcl.py"] + sys.argv[1:]), "wheel": os.path.basename(z.filename),
                "model": os.path.basename(a.model), "modes": {}}
     for mode in a.modes.split(","):

@@ -47,6 +47,7 @@ fn schema() -> Value {
 }
 
 /// Microseconds to make the guide for `c`, and of `Guide::mask` at every token of `text`.
+/// With `HEARTH_MASK_STEPS` set, the steps over 0.5 ms are printed with the text before them.
 fn mask_times(e: &Engine, c: &Constraint, text: &str, vocab: usize) -> Result<(f64, Vec<f64>)> {
     let g = e.grammars()?;
     let t = Instant::now();
@@ -54,11 +55,16 @@ fn mask_times(e: &Engine, c: &Constraint, text: &str, vocab: usize) -> Result<(f
     let made = t.elapsed().as_secs_f64() * 1e6;
     let mut logits = vec![0f32; vocab];
     let mut times = vec![];
-    for id in e.tokenizer().encode(text)? {
+    let ids = e.tokenizer().encode(text)?;
+    for (i, &id) in ids.iter().enumerate() {
         logits.iter_mut().for_each(|l| *l = 0.0);
         let t = Instant::now();
         guide.mask(&mut logits)?;
         times.push(t.elapsed().as_secs_f64() * 1e6);
+        if std::env::var_os("HEARTH_MASK_STEPS").is_some() && times[i] > 500.0 {
+            let before = e.tokenizer().decode(&ids[i.saturating_sub(4)..i])?;
+            eprintln!("  {:.0} µs after {before:?}", times[i]);
+        }
         if !guide.allows(id)? {
             return Err(format!("token {id} of {text:?} refused").into());
         }

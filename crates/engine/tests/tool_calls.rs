@@ -338,6 +338,17 @@ fn on_the_real_vocabulary_the_tags_are_tokens() -> TestResult {
     assert!(walk(&auto, &stranger)?.0 < tok.encode(&stranger)?.len());
     let prose = format!("Here: {bare}");
     assert!(walk(&auto, &prose)?.0 < tok.encode(&prose)?.len());
+    // The mask, too: after `{"name` in text every token that closes the key is refused.
+    let mut guide = g.guide(&auto)?;
+    for id in tok.encode("Here: {\"name")? {
+        guide.consume(id)?;
+    }
+    let mut logits = vec![0f32; g.vocab_size()];
+    guide.mask(&mut logits)?;
+    for (piece, allowed) in [("\"", false), ("\":", false), ("s", true), ("_", true)] {
+        let id = tok.token_id(piece).ok_or(piece)?;
+        assert_eq!(logits[id as usize].is_finite(), allowed, "{piece:?}");
+    }
     // Fenced as the whole answer, too; a fence with something else than a call is refused.
     for fence in ["```json\n", "```\n"] {
         let fenced = format!("{fence}{bare}\n```");
@@ -350,6 +361,25 @@ fn on_the_real_vocabulary_the_tags_are_tokens() -> TestResult {
         assert!(
             walk(&auto, &fenced)?.0 < tok.encode(&fenced)?.len(),
             "{fenced}"
+        );
+    }
+    // Untagged, pretty-printed in a fence, as small models write it; whitespace between the
+    // JSON's tokens is a space or one line break and an indent, no more. In the tags, the
+    // template's one-line layout only.
+    let pretty = "```json\n{\n  \"name\": \"get_weather\",\n  \"arguments\": {\n    \"city\": \"Paris\"\n  }\n}\n```";
+    assert_eq!(walk(&auto, pretty)?, (tok.encode(pretty)?.len(), true));
+    let unfenced = &pretty[8..pretty.len() - 4];
+    assert_eq!(walk(&auto, unfenced)?, (tok.encode(unfenced)?.len(), true));
+    let tagged = good.replace("{\"city\"", "{\n  \"city\"");
+    assert!(walk(&auto, &tagged)?.0 < tok.encode(&tagged)?.len());
+    for padded in [
+        pretty.replace("{\n  \"name", "{\n\n  \"name"),
+        pretty.replace("{\n  \"name", &format!("{{\n{}\"name", " ".repeat(30))),
+        pretty.replace("{\n  \"name", "{  \"name"),
+    ] {
+        assert!(
+            walk(&auto, &padded)?.0 < tok.encode(&padded)?.len(),
+            "{padded}"
         );
     }
     // One untagged call only: after it the answer ends (several calls take their tags).

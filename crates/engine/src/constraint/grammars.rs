@@ -2,9 +2,10 @@
 //! once and shared by every constrained request, and the constraints compiled lately.
 
 use super::guide::Guide;
+use super::prose_guard::ProseGuard;
 use super::spec::Constraint;
 use super::token_env::TokenEnv;
-use super::tool_call::{tool_call_grammar, TagStyle, ToolChoice, ToolSpec};
+use super::tool_call::{tool_call_grammar, Layout, TagStyle, ToolChoice, ToolSpec};
 use crate::error::{EngineError, Result};
 use crate::tokenizer::Tokenizer;
 use llguidance::toktrie::TokEnv;
@@ -92,7 +93,7 @@ impl Grammars {
     ) -> Result<Option<Constraint>> {
         let specs = ToolSpec::from_openai(tools)?;
         for s in &specs {
-            let schema = s.call_schema();
+            let schema = s.call_schema(Layout::Dumps);
             let key = schema.to_string();
             if self.checked.lock().is_ok_and(|c| c.contains(&key)) {
                 continue;
@@ -153,7 +154,14 @@ impl Grammars {
                 m
             }
         };
-        Ok(Guide::new(matcher, self.env.clone()))
+        let prose = matches!(constraint, Constraint::ToolCalls(_)).then(|| {
+            let open = self
+                .env
+                .trie()
+                .token_id_at_bytes(&[b"\xff".as_slice(), b"<tool_call>"].concat());
+            ProseGuard::new(open, self.env.quoted())
+        });
+        Ok(Guide::new(matcher, self.env.clone(), prose))
     }
 
     fn compile(&self, constraint: &Constraint) -> Result<Matcher> {

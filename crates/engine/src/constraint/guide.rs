@@ -2,6 +2,7 @@
 //! complete. The scheduler samples freely first and masks only when the sample is refused, so
 //! a model that already follows the grammar pays almost nothing.
 
+use super::prose_guard::ProseGuard;
 use super::token_env::TokenEnv;
 use crate::error::{EngineError, Result};
 use llguidance::Matcher;
@@ -11,6 +12,8 @@ pub struct Guide {
     /// Boxed: a matcher is large, and requests move through channels.
     matcher: Box<Matcher>,
     env: Arc<TokenEnv>,
+    /// For a tool-call answer: the text before a call may not spell one.
+    prose: Option<ProseGuard>,
 }
 
 impl std::fmt::Debug for Guide {
@@ -20,10 +23,11 @@ impl std::fmt::Debug for Guide {
 }
 
 impl Guide {
-    pub(crate) fn new(matcher: Matcher, env: Arc<TokenEnv>) -> Self {
+    pub(crate) fn new(matcher: Matcher, env: Arc<TokenEnv>, prose: Option<ProseGuard>) -> Self {
         Self {
             matcher: Box::new(matcher),
             env,
+            prose,
         }
     }
 
@@ -45,6 +49,11 @@ impl Guide {
         if token as usize >= self.env.trie().vocab_size() || self.matcher.is_stopped() {
             return Ok(false);
         }
+        if let Some(p) = &self.prose {
+            if !p.allows(token, self.env.trie().token(token)) {
+                return Ok(false);
+            }
+        }
         let valid = self
             .matcher
             .validate_tokens(&[token])
@@ -60,6 +69,9 @@ impl Guide {
         } else {
             self.matcher.compute_mask().map_err(|e| failed(&e))?
         };
+        if let Some(p) = &self.prose {
+            p.mask(logits, self.env.trie());
+        }
         // 32 ids per word of the mask: most words are all refused or, in free text, all
         // allowed; only mixed ones go id by id.
         let words = allowed.as_slice();
@@ -96,7 +108,11 @@ impl Guide {
 
     /// Advances past `token` (never an end-of-sequence token: those finish the sequence).
     pub fn consume(&mut self, token: u32) -> Result<()> {
-        self.matcher.consume_token(token).map_err(|e| failed(&e))
+        self.matcher.consume_token(token).map_err(|e| failed(&e))?;
+        if let Some(p) = &mut self.prose {
+            p.consume(token, self.env.trie().token(token));
+        }
+        Ok(())
     }
 
     /// Whether the text so far is a complete sentence of the grammar.

@@ -9,6 +9,7 @@
 mod byte_level;
 mod grammars;
 mod guide;
+mod prose_guard;
 mod spec;
 mod token_env;
 mod tool_call;
@@ -18,4 +19,4 @@ pub use grammars::Grammars;
 pub use guide::Guide;
 pub use spec::Constraint;
 pub use token_env::TokenEnv;
-pub use tool_call::{tool_call_grammar, TagStyle, ToolChoice, ToolSpec};
+pub use tool_call::{tool_call_grammar, Layout, TagStyle, ToolChoice, ToolSpec};

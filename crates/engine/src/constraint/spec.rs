@@ -17,6 +17,10 @@ pub enum Constraint {
     /// A Lark grammar in llguidance's dialect (`start:` rule, `%json {…}` for an embedded
     /// schema, `<|im_end|>`-style names for special tokens).
     Lark(String),
+    /// An answer that may hold tool calls (built by `Grammars::tool_calls` for `auto`): a Lark
+    /// grammar as above, and the text before the `<tool_call>` token may not spell a call
+    /// (`{"name"`), which is checked beside the grammar.
+    ToolCalls(String),
 }
 
 impl Constraint {
@@ -31,6 +35,7 @@ impl Constraint {
             Self::JsonSchema(_) => "JSON schema",
             Self::Regex(_) => "regex",
             Self::Lark(_) => "Lark grammar",
+            Self::ToolCalls(_) => "tool-call grammar",
         }
     }
 
@@ -38,7 +43,7 @@ impl Constraint {
         match self {
             Self::JsonSchema(schema) => TopLevelGrammar::from_json_schema(compact(schema)),
             Self::Regex(rx) => TopLevelGrammar::from_regex(rx),
-            Self::Lark(lark) => TopLevelGrammar::from_lark(lark.clone()),
+            Self::Lark(lark) | Self::ToolCalls(lark) => TopLevelGrammar::from_lark(lark.clone()),
         }
     }
 }

@@ -5,11 +5,14 @@ use super::byte_level::ByteLevel;
 use crate::error::{EngineError, Result};
 use crate::tokenizer::Tokenizer;
 use llguidance::toktrie::{TokRxInfo, TokTrie, TokenId, TokenizerEnv};
+use std::sync::Arc;
 
 /// toktrie's view of a [`Tokenizer`]: built once per model, shared by every grammar.
 pub struct TokenEnv {
     tokenizer: Tokenizer,
     trie: TokTrie,
+    /// Ordinary tokens whose bytes hold a `"` (what can finish spelling a call's `{"name"`).
+    quoted: Arc<[u32]>,
 }
 
 impl TokenEnv {
@@ -47,6 +50,12 @@ impl TokenEnv {
             };
             words.push(word);
         }
+        let quoted = (0..vocab as u32)
+            .filter(|&id| {
+                let w = &words[id as usize];
+                w.first() != Some(&TokTrie::SPECIAL_TOKEN_MARKER) && w.contains(&b'"')
+            })
+            .collect();
         let eos: Vec<u32> = eos.iter().copied().filter(|&t| t < vocab as u32).collect();
         let Some(&first) = eos.first() else {
             return Err(EngineError::invalid(
@@ -59,11 +68,17 @@ impl TokenEnv {
         Ok(Self {
             tokenizer: tokenizer.clone(),
             trie,
+            quoted,
         })
     }
 
     pub fn trie(&self) -> &TokTrie {
         &self.trie
+    }
+
+    /// Ordinary tokens whose bytes hold a `"`, ascending.
+    pub(crate) fn quoted(&self) -> Arc<[u32]> {
+        self.quoted.clone()
     }
 
     /// The ids that end a sequence where the grammar accepts.

@@ -5,12 +5,29 @@
 //! calls one per line. The grammar leaves text free until the model opens a call (in `auto`
 //! mode), then holds the call to `{"name": <an offered tool>, "arguments": <that tool's
 //! parameter schema>}` and the closing tag. `required` opens a call from the first token, a
-//! named tool allows only that one, and `none` never lets a call open. The JSON is written
-//! as Python's `json.dumps` writes it (`", "` and `": "`), as the chat template shows calls.
+//! named tool allows only that one, and `none` never lets a call open. A call in its tags is
+//! written as Python's `json.dumps` writes it (`", "` and `": "`), as the chat template shows
+//! calls; an untagged one may be pretty-printed (see [`Layout`]).
 
 use super::spec::Constraint;
 use crate::error::{EngineError, Result};
 use serde_json::{json, Map, Value};
+
+/// How a call's JSON is laid out between its tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// As `json.dumps` writes it, on one line (`", "`, `": "`): the chat template's layout,
+    /// which the model follows inside the tags. No other whitespace, so that a model cannot
+    /// pad a call until it runs out of tokens.
+    Dumps,
+    /// A space or a line break and an indent between tokens: a call the model writes without
+    /// tags, as the whole answer, comes pretty-printed in a fence (`{\n  "name": …`), and held
+    /// to one line it goes off the answer it was writing (ends strings early, fills arrays
+    /// with every `enum` value). One bounded run per gap.
+    Free,
+}
+
+const FREE_WHITESPACE: &str = r"(?: |\n {0,24})";
 
 /// Which calls the model may make (OpenAI's `tool_choice`).
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -84,7 +101,7 @@ impl ToolSpec {
     /// (`additionalProperties`), as in OpenAI's strict mode: a function does not take keyword
     /// arguments it does not declare, and small models otherwise copy schema words (`required`)
     /// or invent keys (`duration2`) into the call.
-    pub fn call_schema(&self) -> Value {
+    pub fn call_schema(&self, layout: Layout) -> Value {
         let mut arguments = self.parameters.clone();
         let mut schema = Map::new();
         if let Value::Object(params) = &mut arguments {
@@ -114,7 +131,13 @@ impl ToolSpec {
         schema.insert("additionalProperties".into(), json!(false));
         schema.insert(
             "x-guidance".into(),
-            json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "}),
+            match layout {
+                Layout::Dumps => json!({"whitespace_flexible": false,
+                    "item_separator": ", ", "key_separator": ": "}),
+                Layout::Free => json!({"whitespace_flexible": false,
+                    "whitespace_pattern": FREE_WHITESPACE, "item_separator": ",",
+                    "key_separator": ":"}),
+            },
         );
         Value::Object(schema)
     }
@@ -178,16 +201,33 @@ pub fn tool_call_grammar(
     let names: Vec<String> = (0..offered.len()).map(|i| format!("tool_{i}")).collect();
     g.push_str(&format!("body: {}\n", names.join(" | ")));
     for (name, tool) in names.iter().zip(&offered) {
-        g.push_str(&format!("{name}: %json {}\n", tool.call_schema()));
+        g.push_str(&format!(
+            "{name}: %json {}\n",
+            tool.call_schema(Layout::Dumps)
+        ));
     }
     g.push_str("TEXT: /(?s:.*)/\n");
     if matches!((choice, tags), (ToolChoice::Auto, TagStyle::SpecialTokens)) {
         // One call, bare or in a ```json fence, as the whole answer (both as llama.cpp's Hermes
         // parser and Hearth's server read them). Only one: a model that meant to go on with
         // text after the call would otherwise be led by its "\n" into a string of forced calls.
-        g.push_str("bare: body | \"```\" \"json\"? \"\\n\" body \"\\n```\"\n");
-        g.push_str("PROSE: /(?s:\\s*([^\\s{`].*)?)/ & ~/(?s:.*\\{\\s*\"name\".*)/\n");
+        g.push_str("bare: own | \"```\" \"json\"? \"\\n\" own \"\\n```\"\n");
+        let own: Vec<String> = names.iter().map(|n| format!("{n}_own")).collect();
+        g.push_str(&format!("own: {}\n", own.join(" | ")));
+        for (name, tool) in own.iter().zip(&offered) {
+            g.push_str(&format!(
+                "{name}: %json {}\n",
+                tool.call_schema(Layout::Free)
+            ));
+        }
+        // Text that does not open like JSON; that it never spells a call (`{"name"`) is checked
+        // beside the grammar (`Constraint::ToolCalls`): as a negated lexeme here it made every
+        // mask of free text walk the whole token trie.
+        g.push_str("PROSE: /(?s:\\s*([^\\s{`].*)?)/\n");
     }
     g.push_str("FREE: /(?s:.*)/ & ~/(?s:.*)<tool_call>(?s:.*)/\n");
-    Ok(Some(Constraint::Lark(g)))
+    Ok(Some(match (choice, tags) {
+        (ToolChoice::Auto, TagStyle::SpecialTokens) => Constraint::ToolCalls(g),
+        _ => Constraint::Lark(g),
+    }))
 }

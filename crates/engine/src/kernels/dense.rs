@@ -53,13 +53,6 @@ impl Elem for f16 {
 
 const LANES: usize = 32;
 
-/// Activation rows of `k` values per pass over a task's weight rows: about 128 KiB, a
-/// multiple of the 4-row register block.
-#[cfg(target_arch = "x86_64")]
-fn activation_chunk(k: usize) -> usize {
-    ((128 << 10) / (4 * k.max(1))).max(4) / 4 * 4
-}
-
 #[inline(always)]
 fn dot<W: Elem>(x: &[f32], w: &[W]) -> f32 {
     let k = x.len();
@@ -194,19 +187,17 @@ mod x86 {
                 }
                 let rows = out.rows;
                 assert!(x.len() >= m * k && w.len() >= (out.first + rows) * k);
-                // Activation rows in chunks that stay in L2 while the task's weight rows pass
-                // over them (a long prompt's would come from memory for every weight row).
-                let chunk = activation_chunk(k);
-                for c0 in (0..m).step_by(chunk) {
-                    let c1 = (c0 + chunk).min(m);
+                // Four activation rows stay in L1 while the task's weight rows (in L2 after
+                // the first four) stream past them: each step brings `R` weight vectors from
+                // L2 rather than four activation vectors (F16 pp32 +15 %, pp512 +7 % on a
+                // 2-core Zen 3).
+                for c in (0..m).step_by(4) {
                     for r in (0..rows).step_by(R) {
-                        for c in (c0..c1).step_by(4) {
-                            match c1 - c {
-                                1 => group::<1>(x, k, w, (r, c), out),
-                                2 => group::<2>(x, k, w, (r, c), out),
-                                3 => group::<3>(x, k, w, (r, c), out),
-                                _ => group::<4>(x, k, w, (r, c), out),
-                            }
+                        match m - c {
+                            1 => group::<1>(x, k, w, (r, c), out),
+                            2 => group::<2>(x, k, w, (r, c), out),
+                            3 => group::<3>(x, k, w, (r, c), out),
+                            _ => group::<4>(x, k, w, (r, c), out),
                         }
                     }
                 }
@@ -476,11 +467,11 @@ mod tests {
         }
     }
 
-    /// A prompt's rows, in register blocks and in chunks of activation rows, each get exactly
+    /// A prompt's rows, in register blocks of four activation rows and a tail, each get exactly
     /// what the row gets alone (decoding), at every level.
     #[test]
     fn each_row_of_a_prompt_sums_as_decoding_does() {
-        // k = 4096: chunks of 8 activation rows, so 21 rows take three chunks and a tail.
+        // 21 rows: five blocks of four and a tail of one.
         let (m, k, n) = (21, 4096, 5);
         let x: Vec<f32> = (0..m * k)
             .map(|i| ((i * 7 % 13) as f32 - 6.0) / 7.0 + (i % 3) as f32 * 0.001)
