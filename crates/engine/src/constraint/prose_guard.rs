@@ -39,6 +39,16 @@ fn step(at: u8, b: u8) -> Progress {
     }
 }
 
+/// The text with a token added.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum After {
+    /// The guard turns off within the token (the answer starts like a call).
+    Off,
+    Spelled,
+    /// Progress through the pattern, and whether a non-whitespace byte has been written.
+    At(u8, bool),
+}
+
 /// One sequence's guard: off once a call opens, or when the answer starts like a call
 /// (`{` or a fence: the grammar's untagged call, where `{"name"` is the call itself).
 #[derive(Debug, Clone)]
@@ -64,12 +74,11 @@ impl ProseGuard {
         }
     }
 
-    /// What the text becomes with `bytes` added: `None` when the guard turns off within them.
-    /// Added tokens other than the opening tag (toktrie's marker byte, then their name) are
-    /// not text.
-    fn run(&self, bytes: &[u8]) -> Option<Progress> {
+    /// What the text becomes with `bytes` added. Added tokens other than the opening tag
+    /// (toktrie's marker byte, then their name) are not text.
+    fn run(&self, bytes: &[u8]) -> After {
         if bytes.first() == Some(&TokTrie::SPECIAL_TOKEN_MARKER) {
-            return Some(Progress::At(self.at));
+            return After::At(self.at, self.started);
         }
         let (mut at, mut started) = (self.at, self.started);
         for &b in bytes {
@@ -79,20 +88,20 @@ impl ProseGuard {
                 }
                 started = true;
                 if b == b'{' || b == b'`' {
-                    return None;
+                    return After::Off;
                 }
             }
             match step(at, b) {
                 Progress::At(n) => at = n,
-                Progress::Spelled => return Some(Progress::Spelled),
+                Progress::Spelled => return After::Spelled,
             }
         }
-        Some(Progress::At(at))
+        After::At(at, started)
     }
 
     /// Whether token `id` (its raw bytes `bytes`) keeps the text from spelling a call.
     pub(crate) fn allows(&self, id: u32, bytes: &[u8]) -> bool {
-        !self.active || Some(id) == self.open || self.run(bytes) != Some(Progress::Spelled)
+        !self.active || Some(id) == self.open || self.run(bytes) != After::Spelled
     }
 
     /// Sets the logits of the tokens that would spell a call to -inf.
@@ -102,7 +111,7 @@ impl ProseGuard {
         }
         for &id in self.quoted.iter() {
             if let Some(l) = logits.get_mut(id as usize) {
-                if l.is_finite() && self.run(trie.token(id)) == Some(Progress::Spelled) {
+                if l.is_finite() && self.run(trie.token(id)) == After::Spelled {
                     *l = f32::NEG_INFINITY;
                 }
             }
@@ -119,15 +128,10 @@ impl ProseGuard {
             return;
         }
         match self.run(bytes) {
-            None => self.active = false,
-            Some(Progress::At(at)) => {
-                self.at = at;
-                self.started = self.started
-                    || (bytes.first() != Some(&TokTrie::SPECIAL_TOKEN_MARKER)
-                        && bytes.iter().any(|b| !b.is_ascii_whitespace()));
-            }
-            // Refused by `allows`; should it come anyway, the guard has nothing left to keep.
-            Some(Progress::Spelled) => self.active = false,
+            After::At(at, started) => (self.at, self.started) = (at, started),
+            // Spelled: refused by `allows`; should it come anyway, the guard has nothing left
+            // to keep.
+            After::Off | After::Spelled => self.active = false,
         }
     }
 }

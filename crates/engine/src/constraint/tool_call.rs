@@ -198,28 +198,14 @@ pub fn tool_call_grammar(
         g.push_str("opened[lazy]: TEXT \"<tool_call>\"\n");
         g.push_str(&format!("body_close: \"\\n\" body \"\\n\" {close}\n"));
     }
-    let names: Vec<String> = (0..offered.len()).map(|i| format!("tool_{i}")).collect();
-    g.push_str(&format!("body: {}\n", names.join(" | ")));
-    for (name, tool) in names.iter().zip(&offered) {
-        g.push_str(&format!(
-            "{name}: %json {}\n",
-            tool.call_schema(Layout::Dumps)
-        ));
-    }
+    push_calls(&mut g, "body", &offered, Layout::Dumps);
     g.push_str("TEXT: /(?s:.*)/\n");
     if matches!((choice, tags), (ToolChoice::Auto, TagStyle::SpecialTokens)) {
         // One call, bare or in a ```json fence, as the whole answer (both as llama.cpp's Hermes
         // parser and Hearth's server read them). Only one: a model that meant to go on with
         // text after the call would otherwise be led by its "\n" into a string of forced calls.
         g.push_str("bare: own | \"```\" \"json\"? \"\\n\" own \"\\n```\"\n");
-        let own: Vec<String> = names.iter().map(|n| format!("{n}_own")).collect();
-        g.push_str(&format!("own: {}\n", own.join(" | ")));
-        for (name, tool) in own.iter().zip(&offered) {
-            g.push_str(&format!(
-                "{name}: %json {}\n",
-                tool.call_schema(Layout::Free)
-            ));
-        }
+        push_calls(&mut g, "own", &offered, Layout::Free);
         // Text that does not open like JSON; that it never spells a call (`{"name"`) is checked
         // beside the grammar (`Constraint::ToolCalls`): as a negated lexeme here it made every
         // mask of free text walk the whole token trie.
@@ -230,4 +216,13 @@ pub fn tool_call_grammar(
         (ToolChoice::Auto, TagStyle::SpecialTokens) => Constraint::ToolCalls(g),
         _ => Constraint::Lark(g),
     }))
+}
+
+/// Rule `rule`: a call of one of `tools` laid out as `layout` (a rule per tool, `{rule}_{i}`).
+fn push_calls(g: &mut String, rule: &str, tools: &[&ToolSpec], layout: Layout) {
+    let names: Vec<String> = (0..tools.len()).map(|i| format!("{rule}_{i}")).collect();
+    g.push_str(&format!("{rule}: {}\n", names.join(" | ")));
+    for (name, tool) in names.iter().zip(tools) {
+        g.push_str(&format!("{name}: %json {}\n", tool.call_schema(layout)));
+    }
 }
