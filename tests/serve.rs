@@ -456,6 +456,10 @@ async fn a_client_that_leaves_cancels_its_generation() -> TestResult {
     };
     let s = Server::start_model(&model, &[])?;
     let mut long = hello(100_000);
+    // An answer that runs for minutes, whatever the sampler draws ("Hello there" may be
+    // answered in a few tokens, faster than the checks below on an idle machine).
+    long["messages"] = json!([{"role": "user", "content":
+        "Count from 1 to 100000, one number per line, and write nothing else."}]);
     long["temperature"] = json!(1.0);
     long["stream"] = json!(true);
     let conn = raw_request(&s.addr, &long, 200)?;
