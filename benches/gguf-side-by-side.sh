@@ -4,7 +4,7 @@
 # of llama-cpp-python (fetched through PyPI's simple index, sha256-checked, never built by
 # pip), built once into a cache outside the repository (~6 min on 2 cores; needs cmake,
 # e.g. `pip install cmake`).
-# Writes benches/results/<date>-cpu.json and prints a markdown table with ratios.
+# Writes benches/results/<date>-cpu[-LEVEL][-runN].json and prints a markdown table with ratios.
 #
 #   benches/gguf-side-by-side.sh [--cpu avx2|portable] [threads] model.gguf [more.gguf ...]
 #
@@ -56,7 +56,10 @@ fi
 hearth=$CARGO_TARGET_DIR/release/hearth
 candle=$(ls -t "$CARGO_TARGET_DIR"/release/deps/candle_quantized-* | grep -v '\.d$' | head -1)
 
-out="$repo/benches/results/$(date +%F)-cpu$([ "$level" = native ] || echo "-$level").json"
+out="$repo/benches/results/$(date +%F)-cpu$([ "$level" = native ] || echo "-$level")"
+# Never over an earlier result of the same day: -run2, -run3, …
+n=1; while [ -e "$out$([ $n = 1 ] || echo "-run$n").json" ]; do n=$((n + 1)); done
+out="$out$([ $n = 1 ] || echo "-run$n").json"
 python3 - "$out" "$threads" "$hearth" "$llama" "$candle" "$@" <<'PY'
 import json, os, subprocess, sys, pathlib
 out, threads, hearth, llama, candle, *models = sys.argv[1:]
