@@ -63,7 +63,11 @@ fn mask_times(e: &Engine, c: &Constraint, text: &str, vocab: usize) -> Result<(f
         times.push(t.elapsed().as_secs_f64() * 1e6);
         if std::env::var_os("HEARTH_MASK_STEPS").is_some() && times[i] > 500.0 {
             let before = e.tokenizer().decode(&ids[i.saturating_sub(4)..i])?;
-            eprintln!("  {:.0} µs after {before:?}", times[i]);
+            eprintln!(
+                "  {:.0} µs after {before:?} ({})",
+                times[i],
+                guide.last_step_stats()
+            );
         }
         if !guide.allows(id)? {
             return Err(format!("token {id} of {text:?} refused").into());

@@ -106,6 +106,18 @@ impl Guide {
         Ok(())
     }
 
+    /// llguidance's account of the last mask (trie nodes walked, slices applied, lexer cost),
+    /// for benchmarks that look into a slow step.
+    pub fn last_step_stats(&self) -> String {
+        match self.matcher.last_step_stats() {
+            Ok(s) => format!(
+                "{} trie nodes, {} slices, lexer cost {}",
+                s.trie_nodes_walked, s.slices_applied, s.lexer_cost
+            ),
+            Err(e) => e.to_string(),
+        }
+    }
+
     /// Advances past `token` (never an end-of-sequence token: those finish the sequence).
     pub fn consume(&mut self, token: u32) -> Result<()> {
         self.matcher.consume_token(token).map_err(|e| failed(&e))?;
