@@ -331,6 +331,7 @@ mod avx2 {
          |$tile:ident, $g:ident, $h:ident| $load:expr) => {
             #[target_feature(enable = "avx2,fma,f16c")]
             #[allow(clippy::needless_range_loop)] // `c` indexes rows, sums and outputs together
+            #[allow(clippy::modulo_one)] // Q8_0 folds one group: `% 1` on purpose
             pub unsafe fn $name<const C: usize>(
                 w: &[u8],
                 cols: *const u32,
