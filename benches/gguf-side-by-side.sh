@@ -102,10 +102,22 @@ for row in rows:
         b = per_token[row["model"]]
         row.update({"weight_bytes_per_token": b, "read_bandwidth_gb_s": bandwidth / 1e9,
                     "hearth_roofline": row["hearth_ts"] * b / bandwidth, "llama_cpp_roofline": row["llama_cpp_ts"] * b / bandwidth})
+def cpu_name():
+    """The CPU's model and the vector features the kernels care about, from /proc/cpuinfo."""
+    try:
+        info = pathlib.Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown"
+    field = lambda key: next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith(key)), "")
+    flags = set(field("flags").split() or field("Features").split())
+    wanted = ["avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni", "amx_int8",
+              "asimd", "asimddp"]
+    return f"{field('model name') or 'unknown'}, {os.cpu_count()} cores; " + " ".join(f for f in wanted if f in flags)
+
 level = os.environ.get("HEARTH_CPU")
 cpu_flag = f"--cpu {level} " if level else ""
 pathlib.Path(out).write_text(json.dumps({"command": "benches/gguf-side-by-side.sh " + cpu_flag + " ".join(sys.argv[2:3] + models),
-                                         "hearth_cpu_level": level or "native",
+                                         "hearth_cpu_level": level or "native", "cpu": cpu_name(),
                                          "rows": rows, "memory": memory}, indent=1))
 print("| model | test | hearth t/s | llama.cpp t/s | candle t/s | hearth/llama.cpp | hearth/candle |")
 print("|---|---|---|---|---|---|---|")
