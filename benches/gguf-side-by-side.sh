@@ -56,10 +56,10 @@ fi
 hearth=$CARGO_TARGET_DIR/release/hearth
 candle=$(ls -t "$CARGO_TARGET_DIR"/release/deps/candle_quantized-* | grep -v '\.d$' | head -1)
 
-out="$repo/benches/results/$(date +%F)-cpu$([ "$level" = native ] || echo "-$level")"
+base="$repo/benches/results/$(date +%F)-cpu$([ "$level" = native ] || echo "-$level")"
 # Never over an earlier result of the same day: -run2, -run3, …
-n=1; while [ -e "$out$([ $n = 1 ] || echo "-run$n").json" ]; do n=$((n + 1)); done
-out="$out$([ $n = 1 ] || echo "-run$n").json"
+out=$base.json; n=2
+while [ -e "$out" ]; do out=$base-run$n.json; n=$((n + 1)); done
 python3 - "$out" "$threads" "$hearth" "$llama" "$candle" "$@" <<'PY'
 import json, os, subprocess, sys, pathlib
 out, threads, hearth, llama, candle, *models = sys.argv[1:]

@@ -621,6 +621,24 @@ mod tests {
         Ok(q.data()?.into_owned())
     }
 
+    /// 16 rows in GGUF order, the reference the tiles are checked against.
+    fn gguf_order(kind: BlockType, data: &[u8]) -> QuantMatrix<'_> {
+        QuantMatrix {
+            kind,
+            data,
+            rows: 16,
+            interleaved: false,
+        }
+    }
+
+    /// The rows of `x` (`k` values each) through a tile kernel: 16 outputs per row.
+    fn through_tiles(group: GroupFn, tiles: &[u8], x: &[f32], k: usize) -> Vec<f32> {
+        let (cols, stride) = quantize(x, k);
+        let mut out = vec![0f32; x.len() / k * ROWS];
+        group(tiles, &cols, stride, &mut out);
+        out
+    }
+
     #[test]
     fn interleaving_keeps_every_byte() -> TestResult {
         for (dtype, t) in TYPES {
@@ -649,26 +667,17 @@ mod tests {
                 };
                 let b = quantized(dtype, 16, k)?;
                 let tiles = interleave(t, &b, 16, k);
-                let gguf = QuantMatrix {
-                    kind: t,
-                    data: &b,
-                    rows: 16,
-                    interleaved: false,
-                };
+                let gguf = gguf_order(t, &b);
                 for m in [1, 3, 8, 11] {
                     let x: Vec<f32> = (0..m * k)
                         .map(|i| ((i * 11 % 37) as f32 - 18.0) / 5.0)
                         .collect();
                     let want = matmul_t_at(CpuLevel::Portable, &x, m, k, &[gguf], true);
-                    let (cols, stride) = quantize(&x, k);
-                    let mut got = vec![0f32; m * ROWS];
-                    group(&tiles, &cols, stride, &mut got);
+                    let got = through_tiles(group, &tiles, &x, k);
                     assert_close(&got, &want, 1e-5, &format!("{t:?} at {level}, m={m}"));
                     // Each activation row gets what it gets alone (decoding), bit for bit.
                     for (c, x) in x.chunks_exact(k).enumerate() {
-                        let (cols, stride) = quantize(x, k);
-                        let mut alone = vec![0f32; ROWS];
-                        group(&tiles, &cols, stride, &mut alone);
+                        let alone = through_tiles(group, &tiles, x, k);
                         assert_eq!(alone, got[c * ROWS..(c + 1) * ROWS], "{t:?} at {level}");
                     }
                     // AVX2's kernels compute what AVX-512's do, bit for bit.
@@ -704,12 +713,7 @@ mod tests {
             }
             let b = block.repeat(16 * k / QK);
             let tiles = interleave(t, &b, 16, k);
-            let gguf = QuantMatrix {
-                kind: t,
-                data: &b,
-                rows: 16,
-                interleaved: false,
-            };
+            let gguf = gguf_order(t, &b);
             for sign in [1.0f32, -1.0] {
                 let x = vec![sign * 0.5; k];
                 let want = matmul_t_at(CpuLevel::Portable, &x, 1, k, &[gguf], true);
@@ -717,9 +721,7 @@ mod tests {
                     let Some(group) = kernel_at(level, t) else {
                         continue;
                     };
-                    let (cols, stride) = quantize(&x, k);
-                    let mut got = vec![0f32; ROWS];
-                    group(&tiles, &cols, stride, &mut got);
+                    let got = through_tiles(group, &tiles, &x, k);
                     assert_close(&got, &want, 1e-6, &format!("{t:?} at {level}, sign {sign}"));
                 }
             }
