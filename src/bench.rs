@@ -184,10 +184,20 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&records)?);
     } else if let Some(b) = bandwidth {
         println!(
-            "\nread bandwidth: {:.1} GB/s ({threads} threads, the best of 10 passes over 512 MiB \
+            "\nread bandwidth: {:.1} GB/s ({threads} threads, the best of 10 passes over {} MiB \
              before and after the tests)",
-            b / 1e9
+            b / 1e9,
+            crate::roofline::buffer_bytes() >> 20
         );
+        if let Some(llc) = crate::roofline::last_level_cache_bytes().filter(|&c| c >= per_token / 4)
+        {
+            // Then a decode step may read part of its weights from the cache, above this line.
+            println!(
+                "last-level cache: {} MiB, {:.0} % of the weights read per token",
+                llc >> 20,
+                100.0 * llc as f64 / per_token as f64
+            );
+        }
         for r in records.iter().filter(|r| r.n_gen > 0) {
             println!("{}", roofline_line(r, per_token, b));
         }

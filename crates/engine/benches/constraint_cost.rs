@@ -2,8 +2,8 @@
 //! (151 936 tokens): the time to compute and apply one grammar mask (p50, p99, max, over every
 //! step of valid answers), and greedy decode tok/s with and without a JSON-schema constraint.
 //!
-//! `cargo bench -p hearth-engine --bench constraint_cost --profile dev` (the engine and its
-//! dependencies are optimised in dev); the model is `HEARTH_TEST_GGUF`, else
+//! `cargo bench -p hearth-engine --bench constraint_cost` (release, as `hearth` is built: a
+//! dev build checks every pointer read and masks cost about 20 % more); the model is `HEARTH_TEST_GGUF`, else
 //! `~/.cache/hearth/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf`. Prints one JSON object;
 //! `HEARTH_MASK_STEPS=1` also prints every step's mask time (µs) on stderr.
 

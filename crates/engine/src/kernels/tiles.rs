@@ -15,8 +15,9 @@
 //!   values, stored `+128` (unsigned, as `vpdpbusd` wants its first operand).
 //! - Q4_0, 288 bytes: 16 scales; 4 vectors, vector `j` = bytes `4j..4j+4` of every row's
 //!   nibbles: the low nibbles are values `4j..4j+4`, the high ones `16+4j..16+4j+4`.
-//! - Q5_0, 352 bytes: as Q4_0, then 8 masks of 64 bits, bit `4r+t` of mask `g` the fifth bit
-//!   of row `r`'s value `4g+t`.
+//! - Q5_0, 352 bytes: as Q4_0, then the fifth bits bit-sliced in 64 bytes: bit `g` of byte
+//!   `4r+t` is the fifth bit of row `r`'s value `4g+t`, so that one shift and one mask put
+//!   group `g`'s fifth bits beside its nibbles (bytes `4r+t` of the group's vector).
 //! - Q4_1, 320 bytes, and Q5_1, 384 bytes: as Q4_0 and Q5_0 with the 16 f16 minimums after the
 //!   scales (`value = d·q + m`, q unsigned, so no offset; the minimums meet `Σy`).
 
@@ -150,8 +151,7 @@ pub fn interleave_group(t: BlockType, data: &[u8], k: usize, out: &mut [u8]) {
                     u32::from_le_bytes([block[qh], block[qh + 1], block[qh + 2], block[qh + 3]]);
                 for i in 0..QK {
                     if qh >> i & 1 == 1 {
-                        let (g, bit) = (i / 4, 4 * r + i % 4);
-                        tile[va + 256 + 8 * g + bit / 8] |= 1 << (bit % 8);
+                        tile[va + 256 + 4 * r + i % 4] |= 1 << (i / 4);
                     }
                 }
             }
@@ -182,8 +182,7 @@ pub fn deinterleave(t: BlockType, tiles: &[u8], k: usize) -> Vec<u8> {
             if let Some(qh) = qh {
                 let mut bits = 0u32;
                 for i in 0..QK {
-                    let (g, bit) = (i / 4, 4 * r + i % 4);
-                    bits |= ((tile[va + 256 + 8 * g + bit / 8] >> (bit % 8)) as u32 & 1) << i;
+                    bits |= ((tile[va + 256 + 4 * r + i % 4] >> (i / 4)) as u32 & 1) << i;
                 }
                 block[qh..qh + 4].copy_from_slice(&bits.to_le_bytes());
             }
@@ -309,7 +308,6 @@ fn kernel_at(level: CpuLevel, t: BlockType) -> Option<GroupFn> {
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::*;
-    use crate::kernels::avx2::fifth_bits;
     use std::arch::x86_64::*;
 
     /// How far ahead of the tile being read the kernels ask for cache lines.
@@ -416,13 +414,25 @@ mod avx2 {
         (_mm256_and_si256(v, _mm256_set1_epi8(0x0F)), v)
     }
 
-    /// Nibbles at `at`, fifth bits after them (mask `g`'s bit `4r+t`: rows 0-7 in its low
-    /// 32 bits, rows 8-15 in its high 32).
+    /// Nibbles at `at`, fifth bits after them (bit `g` of byte `4r+t`: rows 0-7 in the first
+    /// 32 bytes, rows 8-15 in the next 32).
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn five_bits(tile: *const u8, at: usize, g: usize, h: usize) -> (__m256i, __m256i) {
         let (q, v) = nibbles(tile, at, g, h);
-        let bits = fifth_bits(tile.add(at + 256 + 8 * g + 4 * h));
+        let bits = _mm256_loadu_si256(tile.add(at + 256 + 32 * h) as *const __m256i);
+        // Bit `g` to bit 4 (16-bit shifts: what crosses into a neighbouring byte lands below
+        // bit 4 or above it, and the mask drops it).
+        let bits = match g {
+            0 => _mm256_slli_epi16::<4>(bits),
+            1 => _mm256_slli_epi16::<3>(bits),
+            2 => _mm256_slli_epi16::<2>(bits),
+            3 => _mm256_slli_epi16::<1>(bits),
+            4 => bits,
+            5 => _mm256_srli_epi16::<1>(bits),
+            6 => _mm256_srli_epi16::<2>(bits),
+            _ => _mm256_srli_epi16::<3>(bits),
+        };
         (
             _mm256_or_si256(q, _mm256_and_si256(bits, _mm256_set1_epi8(0x10))),
             v,
@@ -575,9 +585,20 @@ mod avx512 {
     unsafe fn five_bits(tile: *const u8, at: usize) -> [__m512i; 8] {
         let mut q = nibbles(tile, at);
         let high = _mm512_set1_epi8(0x10);
-        for (g, q) in q.iter_mut().enumerate() {
-            let bits = std::ptr::read_unaligned(tile.add(at + 256 + 8 * g) as *const u64);
-            *q = _mm512_or_si512(*q, _mm512_maskz_mov_epi8(bits, high));
+        let bits = _mm512_loadu_si512(tile.add(at + 256) as *const _);
+        // Bit `g` of each byte to bit 4, as the AVX2 kernel does.
+        let at_4 = [
+            _mm512_slli_epi16::<4>(bits),
+            _mm512_slli_epi16::<3>(bits),
+            _mm512_slli_epi16::<2>(bits),
+            _mm512_slli_epi16::<1>(bits),
+            bits,
+            _mm512_srli_epi16::<1>(bits),
+            _mm512_srli_epi16::<2>(bits),
+            _mm512_srli_epi16::<3>(bits),
+        ];
+        for (q, b) in q.iter_mut().zip(at_4) {
+            *q = _mm512_or_si512(*q, _mm512_and_si512(b, high));
         }
         q
     }
