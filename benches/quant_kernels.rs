@@ -107,12 +107,16 @@ fn main() {
             let prompt = time(reps, || {
                 std::hint::black_box(matmul_t_at(level, &xs, m, k, &part, true));
             });
+            let cached = time(50 * reps, || {
+                std::hint::black_box(matmul_t_at(level, &xv, 1, k, &part, true));
+            });
             println!(
-                "    {:<8} 1 row {:.3} ms ({:.1} GB/s, {:.2}x candle); {m} rows of [{rows} x {k}] {:.1} GMAC/s",
+                "    {:<8} 1 row {:.3} ms ({:.1} GB/s, {:.2}x candle); in cache {:.1} GB/s; {m} rows of [{rows} x {k}] {:.1} GMAC/s",
                 level.name(),
                 one * 1e3,
                 bytes / one / 1e9,
                 candle / one,
+                part[0].data.len() as f64 / cached / 1e9,
                 (m * rows * k) as f64 / prompt / 1e9
             );
         }
