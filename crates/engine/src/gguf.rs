@@ -730,6 +730,7 @@ fn read_tiles(
         reader.read_exact(&mut blocks)?;
         tiles::interleave_group(kind, &blocks, cols, tiles);
     }
+    crate::huge_pages::back_with_huge_pages(&data);
     Ok(TileMatrix {
         kind,
         rows,
