@@ -8,7 +8,8 @@
 //! reuses heap memory freed earlier in the load is already on small pages, and a matrix of a
 //! few MiB holds at most one whole 2 MiB page of its own. So each weight buffer is collapsed
 //! onto huge pages once filled, with the pages it shares with its neighbours (Qwen2.5-0.5B
-//! Q4_K_M: 282 of 530 MiB on huge pages before, 472 after; decoding 1.13–1.19 × faster).
+//! Q4_K_M: 282 of 530 MiB on huge pages before, 474 after; decoding 1.00–1.19 × faster, most
+//! runs 1.04–1.16 ×).
 
 const HUGE_PAGE: usize = 2 << 20;
 /// Buffers smaller than this are left alone: a norm's weights would pull in a whole page.
