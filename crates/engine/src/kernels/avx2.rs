@@ -331,7 +331,6 @@ one_and_rows!(q5k_pass, q5k, q5k_rows);
 unsafe fn q6k_pass<const N: usize>(w: &[u8], xs: &[Q8Row], out: &mut [f32]) {
     let m4 = _mm256_set1_epi8(0x0F);
     let m2 = _mm256_set1_epi8(3);
-    let m32s = _mm256_set1_epi8(32);
     let mut acc = [_mm256_setzero_ps(); N];
     let (ys, ds) = row_pointers::<N>(xs);
     for b in 0..xs[0].d.len() {
@@ -339,7 +338,16 @@ unsafe fn q6k_pass<const N: usize>(w: &[u8], xs: &[Q8Row], out: &mut [f32]) {
         prefetch(blk, 210);
         let dw = f16_at(blk.add(208));
         let scales = _mm_loadu_si128(blk.add(192) as *const __m128i);
-        let mut sumi = [_mm256_setzero_si256(); N];
+        // The weights' offset of 32 in one step: Σ(q - 32)·y·s = Σq·y·s - 32·Σ s_j·(Σy)_j
+        // over the 16 sub-blocks of 16, whose sums the activations carry (exact integers).
+        let all_scales = _mm256_cvtepi8_epi16(scales);
+        let mut sumi: [__m256i; N] = std::array::from_fn(|c| {
+            let bsums = _mm256_loadu_si256(xs[c].bsums.as_ptr().add(b * 16) as *const __m256i);
+            _mm256_sub_epi32(
+                _mm256_setzero_si256(),
+                _mm256_slli_epi32::<5>(_mm256_madd_epi16(all_scales, bsums)),
+            )
+        });
         for half in 0..2usize {
             let bits1 = load(blk.add(64 * half));
             let bits2 = load(blk.add(64 * half + 32));
@@ -362,9 +370,8 @@ unsafe fn q6k_pass<const N: usize>(w: &[u8], xs: &[Q8Row], out: &mut [f32]) {
                 let sc = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
                 for c in 0..N {
                     let y = load(ys[c].add(b * QK_K + 128 * half + 32 * i));
-                    // (q - 32)·y = q·y - 32·y, since maddubs needs the unsigned operand.
-                    let p =
-                        _mm256_sub_epi16(_mm256_maddubs_epi16(q, y), _mm256_maddubs_epi16(m32s, y));
+                    // q·y (at most 2 × 63 × 128 per pair): maddubs needs the unsigned operand.
+                    let p = _mm256_maddubs_epi16(q, y);
                     sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(sc, p));
                 }
             }
