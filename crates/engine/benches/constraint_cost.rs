@@ -4,8 +4,9 @@
 //!
 //! `cargo bench -p hearth-engine --bench constraint_cost` (release, as `hearth` is built: a
 //! dev build checks every pointer read and masks cost about 20 % more); the model is
-//! `HEARTH_TEST_GGUF`, else `~/.cache/hearth/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf`. Prints one JSON object;
-//! `HEARTH_MASK_STEPS=1` also prints every step's mask time (µs) on stderr.
+//! `HEARTH_TEST_GGUF`, else `~/.cache/hearth/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf`.
+//! Prints one JSON object; `HEARTH_MASK_STEPS=1` also prints every step's mask time (µs) on
+//! stderr.
 
 use hearth_engine::constraint::ToolChoice;
 use hearth_engine::{

@@ -176,10 +176,11 @@ with_minimum_pass!(q5_1_pass, 24, |blk| _mm256_or_si256(
 one_and_rows!(q4_1_pass, q4_1, q4_1_rows);
 one_and_rows!(q5_1_pass, q5_1, q5_1_rows);
 
-/// Byte j is 0xFF where bit j of the 32 bits at `p` is set (Q5's fifth bits).
+/// Byte j is 0xFF where bit j of the 32 bits at `p` is set (the fifth bits of a Q5 block in
+/// GGUF order; tiles keep theirs bit-sliced, see `super::tiles`).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn fifth_bits(p: *const u8) -> __m256i {
+unsafe fn fifth_bits(p: *const u8) -> __m256i {
     let qh = std::ptr::read_unaligned(p as *const u32);
     let shuf = _mm256_set_epi64x(
         0x0303030303030303,
