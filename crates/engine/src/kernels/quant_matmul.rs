@@ -230,7 +230,7 @@ pub fn set_many_rows_kernels(on: bool) {
 pub fn kernel_path() -> &'static str {
     match cpu::active() {
         CpuLevel::Avx512 => "avx512 (VNNI, 16-row tiles)",
-        CpuLevel::Avx2 => "avx2 (16-row tiles for Q4_0, Q5_0, Q8_0, Q4_1, Q5_1)",
+        CpuLevel::Avx2 => "avx2 (16-row tiles for Q4_0, Q5_0, Q8_0, Q4_1, Q5_1, Q4_K)",
         CpuLevel::Neon => "neon (dotprod)",
         CpuLevel::Portable => "portable",
     }
@@ -251,7 +251,7 @@ pub struct QuantMatrix<'a> {
 enum Kernel<'a> {
     /// GGUF order: a dot product per output, or a many-row kernel over packed activations.
     Rows(DotFn, Option<(ManyFn, &'a [u32], usize)>, Option<RowsFn>),
-    /// Tiles of 16 rows against packed activations (`tiles::pack`).
+    /// Tiles of 16 rows against packed activations (`tiles::pack`, or `pack_q8_k` for Q4_K).
     Tiles(tiles::GroupFn, &'a [u32], usize),
 }
 
@@ -328,11 +328,15 @@ fn run(
             }
         })
         .collect();
-    let q8_k_packed = match mats.iter().zip(&many).any(|(w, f)| f.is_some() && is_k(w)) {
+    let q8_k_packed = match mats
+        .iter()
+        .zip(&many)
+        .any(|(w, f)| is_k(w) && (f.is_some() || w.interleaved))
+    {
         true => pack_q8_k(&q8_k),
         false => (Vec::new(), 0),
     };
-    let tiles_packed = match granule > 1 {
+    let tiles_packed = match mats.iter().any(|w| w.interleaved && !is_k(w)) {
         true => tiles::quantize(x, k),
         false => (Vec::new(), 0),
     };
@@ -342,6 +346,7 @@ fn run(
     for ((w, many), tiles) in mats.iter().zip(many).zip(tiles) {
         let row_bytes = k / w.kind.block_values() * w.kind.block_bytes();
         let kernel = match tiles {
+            Some(f) if is_k(w) => Kernel::Tiles(f, &q8_k_packed.0, q8_k_packed.1),
             Some(f) => Kernel::Tiles(f, &tiles_packed.0, tiles_packed.1),
             None => {
                 let many = many.map(|f| (f, q8_k_packed.0.as_slice(), q8_k_packed.1));

@@ -1,5 +1,5 @@
 //! Q4_0, Q5_0, Q8_0, Q4_1 and Q5_1 weights with 16 rows interleaved, and their AVX-512 VNNI
-//! and AVX2 kernels.
+//! and AVX2 kernels (Q4_K's tiles are in `super::tiles_q4k`).
 //!
 //! In GGUF order a row's blocks follow one another, so a kernel computes one output at a time
 //! and ends every row with a horizontal sum; each 32-value block's scale costs as much work as
@@ -44,7 +44,8 @@ pub fn supported(t: BlockType, rows: usize) -> bool {
             | BlockType::Q5_0
             | BlockType::Q8_0
             | BlockType::Q4_1
-            | BlockType::Q5_1 => level >= CpuLevel::Avx2,
+            | BlockType::Q5_1
+            | BlockType::Q4K => level >= CpuLevel::Avx2,
             _ => false,
         }
 }
@@ -107,15 +108,16 @@ impl TileMatrix {
 }
 
 /// Rearranges `rows` rows of `k` values in GGUF blocks (`data`) into tiles. `rows` must be a
-/// multiple of [`ROWS`] and `t` one of Q4_0, Q5_0, Q8_0.
+/// multiple of [`ROWS`] and `t` one of the tile types.
 pub fn interleave(t: BlockType, data: &[u8], rows: usize, k: usize) -> Vec<u8> {
+    let nb = k / t.block_values();
     assert_eq!(
         data.len(),
-        rows * k / QK * t.block_bytes(),
+        rows * nb * t.block_bytes(),
         "{t:?} weight of {rows} rows of {k}"
     );
     let mut out = vec![0u8; data.len()];
-    let group = ROWS * k / QK * t.block_bytes();
+    let group = ROWS * nb * t.block_bytes();
     for (src, dst) in data.chunks_exact(group).zip(out.chunks_exact_mut(group)) {
         interleave_group(t, src, k, dst);
     }
@@ -124,9 +126,12 @@ pub fn interleave(t: BlockType, data: &[u8], rows: usize, k: usize) -> Vec<u8> {
 
 /// One group of 16 rows of `k` values, GGUF blocks in `data`, as tiles into `out` (same size).
 pub fn interleave_group(t: BlockType, data: &[u8], k: usize, out: &mut [u8]) {
-    let (bb, nb, tb) = (t.block_bytes(), k / QK, tile_bytes(t));
+    let (bb, nb, tb) = (t.block_bytes(), k / t.block_values(), tile_bytes(t));
     assert!(data.len() == ROWS * nb * bb && out.len() == data.len());
     out.fill(0);
+    if t == BlockType::Q4K {
+        return super::tiles_q4k::interleave_group(data, k, out);
+    }
     let (va, (qs, qh)) = (values_at(t), block_parts(t));
     for (b, tile) in out.chunks_exact_mut(tb).enumerate() {
         for r in 0..ROWS {
@@ -161,11 +166,16 @@ pub fn interleave_group(t: BlockType, data: &[u8], k: usize, out: &mut [u8]) {
 
 /// The inverse of [`interleave`]: GGUF blocks again (for the paths that need candle's layout).
 pub fn deinterleave(t: BlockType, tiles: &[u8], k: usize) -> Vec<u8> {
-    let (bb, nb, tb) = (t.block_bytes(), k / QK, tile_bytes(t));
+    let (bb, nb, tb) = (t.block_bytes(), k / t.block_values(), tile_bytes(t));
     let (va, (qs, qh)) = (values_at(t), block_parts(t));
     let mut out = vec![0u8; tiles.len()];
     for (tile_index, tile) in tiles.chunks_exact(tb).enumerate() {
         let (group, b) = (tile_index / nb, tile_index % nb);
+        if t == BlockType::Q4K {
+            let rows = group * ROWS * nb * bb..(group + 1) * ROWS * nb * bb;
+            super::tiles_q4k::deinterleave_tile(tile, b, nb, &mut out[rows]);
+            continue;
+        }
         for r in 0..ROWS {
             let at = ((group * ROWS + r) * nb + b) * bb;
             let block = &mut out[at..at + bb];
@@ -258,8 +268,8 @@ pub(crate) fn kernel(t: BlockType) -> Option<GroupFn> {
     kernel_at(cpu::active(), t)
 }
 
-/// The five tile kernels of `$module` as a [`GroupFn`] for block type `$t` (`None` for other
-/// types), in groups of at most `$most` activation rows.
+/// The six tile kernels of `$module` (Q4_K's in `tiles_q4k::$module`) as a [`GroupFn`] for
+/// block type `$t` (`None` for other types), in groups of at most `$most` activation rows.
 #[cfg(target_arch = "x86_64")]
 macro_rules! tile_kernel {
     ($module:ident, $t:expr, most: $most:expr) => {{
@@ -278,6 +288,10 @@ macro_rules! tile_kernel {
             },
             BlockType::Q5_1 => |w, c, s, o| unsafe {
                 in_groups!($module::q5_1, w, c, s, o, width: ROWS, sixteen: false, most: $most)
+            },
+            BlockType::Q4K => |w, c, s, o| unsafe {
+                use super::tiles_q4k::$module as k_tiles;
+                in_groups!(k_tiles::q4k, w, c, s, o, width: ROWS, sixteen: false, most: $most)
             },
             _ => return None,
         };
@@ -626,12 +640,13 @@ mod tests {
     use candle_core::quantized::{GgmlDType, QTensor};
     use candle_core::{Device, Tensor};
 
-    const TYPES: [(GgmlDType, BlockType); 5] = [
+    const TYPES: [(GgmlDType, BlockType); 6] = [
         (GgmlDType::Q4_0, BlockType::Q4_0),
         (GgmlDType::Q5_0, BlockType::Q5_0),
         (GgmlDType::Q8_0, BlockType::Q8_0),
         (GgmlDType::Q4_1, BlockType::Q4_1),
         (GgmlDType::Q5_1, BlockType::Q5_1),
+        (GgmlDType::Q4K, BlockType::Q4K),
     ];
 
     fn quantized(dtype: GgmlDType, n: usize, k: usize) -> Result<Vec<u8>, candle_core::Error> {
@@ -652,9 +667,18 @@ mod tests {
         }
     }
 
-    /// The rows of `x` (`k` values each) through a tile kernel: 16 outputs per row.
-    fn through_tiles(group: GroupFn, tiles: &[u8], x: &[f32], k: usize) -> Vec<f32> {
-        let (cols, stride) = quantize(x, k);
+    /// The rows of `x` (`k` values each) through a tile kernel for `t`: 16 outputs per row.
+    fn through_tiles(t: BlockType, group: GroupFn, tiles: &[u8], x: &[f32], k: usize) -> Vec<f32> {
+        let (cols, stride) = match t {
+            BlockType::Q4K => {
+                let rows: Vec<Q8Row> = x
+                    .chunks_exact(k)
+                    .map(super::super::blocks::quantize_q8_k)
+                    .collect();
+                super::super::blocks::pack_q8_k(&rows)
+            }
+            _ => quantize(x, k),
+        };
         let mut out = vec![0f32; x.len() / k * ROWS];
         group(tiles, &cols, stride, &mut out);
         out
@@ -663,7 +687,7 @@ mod tests {
     #[test]
     fn interleaving_keeps_every_byte() -> TestResult {
         for (dtype, t) in TYPES {
-            let (n, k) = (32, 96);
+            let (n, k) = (32, 3 * t.block_values());
             let data = quantized(dtype, n, k)?;
             let tiles = interleave(t, &data, n, k);
             assert_eq!(tiles.len(), data.len(), "{t:?}");
@@ -678,11 +702,11 @@ mod tests {
     /// full group of 8 activation rows and remainders; two matrices are fused.
     #[test]
     fn tile_kernels_match_the_row_kernels() -> TestResult {
-        let k = 160; // 5 blocks
         let mut checked = vec![];
         let mut by_level: Vec<(BlockType, usize, Vec<f32>)> = vec![];
         for level in cpu::runnable() {
             for (dtype, t) in TYPES {
+                let k = 5 * t.block_values();
                 let Some(group) = kernel_at(level, t).filter(|_| level >= CpuLevel::Avx2) else {
                     continue;
                 };
@@ -694,11 +718,11 @@ mod tests {
                         .map(|i| ((i * 11 % 37) as f32 - 18.0) / 5.0)
                         .collect();
                     let want = matmul_t_at(CpuLevel::Portable, &x, m, k, &[gguf], true);
-                    let got = through_tiles(group, &tiles, &x, k);
+                    let got = through_tiles(t, group, &tiles, &x, k);
                     assert_close(&got, &want, 1e-5, &format!("{t:?} at {level}, m={m}"));
                     // Each activation row gets what it gets alone (decoding), bit for bit.
                     for (c, x) in x.chunks_exact(k).enumerate() {
-                        let alone = through_tiles(group, &tiles, x, k);
+                        let alone = through_tiles(t, group, &tiles, x, k);
                         assert_eq!(alone, got[c * ROWS..(c + 1) * ROWS], "{t:?} at {level}");
                     }
                     // AVX2's kernels compute what AVX-512's do, bit for bit.
@@ -722,17 +746,20 @@ mod tests {
     /// range, so every level gives the portable row kernel's result.
     #[test]
     fn the_largest_codes_do_not_overflow() -> TestResult {
-        let k = 64;
         for (_, t) in TYPES {
+            let k = 2 * t.block_values();
             let bb = t.block_bytes();
             let mut block = vec![0xFFu8; bb];
             block[..2].copy_from_slice(&0x3C00u16.to_le_bytes()); // d = 1
             match t {
                 BlockType::Q4_1 | BlockType::Q5_1 => block[2..4].fill(0), // m = 0
                 BlockType::Q8_0 => block[2..].fill(0x80),
+                // dmin = 1/1024: scales and minimums 63, the minimums' part small beside
+                // the values' (a large one would cancel them and leave only rounding).
+                BlockType::Q4K => block[2..4].copy_from_slice(&0x1400u16.to_le_bytes()),
                 _ => {}
             }
-            let b = block.repeat(16 * k / QK);
+            let b = block.repeat(16 * k / t.block_values());
             let tiles = interleave(t, &b, 16, k);
             let gguf = gguf_order(t, &b);
             for sign in [1.0f32, -1.0] {
@@ -742,7 +769,7 @@ mod tests {
                     let Some(group) = kernel_at(level, t) else {
                         continue;
                     };
-                    let got = through_tiles(group, &tiles, &x, k);
+                    let got = through_tiles(t, group, &tiles, &x, k);
                     assert_close(&got, &want, 1e-6, &format!("{t:?} at {level}, sign {sign}"));
                 }
             }
