@@ -156,7 +156,8 @@ pub fn quantize_q8_k(x: &[f32]) -> Q8Row {
 /// Q8_K rows packed for the many-row K-quant kernels: row after row, per block [`K_WORDS`]
 /// words: the 256 values, then per 64 values 16 i32 lanes holding `-32 ×` each 16-value sum
 /// in lane 4j (Q6_K's offset, folded into the integer sums), the scale (f32 bits), the eight
-/// 32-value sums (i16, Q4_K's minimums), padding. Returns the buffer and the words per row.
+/// 32-value sums (i16 pairs, Q4_K's minimums), 3 words of padding, the sixteen 16-value sums
+/// (i16 pairs, Q6_K's offset in tiles). Returns the buffer and the words per row.
 pub(crate) fn pack_q8_k(rows: &[Q8Row]) -> (Vec<u32>, usize) {
     let stride = rows.first().map_or(0, |r| r.d.len() * K_WORDS);
     let mut packed = Vec::with_capacity(stride * rows.len());
@@ -181,7 +182,12 @@ pub(crate) fn pack_q8_k(rows: &[Q8Row]) -> (Vec<u32>, usize) {
                 let hi = (sums16[4 * i + 2] + sums16[4 * i + 3]) as u16 as u32;
                 lo | hi << 16
             }));
-            packed.extend([0u32; K_WORDS - 133]);
+            packed.extend([0u32; 3]);
+            packed.extend(
+                sums16
+                    .chunks_exact(2)
+                    .map(|p| p[0] as u16 as u32 | (p[1] as u16 as u32) << 16),
+            );
         }
     }
     (packed, stride)

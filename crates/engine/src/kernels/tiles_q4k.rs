@@ -19,6 +19,8 @@
 //! The activations are Q8_K rows packed by [`super::blocks::pack_q8_k`].
 
 use super::blocks::{scale_min_k4, K_WORDS};
+#[cfg(target_arch = "x86_64")]
+use super::tiles::prefetch_part;
 use super::tiles::ROWS;
 
 const TILE: usize = ROWS * 144;
@@ -77,26 +79,6 @@ pub(super) fn deinterleave_tile(tile: &[u8], b: usize, nb: usize, out: &mut [u8]
         for i in 0..128 {
             block[16 + i] = tile[VALUES + 64 * (i / 4) + 4 * r + i % 4];
         }
-    }
-}
-
-/// Asks for the cache lines `PREFETCH` bytes ahead of the quarter `j` of the tile at `tile`
-/// (the first quarter with the scales): nine or eight lines at a time between the
-/// multiply-adds, where all 36 at the start of a tile made decoding 12 % slower on the AVX2
-/// path (the requests queue behind one another).
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn prefetch(tile: *const u8, j: usize) {
-    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-    const PREFETCH: usize = 4096;
-    let (at, len) = if j == 0 {
-        (0, VALUES + 512)
-    } else {
-        (VALUES + 512 * j, 512)
-    };
-    for line in (at..at + len).step_by(64) {
-        // SAFETY: a prefetch never faults, wherever it points.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(tile.wrapping_add(PREFETCH + line) as *const i8) };
     }
 }
 
@@ -161,7 +143,7 @@ pub(super) mod avx2 {
             let tile = w.as_ptr().add(b * TILE);
             let mut s = [[_mm256_setzero_si256(); 2]; C];
             for j in 0..4 {
-                prefetch(tile, j);
+                prefetch_part(tile, TILE, j, 4);
                 let nibbles = |g: usize, h: usize| {
                     let v = _mm256_loadu_si256(tile.add(VALUES + 64 * (8 * j + g) + 32 * h) as _);
                     [
@@ -261,7 +243,7 @@ pub(super) mod avx512 {
             let tile = w.as_ptr().add(b * TILE);
             let mut s = [_mm512_setzero_si512(); C];
             for j in 0..4 {
-                prefetch(tile, j);
+                prefetch_part(tile, TILE, j, 4);
                 let nibbles = |g: usize| {
                     let v = _mm512_loadu_si512(tile.add(VALUES + 64 * (8 * j + g)) as _);
                     [
