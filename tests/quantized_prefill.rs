@@ -1,6 +1,6 @@
 //! A prefill of a quantized model takes other kernels than decoding: rows kernels (a weight
-//! block unpacked once for several activation rows; portable and AVX2), 16-row tiles and
-//! many-row kernels (AVX-512 VNNI). Each adds every activation row's block products in the
+//! block unpacked once for several activation rows; portable and AVX2), 16-row tiles (AVX2 and
+//! AVX-512 VNNI) and many-row kernels (AVX-512 VNNI). Each adds every activation row's block products in the
 //! order the one-row kernel does, and attention sums each query in one order, so a prefill of
 //! any length gives token-by-token decoding's logits bit for bit, at every CPU level: a
 //! conversation's greedy tokens do not depend on how much of it was in the KV cache. (Own test

@@ -18,7 +18,9 @@
 //! dmin·dy·M` in the same f32 operations at every level, so AVX2 and AVX-512 agree bit for bit.
 //! The activations are Q8_K rows packed by [`super::blocks::pack_q8_k`].
 
-use super::blocks::{scale_min_k4, K_WORDS};
+use super::blocks::scale_min_k4;
+#[cfg(target_arch = "x86_64")]
+use super::blocks::K_WORDS;
 #[cfg(target_arch = "x86_64")]
 use super::tiles::prefetch_part;
 use super::tiles::ROWS;

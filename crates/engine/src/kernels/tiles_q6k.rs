@@ -17,6 +17,7 @@
 //! operations at every level. The activations are Q8_K rows packed by
 //! [`super::blocks::pack_q8_k`] (words 136..144: the 16-value sums in pairs).
 
+#[cfg(target_arch = "x86_64")]
 use super::blocks::K_WORDS;
 #[cfg(target_arch = "x86_64")]
 use super::tiles::prefetch_part;
@@ -27,6 +28,7 @@ const SCALES: usize = 32;
 const LOW: usize = 288;
 const HIGH: usize = 2336;
 /// Where the activations' 16-value sums start in a packed block.
+#[cfg(target_arch = "x86_64")]
 const SUMS16: usize = 136;
 
 /// Value `v` (0..256) of a GGUF Q6_K block, unsigned (0..63).
