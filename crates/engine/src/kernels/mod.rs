@@ -4,7 +4,7 @@
 //! - [`blocks`]: GGUF block formats and the 8-bit quantisation of activations.
 //! - [`portable`], `neon`, `avx2`, `avx512`: weight rows' dot products per instruction set.
 //! - [`tiles`]: Q4_0/Q5_0/Q8_0/Q4_1/Q5_1 in 16-row tiles and their AVX-512 VNNI and AVX2
-//!   kernels; `tiles_q4k`, `tiles_q6k`: Q4_K's and Q6_K's.
+//!   kernels; `tiles_q4k` (Q4_K and Q5_K), `tiles_q6k`: the K-quants'.
 //! - [`quant_matmul`]: which kernel each block type takes at a level, and the parallel driver.
 //! - [`dense`]: f32/bf16/f16 weights; [`attention`]: attention, rotary embedding, SwiGLU.
 

@@ -230,7 +230,7 @@ pub fn set_many_rows_kernels(on: bool) {
 pub fn kernel_path() -> &'static str {
     match cpu::active() {
         CpuLevel::Avx512 => "avx512 (VNNI, 16-row tiles)",
-        CpuLevel::Avx2 => "avx2 (16-row tiles for Q4_0, Q5_0, Q8_0, Q4_1, Q5_1, Q4_K, Q6_K)",
+        CpuLevel::Avx2 => "avx2 (16-row tiles for Q4_0, Q5_0, Q8_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K)",
         CpuLevel::Neon => "neon (dotprod)",
         CpuLevel::Portable => "portable",
     }
@@ -251,7 +251,7 @@ pub struct QuantMatrix<'a> {
 enum Kernel<'a> {
     /// GGUF order: a dot product per output, or a many-row kernel over packed activations.
     Rows(DotFn, Option<(ManyFn, &'a [u32], usize)>, Option<RowsFn>),
-    /// Tiles of 16 rows against packed activations (`tiles::pack`, or `pack_q8_k` for Q4_K and Q6_K).
+    /// Tiles of 16 rows against packed activations (`tiles::pack`, or `pack_q8_k` for the K-quants).
     Tiles(tiles::GroupFn, &'a [u32], usize),
 }
 

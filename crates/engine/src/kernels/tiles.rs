@@ -1,5 +1,5 @@
 //! Q4_0, Q5_0, Q8_0, Q4_1 and Q5_1 weights with 16 rows interleaved, and their AVX-512 VNNI
-//! and AVX2 kernels (Q4_K's and Q6_K's tiles are in `super::tiles_q4k` and `super::tiles_q6k`).
+//! and AVX2 kernels (the K-quants' tiles are in `super::tiles_q4k` and `super::tiles_q6k`).
 //!
 //! In GGUF order a row's blocks follow one another, so a kernel computes one output at a time
 //! and ends every row with a horizontal sum; each 32-value block's scale costs as much work as
@@ -35,20 +35,19 @@ const QK: usize = 32;
 pub const BLOCK_WORDS: usize = 16;
 
 /// Whether weights of type `t` can be interleaved here: the rows come in whole tiles and the
-/// active level has tile kernels (AVX2 or AVX-512 VNNI).
+/// active level has tile kernels (AVX2 or AVX-512 VNNI; every block type has them there).
 pub fn supported(t: BlockType, rows: usize) -> bool {
-    let level = cpu::active();
-    rows.is_multiple_of(ROWS)
-        && match t {
-            BlockType::Q4_0
-            | BlockType::Q5_0
-            | BlockType::Q8_0
-            | BlockType::Q4_1
-            | BlockType::Q5_1
-            | BlockType::Q4K
-            | BlockType::Q6K => level >= CpuLevel::Avx2,
-            _ => false,
-        }
+    let has_kernel = match t {
+        BlockType::Q4_0
+        | BlockType::Q5_0
+        | BlockType::Q8_0
+        | BlockType::Q4_1
+        | BlockType::Q5_1
+        | BlockType::Q4K
+        | BlockType::Q5K
+        | BlockType::Q6K => cpu::active() >= CpuLevel::Avx2,
+    };
+    rows.is_multiple_of(ROWS) && has_kernel
 }
 
 /// Asks for the cache lines 4096 bytes ahead of part `i` of `parts` of a `bytes`-long tile, so
@@ -146,7 +145,8 @@ pub fn interleave_group(t: BlockType, data: &[u8], k: usize, out: &mut [u8]) {
     assert!(data.len() == ROWS * nb * bb && out.len() == data.len());
     out.fill(0);
     match t {
-        BlockType::Q4K => return super::tiles_q4k::interleave_group(data, k, out),
+        BlockType::Q4K => return super::tiles_q4k::interleave_group(data, k, out, false),
+        BlockType::Q5K => return super::tiles_q4k::interleave_group(data, k, out, true),
         BlockType::Q6K => return super::tiles_q6k::interleave_group(data, k, out),
         _ => {}
     }
@@ -191,11 +191,16 @@ pub fn deinterleave(t: BlockType, tiles: &[u8], k: usize) -> Vec<u8> {
         let (group, b) = (tile_index / nb, tile_index % nb);
         let rows = group * ROWS * nb * bb..(group + 1) * ROWS * nb * bb;
         match t {
-            BlockType::Q4K => super::tiles_q4k::deinterleave_tile(tile, b, nb, &mut out[rows]),
+            BlockType::Q4K => {
+                super::tiles_q4k::deinterleave_tile(tile, b, nb, &mut out[rows], false)
+            }
+            BlockType::Q5K => {
+                super::tiles_q4k::deinterleave_tile(tile, b, nb, &mut out[rows], true)
+            }
             BlockType::Q6K => super::tiles_q6k::deinterleave_tile(tile, b, nb, &mut out[rows]),
             _ => {}
         }
-        if matches!(t, BlockType::Q4K | BlockType::Q6K) {
+        if t.block_values() == 256 {
             continue;
         }
         for r in 0..ROWS {
@@ -290,9 +295,9 @@ pub(crate) fn kernel(t: BlockType) -> Option<GroupFn> {
     kernel_at(cpu::active(), t)
 }
 
-/// The seven tile kernels of `$module` (Q4_K's and Q6_K's in `tiles_q4k::$module` and
-/// `tiles_q6k::$module`) as a [`GroupFn`] for
-/// block type `$t` (`None` for other types), in groups of at most `$most` activation rows.
+/// The tile kernel of `$module` (the K-quants' in `tiles_q4k::$module` and
+/// `tiles_q6k::$module`) as a [`GroupFn`] for block type `$t`, in groups of at most `$most`
+/// activation rows.
 #[cfg(target_arch = "x86_64")]
 macro_rules! tile_kernel {
     ($module:ident, $t:expr, most: $most:expr) => {{
@@ -316,11 +321,14 @@ macro_rules! tile_kernel {
                 use super::tiles_q4k::$module as k_tiles;
                 in_groups!(k_tiles::q4k, w, c, s, o, width: ROWS, sixteen: false, most: $most)
             },
+            BlockType::Q5K => |w, c, s, o| unsafe {
+                use super::tiles_q4k::$module as k_tiles;
+                in_groups!(k_tiles::q5k, w, c, s, o, width: ROWS, sixteen: false, most: $most)
+            },
             BlockType::Q6K => |w, c, s, o| unsafe {
                 use super::tiles_q6k::$module as k_tiles;
                 in_groups!(k_tiles::q6k, w, c, s, o, width: ROWS, sixteen: false, most: $most)
             },
-            _ => return None,
         };
         Some(f)
     }};
@@ -667,13 +675,14 @@ mod tests {
     use candle_core::quantized::{GgmlDType, QTensor};
     use candle_core::{Device, Tensor};
 
-    const TYPES: [(GgmlDType, BlockType); 7] = [
+    const TYPES: [(GgmlDType, BlockType); 8] = [
         (GgmlDType::Q4_0, BlockType::Q4_0),
         (GgmlDType::Q5_0, BlockType::Q5_0),
         (GgmlDType::Q8_0, BlockType::Q8_0),
         (GgmlDType::Q4_1, BlockType::Q4_1),
         (GgmlDType::Q5_1, BlockType::Q5_1),
         (GgmlDType::Q4K, BlockType::Q4K),
+        (GgmlDType::Q5K, BlockType::Q5K),
         (GgmlDType::Q6K, BlockType::Q6K),
     ];
 
@@ -698,7 +707,7 @@ mod tests {
     /// The rows of `x` (`k` values each) through a tile kernel for `t`: 16 outputs per row.
     fn through_tiles(t: BlockType, group: GroupFn, tiles: &[u8], x: &[f32], k: usize) -> Vec<f32> {
         let (cols, stride) = match t {
-            BlockType::Q4K | BlockType::Q6K => {
+            BlockType::Q4K | BlockType::Q5K | BlockType::Q6K => {
                 let rows: Vec<Q8Row> = x
                     .chunks_exact(k)
                     .map(super::super::blocks::quantize_q8_k)
@@ -784,7 +793,9 @@ mod tests {
                 BlockType::Q8_0 => block[2..].fill(0x80),
                 // dmin = 1/1024: scales and minimums 63, the minimums' part small beside
                 // the values' (a large one would cancel them and leave only rounding).
-                BlockType::Q4K => block[2..4].copy_from_slice(&0x1400u16.to_le_bytes()),
+                BlockType::Q4K | BlockType::Q5K => {
+                    block[2..4].copy_from_slice(&0x1400u16.to_le_bytes())
+                }
                 // Every value 63 (31 after the offset), scales -128, d = 1 at the end.
                 BlockType::Q6K => {
                     block[..2].fill(0xFF);

@@ -1,4 +1,4 @@
-//! Q4_K weights with 16 rows interleaved, and their AVX-512 VNNI and AVX2 kernels.
+//! Q4_K and Q5_K weights with 16 rows interleaved, and their AVX-512 VNNI and AVX2 kernels.
 //!
 //! In GGUF order a Q4_K block's eight 6-bit scales and minimums are packed in 12 bytes, and a
 //! one-row kernel spends on unpacking them about what it spends on the block's 256
@@ -13,8 +13,13 @@
 //!   every row's nibbles: the low nibbles are values `4g..4g + 4` of sub-block `2j`, the high
 //!   ones the same values of sub-block `2j + 1`.
 //!
+//! A Q5_K tile (2816 bytes, 16 blocks of 176) is a Q4_K tile followed by 8 vectors of fifth
+//! bits: vector `g` = bytes `4g..4g + 4` of every row's 32 bytes of fifth bits, so bit `2j` of
+//! byte `4r + t` belongs to the low nibble of byte `4r + t` of value vector `8j + g`, bit `2j + 1`
+//! to its high nibble.
+//!
 //! Per row the kernels compute `S = Σ_s scale_s · Σ q·y` and `M = Σ_s min_s · Σy` over the
-//! block's eight sub-blocks as exact integers (at most 8·63·32·15·128 in size), then `d·dy·S −
+//! block's eight sub-blocks as exact integers (at most 8·63·32·31·128 in size), then `d·dy·S −
 //! dmin·dy·M` in the same f32 operations at every level, so AVX2 and AVX-512 agree bit for bit.
 //! The activations are Q8_K rows packed by [`super::blocks::pack_q8_k`].
 
@@ -25,18 +30,30 @@ use super::blocks::K_WORDS;
 use super::tiles::prefetch_part;
 use super::tiles::ROWS;
 
-const TILE: usize = ROWS * 144;
 const SCALES: usize = 64;
 const MINS: usize = 192;
 const VALUES: usize = 256;
+/// Where a Q5_K tile's fifth bits start (the end of a Q4_K tile).
+const FIFTHS: usize = 2304;
 
-/// One group of 16 rows of `k` values, Q4_K blocks in `data`, as tiles into `out`.
-pub(super) fn interleave_group(data: &[u8], k: usize, out: &mut [u8]) {
+/// A block's bytes (Q5_K with its fifth bits, else Q4_K), and where its nibbles start.
+const fn block_layout(fifth: bool) -> (usize, usize) {
+    if fifth {
+        (176, 48)
+    } else {
+        (144, 16)
+    }
+}
+
+/// One group of 16 rows of `k` values, Q4_K blocks (Q5_K where `fifth`) in `data`, as tiles
+/// into `out`.
+pub(super) fn interleave_group(data: &[u8], k: usize, out: &mut [u8], fifth: bool) {
     let nb = k / 256;
-    for (b, tile) in out.chunks_exact_mut(TILE).enumerate() {
+    let (bb, qs) = block_layout(fifth);
+    for (b, tile) in out.chunks_exact_mut(ROWS * bb).enumerate() {
         for r in 0..ROWS {
-            let at = (r * nb + b) * 144;
-            let block = &data[at..at + 144];
+            let at = (r * nb + b) * bb;
+            let block = &data[at..at + bb];
             tile[2 * r..2 * r + 2].copy_from_slice(&block[..2]);
             tile[32 + 2 * r..32 + 2 * r + 2].copy_from_slice(&block[2..4]);
             let unpacked: [(i32, i32); 8] = std::array::from_fn(|s| scale_min_k4(s, &block[4..16]));
@@ -47,8 +64,13 @@ pub(super) fn interleave_group(data: &[u8], k: usize, out: &mut [u8]) {
                 let (lo, hi) = (unpacked[2 * p].1, unpacked[2 * p + 1].1);
                 tile[MINS + 16 * p + r] = (lo & 15 | (hi & 15) << 4) as u8;
             }
-            for (i, v) in block[16..].iter().enumerate() {
+            for (i, v) in block[qs..].iter().enumerate() {
                 tile[VALUES + 64 * (i / 4) + 4 * r + i % 4] = *v;
+            }
+            if fifth {
+                for (i, v) in block[16..48].iter().enumerate() {
+                    tile[FIFTHS + 64 * (i / 4) + 4 * r + i % 4] = *v;
+                }
             }
         }
     }
@@ -56,10 +78,11 @@ pub(super) fn interleave_group(data: &[u8], k: usize, out: &mut [u8]) {
 
 /// The inverse of [`interleave_group`] for one tile: the 16 rows' blocks `b` into `out`
 /// (GGUF order, `nb` blocks per row).
-pub(super) fn deinterleave_tile(tile: &[u8], b: usize, nb: usize, out: &mut [u8]) {
+pub(super) fn deinterleave_tile(tile: &[u8], b: usize, nb: usize, out: &mut [u8], fifth: bool) {
+    let (bb, qs) = block_layout(fifth);
     for r in 0..ROWS {
-        let at = (r * nb + b) * 144;
-        let block = &mut out[at..at + 144];
+        let at = (r * nb + b) * bb;
+        let block = &mut out[at..at + bb];
         block[..2].copy_from_slice(&tile[2 * r..2 * r + 2]);
         block[2..4].copy_from_slice(&tile[32 + 2 * r..32 + 2 * r + 2]);
         let mut scales = [0u8; 8];
@@ -79,7 +102,12 @@ pub(super) fn deinterleave_tile(tile: &[u8], b: usize, nb: usize, out: &mut [u8]
             packed[j + 8] = (scales[j + 4] & 15) | (mins[j + 4] & 15) << 4;
         }
         for i in 0..128 {
-            block[16 + i] = tile[VALUES + 64 * (i / 4) + 4 * r + i % 4];
+            block[qs + i] = tile[VALUES + 64 * (i / 4) + 4 * r + i % 4];
+        }
+        if fifth {
+            for i in 0..32 {
+                block[16 + i] = tile[FIFTHS + 64 * (i / 4) + 4 * r + i % 4];
+            }
         }
     }
 }
@@ -129,28 +157,73 @@ pub(super) mod avx2 {
         )
     }
 
+    /// Bit `i` of each byte of `bits` at bit 4 (16-bit shifts: what crosses into a
+    /// neighbouring byte lands elsewhere, and the mask drops it).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn fifth_bit(bits: __m256i, i: usize) -> __m256i {
+        let at_4 = match i {
+            0 => _mm256_slli_epi16::<4>(bits),
+            1 => _mm256_slli_epi16::<3>(bits),
+            2 => _mm256_slli_epi16::<2>(bits),
+            3 => _mm256_slli_epi16::<1>(bits),
+            4 => bits,
+            5 => _mm256_srli_epi16::<1>(bits),
+            6 => _mm256_srli_epi16::<2>(bits),
+            _ => _mm256_srli_epi16::<3>(bits),
+        };
+        _mm256_and_si256(at_4, _mm256_set1_epi8(0x10))
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn q4k<const C: usize>(w: &[u8], cols: *const u32, stride: usize, out: &mut [f32]) {
+        k4::<C, false>(w, cols, stride, out)
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn q5k<const C: usize>(w: &[u8], cols: *const u32, stride: usize, out: &mut [f32]) {
+        k4::<C, true>(w, cols, stride, out)
+    }
+
     /// The tile kernel: per row `C` activation rows, two halves of 8 weight rows. One
     /// activation row (decoding) loads each vector where it is used; more rows widen each
-    /// sub-block pair once for all. A group's `maddubs` pair sums (at most 2·15·128) are added
-    /// over the sub-block's 8 groups in 16 bits before one `madd` by the scales widens them.
+    /// sub-block pair once for all. A group's `maddubs` pair sums (at most 2·15·128, or
+    /// 2·31·128 with fifth bits) are added over the sub-block's 8 groups (4 with fifth bits) in
+    /// 16 bits before one `madd` by the scales widens them.
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     #[allow(clippy::needless_range_loop)] // `c` indexes rows, sums and outputs together
-    pub unsafe fn q4k<const C: usize>(w: &[u8], cols: *const u32, stride: usize, out: &mut [f32]) {
+    unsafe fn k4<const C: usize, const FIFTH: bool>(
+        w: &[u8],
+        cols: *const u32,
+        stride: usize,
+        out: &mut [f32],
+    ) {
+        let tile_bytes = ROWS * block_layout(FIFTH).0;
+        let fold = if FIFTH { 4 } else { 8 };
         let blocks = stride / K_WORDS;
-        assert!(w.len() >= blocks * TILE && out.len() >= C * ROWS);
+        assert!(w.len() >= blocks * tile_bytes && out.len() >= C * ROWS);
         let m4 = _mm256_set1_epi8(0x0F);
         let mut acc = [[_mm256_setzero_ps(); 2]; C];
         let mut wide = [[[_mm256_setzero_si256(); 2]; 8]; 2];
         for b in 0..blocks {
-            let tile = w.as_ptr().add(b * TILE);
+            let tile = w.as_ptr().add(b * tile_bytes);
             let mut s = [[_mm256_setzero_si256(); 2]; C];
             for j in 0..4 {
-                prefetch_part(tile, TILE, j, 4);
+                prefetch_part(tile, tile_bytes, j, 4);
                 let nibbles = |g: usize, h: usize| {
                     let v = _mm256_loadu_si256(tile.add(VALUES + 64 * (8 * j + g) + 32 * h) as _);
-                    [
+                    let q = [
                         _mm256_and_si256(v, m4),
                         _mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
+                    ];
+                    if !FIFTH {
+                        return q;
+                    }
+                    let bits = _mm256_loadu_si256(tile.add(FIFTHS + 64 * g + 32 * h) as _);
+                    [
+                        _mm256_or_si256(q[0], fifth_bit(bits, 2 * j)),
+                        _mm256_or_si256(q[1], fifth_bit(bits, 2 * j + 1)),
                     ]
                 };
                 if C > 1 {
@@ -182,11 +255,14 @@ pub(super) mod avx2 {
                                 folded[e][h] = _mm256_add_epi16(folded[e][h], pairs);
                             }
                         }
-                    }
-                    for e in 0..2 {
-                        for h in 0..2 {
-                            let scaled = _mm256_madd_epi16(folded[e][h], scales[e][h]);
-                            s[c][h] = _mm256_add_epi32(s[c][h], scaled);
+                        if g % fold == fold - 1 {
+                            for e in 0..2 {
+                                for h in 0..2 {
+                                    let scaled = _mm256_madd_epi16(folded[e][h], scales[e][h]);
+                                    s[c][h] = _mm256_add_epi32(s[c][h], scaled);
+                                    folded[e][h] = _mm256_setzero_si256();
+                                }
+                            }
                         }
                     }
                 }
@@ -231,26 +307,68 @@ pub(super) mod avx512 {
     use super::*;
     use std::arch::x86_64::*;
 
+    /// Bit `i` of each byte of `bits` at bit 4, as the AVX2 kernel does.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    fn fifth_bit(bits: __m512i, i: usize) -> __m512i {
+        let at_4 = match i {
+            0 => _mm512_slli_epi16::<4>(bits),
+            1 => _mm512_slli_epi16::<3>(bits),
+            2 => _mm512_slli_epi16::<2>(bits),
+            3 => _mm512_slli_epi16::<1>(bits),
+            4 => bits,
+            5 => _mm512_srli_epi16::<1>(bits),
+            6 => _mm512_srli_epi16::<2>(bits),
+            _ => _mm512_srli_epi16::<3>(bits),
+        };
+        _mm512_and_si512(at_4, _mm512_set1_epi8(0x10))
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub unsafe fn q4k<const C: usize>(w: &[u8], cols: *const u32, stride: usize, out: &mut [f32]) {
+        k4::<C, false>(w, cols, stride, out)
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub unsafe fn q5k<const C: usize>(w: &[u8], cols: *const u32, stride: usize, out: &mut [f32]) {
+        k4::<C, true>(w, cols, stride, out)
+    }
+
     /// The tile kernel: 16 rows per vector; each sub-block's `vpdpbusd` sums are multiplied by
     /// the rows' scales in 32 bits (the same integers AVX2 forms in 16-bit pairs).
+    #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     #[allow(clippy::needless_range_loop)] // `c` indexes rows, sums and outputs together
-    pub unsafe fn q4k<const C: usize>(w: &[u8], cols: *const u32, stride: usize, out: &mut [f32]) {
+    unsafe fn k4<const C: usize, const FIFTH: bool>(
+        w: &[u8],
+        cols: *const u32,
+        stride: usize,
+        out: &mut [f32],
+    ) {
+        let tile_bytes = ROWS * block_layout(FIFTH).0;
         let blocks = stride / K_WORDS;
-        assert!(w.len() >= blocks * TILE && out.len() >= C * ROWS);
+        assert!(w.len() >= blocks * tile_bytes && out.len() >= C * ROWS);
         let m4 = _mm512_set1_epi8(0x0F);
         let mut acc = [_mm512_setzero_ps(); C];
         let mut wide = [[_mm512_setzero_si512(); 2]; 8];
         for b in 0..blocks {
-            let tile = w.as_ptr().add(b * TILE);
+            let tile = w.as_ptr().add(b * tile_bytes);
             let mut s = [_mm512_setzero_si512(); C];
             for j in 0..4 {
-                prefetch_part(tile, TILE, j, 4);
+                prefetch_part(tile, tile_bytes, j, 4);
                 let nibbles = |g: usize| {
                     let v = _mm512_loadu_si512(tile.add(VALUES + 64 * (8 * j + g)) as _);
-                    [
+                    let q = [
                         _mm512_and_si512(v, m4),
                         _mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
+                    ];
+                    if !FIFTH {
+                        return q;
+                    }
+                    let bits = _mm512_loadu_si512(tile.add(FIFTHS + 64 * g) as _);
+                    [
+                        _mm512_or_si512(q[0], fifth_bit(bits, 2 * j)),
+                        _mm512_or_si512(q[1], fifth_bit(bits, 2 * j + 1)),
                     ]
                 };
                 if C > 1 {
