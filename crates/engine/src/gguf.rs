@@ -10,6 +10,7 @@ use crate::weights::{Matrix, WeightSource};
 use candle_core::quantized::gguf_file::{Content, TensorInfo, Value};
 use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{DType, Device, Tensor};
+use rayon::prelude::*;
 use serde_json::json;
 use std::collections::HashMap;
 use std::fs::File;
@@ -724,11 +725,18 @@ fn read_tiles(
     let mut data: Vec<u8> = Vec::with_capacity(bytes);
     crate::huge_pages::prefer_huge_pages(data.as_ptr(), bytes);
     data.resize(bytes, 0);
+    // Groups of 16 rows read a few MiB at a time and interleaved in parallel (rearranging the
+    // K-quants' bytes took as long as reading them).
     let group = bytes / rows * tiles::ROWS;
-    let mut blocks = vec![0u8; group];
-    for tiles in data.chunks_exact_mut(group) {
-        reader.read_exact(&mut blocks)?;
-        tiles::interleave_group(kind, &blocks, cols, tiles);
+    let batch = group * (4usize << 20).div_ceil(group);
+    let mut blocks = vec![0u8; batch.min(bytes)];
+    for tiles in data.chunks_mut(batch) {
+        let blocks = &mut blocks[..tiles.len()];
+        reader.read_exact(blocks)?;
+        blocks
+            .par_chunks_exact(group)
+            .zip(tiles.par_chunks_exact_mut(group))
+            .for_each(|(blocks, tiles)| tiles::interleave_group(kind, blocks, cols, tiles));
     }
     crate::huge_pages::back_with_huge_pages(&data);
     Ok(TileMatrix {

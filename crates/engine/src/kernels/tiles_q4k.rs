@@ -64,12 +64,14 @@ pub(super) fn interleave_group(data: &[u8], k: usize, out: &mut [u8], fifth: boo
                 let (lo, hi) = (unpacked[2 * p].1, unpacked[2 * p + 1].1);
                 tile[MINS + 16 * p + r] = (lo & 15 | (hi & 15) << 4) as u8;
             }
-            for (i, v) in block[qs..].iter().enumerate() {
-                tile[VALUES + 64 * (i / 4) + 4 * r + i % 4] = *v;
+            for (g, four) in block[qs..].chunks_exact(4).enumerate() {
+                let at = VALUES + 64 * g + 4 * r;
+                tile[at..at + 4].copy_from_slice(four);
             }
             if fifth {
-                for (i, v) in block[16..48].iter().enumerate() {
-                    tile[FIFTHS + 64 * (i / 4) + 4 * r + i % 4] = *v;
+                for (g, four) in block[16..48].chunks_exact(4).enumerate() {
+                    let at = FIFTHS + 64 * g + 4 * r;
+                    tile[at..at + 4].copy_from_slice(four);
                 }
             }
         }

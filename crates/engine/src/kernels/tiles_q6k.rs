@@ -31,31 +31,50 @@ const HIGH: usize = 2336;
 #[cfg(target_arch = "x86_64")]
 const SUMS16: usize = 136;
 
-/// Value `v` (0..256) of a GGUF Q6_K block, unsigned (0..63).
-fn value(block: &[u8], v: usize) -> u8 {
-    let (n, l) = (v / 128, v % 128);
-    let (quadrant, l) = (l / 32, l % 32);
-    let low = block[64 * n + l + 32 * (quadrant % 2)] >> (4 * (quadrant / 2)) & 15;
-    let high = block[128 + 32 * n + l] >> (2 * quadrant) & 3;
-    low | high << 4
+/// The 256 values of a GGUF Q6_K block, unsigned (0..63): per 128 values, 64 bytes of low
+/// nibbles and 32 of high bit pairs make four runs of 32.
+fn values(block: &[u8; 210]) -> [u8; 256] {
+    let mut q = [0u8; 256];
+    for n in 0..2 {
+        for l in 0..32 {
+            let (low, next, high) = (
+                block[64 * n + l],
+                block[64 * n + l + 32],
+                block[128 + 32 * n + l],
+            );
+            let v = 128 * n + l;
+            q[v] = low & 15 | (high & 3) << 4;
+            q[v + 32] = next & 15 | (high >> 2 & 3) << 4;
+            q[v + 64] = low >> 4 | (high >> 4 & 3) << 4;
+            q[v + 96] = next >> 4 | (high >> 6) << 4;
+        }
+    }
+    q
 }
 
-/// One group of 16 rows of `k` values, Q6_K blocks in `data`, as tiles into `out` (zeroed).
+/// One group of 16 rows of `k` values, Q6_K blocks in `data`, as tiles into `out`.
 pub(super) fn interleave_group(data: &[u8], k: usize, out: &mut [u8]) {
     let nb = k / 256;
     for (b, tile) in out.chunks_exact_mut(TILE).enumerate() {
         for r in 0..ROWS {
             let at = (r * nb + b) * 210;
-            let block = &data[at..at + 210];
+            let block: &[u8; 210] = data[at..at + 210].try_into().expect("a whole block");
             tile[2 * r..2 * r + 2].copy_from_slice(&block[208..210]);
             for s in 0..16 {
                 tile[SCALES + 16 * s + r] = block[192 + s];
             }
-            for v in 0..256 {
-                let q = value(block, v);
-                let (group, t) = (v / 4, v % 4);
-                tile[LOW + 64 * (group % 32) + 4 * r + t] |= (q & 15) << (4 * (group / 32));
-                tile[HIGH + 64 * (group % 16) + 4 * r + t] |= (q >> 4) << (2 * (group / 16));
+            let q = values(block);
+            for k in 0..32 {
+                for t in 0..4 {
+                    let (lo, hi) = (q[4 * k + t], q[128 + 4 * k + t]);
+                    tile[LOW + 64 * k + 4 * r + t] = lo & 15 | (hi & 15) << 4;
+                }
+            }
+            for k in 0..16 {
+                for t in 0..4 {
+                    let top = |i: usize| (q[4 * (k + 16 * i) + t] >> 4) << (2 * i);
+                    tile[HIGH + 64 * k + 4 * r + t] = top(0) | top(1) | top(2) | top(3);
+                }
             }
         }
     }
