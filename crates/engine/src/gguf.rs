@@ -597,9 +597,9 @@ impl GgufWeights {
         Ok((name, info, start))
     }
 
-    /// A Q4_0/Q5_0/Q8_0/Q4_1/Q5_1/Q4_K/Q6_K matrix read straight into 16-row tiles, where this
-    /// CPU has their kernels (`None` otherwise): one group of rows at a time, so loading needs
-    /// no second copy of the matrix.
+    /// A quantized matrix read straight into 16-row tiles, where this CPU has their kernels
+    /// (`None` otherwise): a few groups of rows at a time, so loading needs no second copy of
+    /// the matrix.
     fn tiles(&self, hf: &str, shape: &[usize]) -> Result<Option<TileMatrix>> {
         let (name, info, start) = self.info(hf, shape)?;
         let Some(kind) = BlockType::of(info.ggml_dtype) else {

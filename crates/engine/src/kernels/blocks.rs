@@ -153,8 +153,8 @@ pub fn quantize_q8_k(x: &[f32]) -> Q8Row {
     }
 }
 
-/// Q8_K rows packed for the many-row K-quant kernels: row after row, per block [`K_WORDS`]
-/// words: the 256 values, then per 64 values 16 i32 lanes holding `-32 ×` each 16-value sum
+/// Q8_K rows packed for the K-quant tile and many-row kernels: row after row, per block
+/// [`K_WORDS`] words: the 256 values, then per 64 values 16 i32 lanes holding `-32 ×` each 16-value sum
 /// in lane 4j (Q6_K's offset, folded into the integer sums), the scale (f32 bits), the eight
 /// 32-value sums (i16 pairs, Q4_K's minimums), 3 words of padding, the sixteen 16-value sums
 /// (i16 pairs, Q6_K's offset in tiles). Returns the buffer and the words per row.

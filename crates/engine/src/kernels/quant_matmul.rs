@@ -251,7 +251,7 @@ pub struct QuantMatrix<'a> {
 enum Kernel<'a> {
     /// GGUF order: a dot product per output, or a many-row kernel over packed activations.
     Rows(DotFn, Option<(ManyFn, &'a [u32], usize)>, Option<RowsFn>),
-    /// Tiles of 16 rows against packed activations (`tiles::pack`, or `pack_q8_k` for the K-quants).
+    /// Tiles of 16 rows against packed activations (`tiles::pack`; `pack_q8_k` for K-quants).
     Tiles(tiles::GroupFn, &'a [u32], usize),
 }
 
