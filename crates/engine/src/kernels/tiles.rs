@@ -355,9 +355,28 @@ fn kernel_at(level: CpuLevel, t: BlockType) -> Option<GroupFn> {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
+pub(super) mod avx2 {
     use super::*;
     use std::arch::x86_64::*;
+
+    /// Bit `i` of each byte of `bits` moved to bit 4, the bits of `keep` (at and above bit 4)
+    /// kept: a fifth bit (`keep` 0x10) or a pair of top bits (0x30) beside its nibble. 16-bit
+    /// shifts: what crosses into a neighbouring byte lands outside `keep`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in crate::kernels) fn bit_to_4(bits: __m256i, i: usize, keep: i8) -> __m256i {
+        let at_4 = match i {
+            0 => _mm256_slli_epi16::<4>(bits),
+            1 => _mm256_slli_epi16::<3>(bits),
+            2 => _mm256_slli_epi16::<2>(bits),
+            3 => _mm256_slli_epi16::<1>(bits),
+            4 => bits,
+            5 => _mm256_srli_epi16::<1>(bits),
+            6 => _mm256_srli_epi16::<2>(bits),
+            _ => _mm256_srli_epi16::<3>(bits),
+        };
+        _mm256_and_si256(at_4, _mm256_set1_epi8(keep))
+    }
 
     /// How far ahead of the tile being read the kernels ask for cache lines.
     const PREFETCH: usize = 4096;
@@ -470,22 +489,7 @@ mod avx2 {
     unsafe fn five_bits(tile: *const u8, at: usize, g: usize, h: usize) -> (__m256i, __m256i) {
         let (q, v) = nibbles(tile, at, g, h);
         let bits = _mm256_loadu_si256(tile.add(at + 256 + 32 * h) as *const __m256i);
-        // Bit `g` to bit 4 (16-bit shifts: what crosses into a neighbouring byte lands below
-        // bit 4 or above it, and the mask drops it).
-        let bits = match g {
-            0 => _mm256_slli_epi16::<4>(bits),
-            1 => _mm256_slli_epi16::<3>(bits),
-            2 => _mm256_slli_epi16::<2>(bits),
-            3 => _mm256_slli_epi16::<1>(bits),
-            4 => bits,
-            5 => _mm256_srli_epi16::<1>(bits),
-            6 => _mm256_srli_epi16::<2>(bits),
-            _ => _mm256_srli_epi16::<3>(bits),
-        };
-        (
-            _mm256_or_si256(q, _mm256_and_si256(bits, _mm256_set1_epi8(0x10))),
-            v,
-        )
+        (_mm256_or_si256(q, bit_to_4(bits, g, 0x10)), v)
     }
 
     /// Q8_0's bytes (stored `+128`): magnitudes and signed values.
@@ -516,9 +520,27 @@ mod avx2 {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx512 {
+pub(super) mod avx512 {
     use super::*;
     use std::arch::x86_64::*;
+
+    /// Bit `i` of each byte of `bits` moved to bit 4, the bits of `keep` kept, as the AVX2
+    /// kernels do (`super::avx2::bit_to_4`).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub(in crate::kernels) fn bit_to_4(bits: __m512i, i: usize, keep: i8) -> __m512i {
+        let at_4 = match i {
+            0 => _mm512_slli_epi16::<4>(bits),
+            1 => _mm512_slli_epi16::<3>(bits),
+            2 => _mm512_slli_epi16::<2>(bits),
+            3 => _mm512_slli_epi16::<1>(bits),
+            4 => bits,
+            5 => _mm512_srli_epi16::<1>(bits),
+            6 => _mm512_srli_epi16::<2>(bits),
+            _ => _mm512_srli_epi16::<3>(bits),
+        };
+        _mm512_and_si512(at_4, _mm512_set1_epi8(keep))
+    }
 
     /// How far ahead of the tile being read the kernels ask for cache lines.
     const PREFETCH: usize = 4096;
@@ -633,21 +655,9 @@ mod avx512 {
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     unsafe fn five_bits(tile: *const u8, at: usize) -> [__m512i; 8] {
         let mut q = nibbles(tile, at);
-        let high = _mm512_set1_epi8(0x10);
         let bits = _mm512_loadu_si512(tile.add(at + 256) as *const _);
-        // Bit `g` of each byte to bit 4, as the AVX2 kernel does.
-        let at_4 = [
-            _mm512_slli_epi16::<4>(bits),
-            _mm512_slli_epi16::<3>(bits),
-            _mm512_slli_epi16::<2>(bits),
-            _mm512_slli_epi16::<1>(bits),
-            bits,
-            _mm512_srli_epi16::<1>(bits),
-            _mm512_srli_epi16::<2>(bits),
-            _mm512_srli_epi16::<3>(bits),
-        ];
-        for (q, b) in q.iter_mut().zip(at_4) {
-            *q = _mm512_or_si512(*q, _mm512_and_si512(b, high));
+        for (g, q) in q.iter_mut().enumerate() {
+            *q = _mm512_or_si512(*q, bit_to_4(bits, g, 0x10));
         }
         q
     }

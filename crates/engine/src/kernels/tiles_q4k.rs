@@ -117,6 +117,7 @@ pub(super) fn deinterleave_tile(tile: &[u8], b: usize, nb: usize, out: &mut [u8]
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx2 {
     use super::*;
+    use crate::kernels::tiles::avx2::bit_to_4;
     use std::arch::x86_64::*;
 
     /// Each row's scale of sub-block `s` in both 16-bit halves of its 32-bit lane, rows `8h..8h
@@ -157,24 +158,6 @@ pub(super) mod avx2 {
             _mm_or_si128(_mm_and_si128(low, m4), high(even)),
             _mm_or_si128(_mm_and_si128(_mm_srli_epi16(low, 4), m4), high(odd)),
         )
-    }
-
-    /// Bit `i` of each byte of `bits` at bit 4 (16-bit shifts: what crosses into a
-    /// neighbouring byte lands elsewhere, and the mask drops it).
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn fifth_bit(bits: __m256i, i: usize) -> __m256i {
-        let at_4 = match i {
-            0 => _mm256_slli_epi16::<4>(bits),
-            1 => _mm256_slli_epi16::<3>(bits),
-            2 => _mm256_slli_epi16::<2>(bits),
-            3 => _mm256_slli_epi16::<1>(bits),
-            4 => bits,
-            5 => _mm256_srli_epi16::<1>(bits),
-            6 => _mm256_srli_epi16::<2>(bits),
-            _ => _mm256_srli_epi16::<3>(bits),
-        };
-        _mm256_and_si256(at_4, _mm256_set1_epi8(0x10))
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -224,8 +207,8 @@ pub(super) mod avx2 {
                     }
                     let bits = _mm256_loadu_si256(tile.add(FIFTHS + 64 * g + 32 * h) as _);
                     [
-                        _mm256_or_si256(q[0], fifth_bit(bits, 2 * j)),
-                        _mm256_or_si256(q[1], fifth_bit(bits, 2 * j + 1)),
+                        _mm256_or_si256(q[0], bit_to_4(bits, 2 * j, 0x10)),
+                        _mm256_or_si256(q[1], bit_to_4(bits, 2 * j + 1, 0x10)),
                     ]
                 };
                 if C > 1 {
@@ -307,24 +290,8 @@ pub(super) mod avx2 {
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx512 {
     use super::*;
+    use crate::kernels::tiles::avx512::bit_to_4;
     use std::arch::x86_64::*;
-
-    /// Bit `i` of each byte of `bits` at bit 4, as the AVX2 kernel does.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    fn fifth_bit(bits: __m512i, i: usize) -> __m512i {
-        let at_4 = match i {
-            0 => _mm512_slli_epi16::<4>(bits),
-            1 => _mm512_slli_epi16::<3>(bits),
-            2 => _mm512_slli_epi16::<2>(bits),
-            3 => _mm512_slli_epi16::<1>(bits),
-            4 => bits,
-            5 => _mm512_srli_epi16::<1>(bits),
-            6 => _mm512_srli_epi16::<2>(bits),
-            _ => _mm512_srli_epi16::<3>(bits),
-        };
-        _mm512_and_si512(at_4, _mm512_set1_epi8(0x10))
-    }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     pub unsafe fn q4k<const C: usize>(w: &[u8], cols: *const u32, stride: usize, out: &mut [f32]) {
@@ -369,8 +336,8 @@ pub(super) mod avx512 {
                     }
                     let bits = _mm512_loadu_si512(tile.add(FIFTHS + 64 * g) as _);
                     [
-                        _mm512_or_si512(q[0], fifth_bit(bits, 2 * j)),
-                        _mm512_or_si512(q[1], fifth_bit(bits, 2 * j + 1)),
+                        _mm512_or_si512(q[0], bit_to_4(bits, 2 * j, 0x10)),
+                        _mm512_or_si512(q[1], bit_to_4(bits, 2 * j + 1, 0x10)),
                     ]
                 };
                 if C > 1 {

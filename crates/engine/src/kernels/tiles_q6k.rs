@@ -111,15 +111,8 @@ pub(super) mod avx2 {
     /// The top two bits of group `16i + k` (from its high-bit vector `bits`) at bits 4-5.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) fn top_bits(bits: __m256i, i: usize) -> __m256i {
-        // 16-bit shifts: what crosses into a neighbouring byte lands outside bits 4-5.
-        let at_4 = match i {
-            0 => _mm256_slli_epi16::<4>(bits),
-            1 => _mm256_slli_epi16::<2>(bits),
-            2 => bits,
-            _ => _mm256_srli_epi16::<2>(bits),
-        };
-        _mm256_and_si256(at_4, _mm256_set1_epi8(0x30))
+    fn top_bits(bits: __m256i, i: usize) -> __m256i {
+        crate::kernels::tiles::avx2::bit_to_4(bits, 2 * i, 0x30)
     }
 
     /// Each row's (sign-extended) scale of sub-block `s` in both 16-bit halves of its 32-bit
@@ -262,13 +255,7 @@ pub(super) mod avx512 {
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     fn top_bits(bits: __m512i, i: usize) -> __m512i {
-        let at_4 = match i {
-            0 => _mm512_slli_epi16::<4>(bits),
-            1 => _mm512_slli_epi16::<2>(bits),
-            2 => bits,
-            _ => _mm512_srli_epi16::<2>(bits),
-        };
-        _mm512_and_si512(at_4, _mm512_set1_epi8(0x30))
+        crate::kernels::tiles::avx512::bit_to_4(bits, 2 * i, 0x30)
     }
 
     /// The tile kernel: 16 rows per vector; each sub-block's `vpdpbusd` sums are multiplied by
