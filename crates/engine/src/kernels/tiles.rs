@@ -231,14 +231,26 @@ pub fn deinterleave(t: BlockType, tiles: &[u8], k: usize) -> Vec<u8> {
 /// The rows of `x` (`[m, k]`) quantized to Q8_0 (as [`super::blocks::quantize_q8_0`] does) and packed for the
 /// kernels, in one pass. Returns the buffer and the words per row.
 pub(crate) fn quantize(x: &[f32], k: usize) -> (Vec<u32>, usize) {
+    quantize_at(cpu::active(), x, k)
+}
+
+/// [`quantize`] at `level` (capped at what this CPU runs): a forced AVX2 level runs no AVX-512
+/// instruction here either.
+fn quantize_at(level: CpuLevel, x: &[f32], k: usize) -> (Vec<u32>, usize) {
     use rayon::prelude::*;
+    let level = level.min(cpu::detected());
     let stride = k / QK * BLOCK_WORDS;
     let mut packed = vec![0u32; x.len() / k * stride];
     let row = |(x, out): (&[f32], &mut [u32])| {
         #[cfg(target_arch = "x86_64")]
-        if cpu::detected() >= CpuLevel::Avx512 {
+        if level >= CpuLevel::Avx512 {
             // SAFETY: AVX-512 F/BW/VL were detected; `out` has a block's words per 32 values.
             return unsafe { avx512::quantize_row(x, out) };
+        }
+        #[cfg(target_arch = "x86_64")]
+        if level >= CpuLevel::Avx2 {
+            // SAFETY: AVX2 and F16C were detected; `out` has a block's words per 32 values.
+            return unsafe { avx2::quantize_row(x, out) };
         }
         out.copy_from_slice(&pack(&[super::blocks::quantize_q8_0(x)]).0);
     };
@@ -358,6 +370,43 @@ fn kernel_at(level: CpuLevel, t: BlockType) -> Option<GroupFn> {
 pub(super) mod avx2 {
     use super::*;
     use std::arch::x86_64::*;
+
+    /// One row of activations quantized and packed as `super::avx512::quantize_row` does, in
+    /// 8-lane halves: the same scale, the same rounding to nearest even, the same words.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn quantize_row(x: &[f32], out: &mut [u32]) {
+        let magnitude = _mm256_set1_ps(-0.0);
+        // `packs` interleaves its inputs' 128-bit lanes; these put the values back in order.
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        for (xs, o) in x.chunks_exact(QK).zip(out.chunks_exact_mut(BLOCK_WORDS)) {
+            let v = [0, 8, 16, 24].map(|i| _mm256_loadu_ps(xs.as_ptr().add(i)));
+            let a = v.map(|v| _mm256_andnot_ps(magnitude, v));
+            let m = _mm256_max_ps(_mm256_max_ps(a[0], a[1]), _mm256_max_ps(a[2], a[3]));
+            let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+            let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+            let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+            let scale = amax / 127.0;
+            let inv = _mm256_set1_ps(if scale != 0.0 { 1.0 / scale } else { 0.0 });
+            let q = v.map(|v| _mm256_cvtps_epi32(_mm256_mul_ps(v, inv)));
+            let s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+            let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
+            let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+            let sum = _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s)));
+            // |q| ≤ 127: the saturating packs change nothing.
+            let bytes = _mm256_packs_epi16(
+                _mm256_packs_epi32(q[0], q[1]),
+                _mm256_packs_epi32(q[2], q[3]),
+            );
+            let bytes = _mm256_permutevar8x32_epi32(bytes, order);
+            _mm256_storeu_si256(o.as_mut_ptr() as *mut __m256i, bytes);
+            o[9] = (-8 * sum) as u32;
+            o[10] = (-16 * sum) as u32;
+            o[11] = (-128 * sum) as u32;
+            let d = half::f16::from_f32(scale).to_f32();
+            o[8] = d.to_bits();
+            o[12] = half::f16::from_f32(d * sum as f32).to_f32().to_bits();
+        }
+    }
 
     /// Bit `i` of each byte of `bits` moved to bit 4, the bits of `keep` (at and above bit 4)
     /// kept: a fifth bit (`keep` 0x10) or a pair of top bits (0x30) beside its nibble. 16-bit
@@ -729,6 +778,30 @@ mod tests {
         let mut out = vec![0f32; x.len() / k * ROWS];
         group(tiles, &cols, stride, &mut out);
         out
+    }
+
+    /// The activations packed at every level this CPU runs are the portable packing's, word for
+    /// word: half-way values round to even, a zero block and a block of one large value alike.
+    #[test]
+    fn activations_pack_the_same_at_every_level() {
+        let k = 128;
+        let mut x: Vec<f32> = (0..9 * k)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
+            .collect();
+        x[..32].fill(0.0);
+        x[32..64].fill(1e-3);
+        x[64] = 3e4;
+        // Exactly half-way after scaling: amax 127 makes the scale 1.
+        x[96..128].copy_from_slice(&[127.0, 2.5, -2.5, 3.5, -0.5, 0.5, 1.5, -1.5].repeat(4));
+        let portable = quantize_at(CpuLevel::Portable, &x, k);
+        for level in cpu::runnable() {
+            assert_eq!(quantize_at(level, &x, k), portable, "{level}");
+        }
+        // One row alone takes the sequential path: the same words.
+        assert_eq!(
+            quantize_at(cpu::detected(), &x[..k], k).0,
+            portable.0[..k / QK * BLOCK_WORDS]
+        );
     }
 
     #[test]
