@@ -280,6 +280,19 @@ fn quantize_at(level: CpuLevel, x: &[f32], k: usize) -> (Vec<u32>, usize) {
     (packed, stride)
 }
 
+/// Words 8–12 of a packed activation block from its scale and its values' sum, as [`pack`]
+/// writes them: the scale through f16, the integer corrections, `d·Σ` through f16.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn block_words(o: &mut [u32], scale: f32, sum: i32) {
+    let d = half::f16::from_f32(scale).to_f32();
+    o[8] = d.to_bits();
+    o[9] = (-8 * sum) as u32;
+    o[10] = (-16 * sum) as u32;
+    o[11] = (-128 * sum) as u32;
+    o[12] = half::f16::from_f32(d * sum as f32).to_f32().to_bits();
+}
+
 /// Q8_0 activation rows packed for the kernels: per block [`BLOCK_WORDS`] words, row after row.
 /// Returns the buffer and the words per row.
 pub(crate) fn pack(rows: &[Q8Row]) -> (Vec<u32>, usize) {
@@ -412,12 +425,7 @@ pub(super) mod avx2 {
             );
             let bytes = _mm256_permutevar8x32_epi32(bytes, order);
             _mm256_storeu_si256(o.as_mut_ptr() as *mut __m256i, bytes);
-            o[9] = (-8 * sum) as u32;
-            o[10] = (-16 * sum) as u32;
-            o[11] = (-128 * sum) as u32;
-            let d = half::f16::from_f32(scale).to_f32();
-            o[8] = d.to_bits();
-            o[12] = half::f16::from_f32(d * sum as f32).to_f32().to_bits();
+            block_words(o, scale, sum);
         }
     }
 
@@ -689,12 +697,7 @@ pub(super) mod avx512 {
             let values = o.as_mut_ptr() as *mut __m128i;
             _mm_storeu_si128(values, _mm512_cvtepi32_epi8(qa));
             _mm_storeu_si128(values.add(1), _mm512_cvtepi32_epi8(qb));
-            o[9] = (-8 * sum) as u32;
-            o[10] = (-16 * sum) as u32;
-            o[11] = (-128 * sum) as u32;
-            let d = half::f16::from_f32(scale).to_f32();
-            o[8] = d.to_bits();
-            o[12] = half::f16::from_f32(d * sum as f32).to_f32().to_bits();
+            block_words(o, scale, sum);
         }
     }
 
