@@ -20,7 +20,12 @@ pub(crate) struct Unpacked {
 }
 
 impl Unpacked {
-    fn new() -> Self {
+    /// The block's values as unpacked (Q6_K's with its offset of 32 taken off).
+    pub(crate) fn values(&self) -> &[i8; QK_K] {
+        &self.v
+    }
+
+    pub(crate) fn new() -> Self {
         Self {
             v: [0; QK_K],
             scales: [0; 16],

@@ -19,6 +19,7 @@
 
 #[cfg(target_arch = "x86_64")]
 use super::blocks::K_WORDS;
+use super::portable::{Block, Unpacked, Q6K};
 #[cfg(target_arch = "x86_64")]
 use super::tiles::prefetch_part;
 use super::tiles::ROWS;
@@ -31,39 +32,21 @@ const HIGH: usize = 2336;
 #[cfg(target_arch = "x86_64")]
 const SUMS16: usize = 136;
 
-/// The 256 values of a GGUF Q6_K block, unsigned (0..63): per 128 values, 64 bytes of low
-/// nibbles and 32 of high bit pairs make four runs of 32.
-fn values(block: &[u8; 210]) -> [u8; 256] {
-    let mut q = [0u8; 256];
-    for n in 0..2 {
-        for l in 0..32 {
-            let (low, next, high) = (
-                block[64 * n + l],
-                block[64 * n + l + 32],
-                block[128 + 32 * n + l],
-            );
-            let v = 128 * n + l;
-            q[v] = low & 15 | (high & 3) << 4;
-            q[v + 32] = next & 15 | (high >> 2 & 3) << 4;
-            q[v + 64] = low >> 4 | (high >> 4 & 3) << 4;
-            q[v + 96] = next >> 4 | (high >> 6) << 4;
-        }
-    }
-    q
-}
-
 /// One group of 16 rows of `k` values, Q6_K blocks in `data`, as tiles into `out`.
 pub(super) fn interleave_group(data: &[u8], k: usize, out: &mut [u8]) {
     let nb = k / 256;
+    let mut unpacked = Unpacked::new();
     for (b, tile) in out.chunks_exact_mut(TILE).enumerate() {
         for r in 0..ROWS {
             let at = (r * nb + b) * 210;
-            let block: &[u8; 210] = data[at..at + 210].try_into().expect("a whole block");
+            let block = &data[at..at + 210];
             tile[2 * r..2 * r + 2].copy_from_slice(&block[208..210]);
             for s in 0..16 {
                 tile[SCALES + 16 * s + r] = block[192 + s];
             }
-            let q = values(block);
+            // The values unsigned (0..63), as the portable kernel unpacks them.
+            Q6K::unpack(block, &mut unpacked);
+            let q = unpacked.values().map(|v| (v + 32) as u8);
             for k in 0..32 {
                 for t in 0..4 {
                     let (lo, hi) = (q[4 * k + t], q[128 + 4 * k + t]);
