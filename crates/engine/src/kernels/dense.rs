@@ -135,21 +135,22 @@ mod x86 {
     const PREFETCH: usize = 4096;
 
     /// Several activation rows (prompts): products in register blocks of `R` weight rows × up
-    /// to 4 activation rows (`J`, a constant so that no product is computed twice), so that
+    /// to `J` activation rows (the level's [`Shape`]; constants, so that no product is computed
+    /// twice), so that
     /// each load serves several multiply-adds; a missing weight row of a block repeats the last
     /// one and its sums are dropped. Each output is one chain of multiply-adds in the same
     /// order whatever the grouping: one activation row alone gets exactly what it gets among
     /// others.
     macro_rules! block_simd {
         ($name:ident, $t:ty, $widen:ident, $features:literal, $lanes:expr, $vec:ty,
-         $zero:ident, $load:ident, $fmadd:ident, $reduce:ident, $r:expr) => {
+         $zero:ident, $load:ident, $fmadd:ident, $reduce:ident, $shape:expr) => {
             #[inline]
             #[target_feature(enable = $features)]
             unsafe fn $name(x: &[f32], m: usize, k: usize, w: &[$t], out: &Outputs<'_>) {
-                const R: usize = $r;
+                const SHAPE: Shape = $shape;
                 #[inline]
                 #[target_feature(enable = $features)]
-                unsafe fn group<const J: usize>(
+                unsafe fn group<const R: usize, const J: usize>(
                     x: &[f32],
                     k: usize,
                     w: &[$t],
@@ -187,22 +188,42 @@ mod x86 {
                 }
                 let rows = out.rows;
                 assert!(x.len() >= m * k && w.len() >= (out.first + rows) * k);
-                // Four activation rows stay in L1 while the task's weight rows (in L2 after
-                // the first four) stream past them: each step brings `R` weight vectors from
-                // L2 rather than four activation vectors (F16 pp32 +15 %, pp512 +7 % on a
-                // 2-core Zen 3).
-                for c in (0..m).step_by(4) {
+                if m == 1 {
+                    for r in (0..rows).step_by(SHAPE.decode_rows) {
+                        group::<{ SHAPE.decode_rows }, 1>(x, k, w, (r, 0), out);
+                    }
+                    return;
+                }
+                // `J` activation rows stay in L1 while the task's weight rows (in L2 after the
+                // first group) stream past them: each step brings `R` weight vectors from L2
+                // rather than `J` activation vectors (F16 pp32 +15 %, pp512 +7 % on a 2-core
+                // Zen 3).
+                const R: usize = SHAPE.rows;
+                const J: usize = SHAPE.activations;
+                // The match below has an arm for every group narrower than `J`.
+                const { assert!(J >= 3 && J <= 6) };
+                for c in (0..m).step_by(J) {
                     for r in (0..rows).step_by(R) {
                         match m - c {
-                            1 => group::<1>(x, k, w, (r, c), out),
-                            2 => group::<2>(x, k, w, (r, c), out),
-                            3 => group::<3>(x, k, w, (r, c), out),
-                            _ => group::<4>(x, k, w, (r, c), out),
+                            1 => group::<R, 1>(x, k, w, (r, c), out),
+                            2 => group::<R, 2>(x, k, w, (r, c), out),
+                            3 => group::<R, 3>(x, k, w, (r, c), out),
+                            4 if J > 4 => group::<R, 4>(x, k, w, (r, c), out),
+                            5 if J > 5 => group::<R, 5>(x, k, w, (r, c), out),
+                            _ => group::<R, J>(x, k, w, (r, c), out),
                         }
                     }
                 }
             }
         };
+    }
+
+    /// A level's register block: `rows` weight rows × `activations` activation rows for
+    /// prompts and batches, `decode_rows` weight rows for one activation row.
+    struct Shape {
+        rows: usize,
+        activations: usize,
+        decode_rows: usize,
     }
 
     /// 16 weights from `p`, as f32.
@@ -231,12 +252,13 @@ mod x86 {
     /// weight rows of its register block.
     macro_rules! level {
         ($module:ident, $features:literal, $lanes:expr, $vec:ty, $zero:ident, $load:ident,
-         $fmadd:ident, $reduce:ident, $wf32:ident, $wbf16:ident, $wf16:ident, $r:expr) => {
+         $fmadd:ident, $reduce:ident, $wf32:ident, $wbf16:ident, $wf16:ident,
+         $shape:expr) => {
             mod $module {
                 use super::*;
                 block_simd!(
                     block_f32, f32, $wf32, $features, $lanes, $vec, $zero, $load, $fmadd, $reduce,
-                    $r
+                    $shape
                 );
                 block_simd!(
                     block_bf16,
@@ -249,7 +271,7 @@ mod x86 {
                     $load,
                     $fmadd,
                     $reduce,
-                    $r
+                    $shape
                 );
                 block_simd!(
                     block_f16,
@@ -262,7 +284,7 @@ mod x86 {
                     $load,
                     $fmadd,
                     $reduce,
-                    $r
+                    $shape
                 );
 
                 #[target_feature(enable = $features)]
@@ -298,7 +320,14 @@ mod x86 {
         wide_f32,
         wide_bf16,
         wide_f16,
-        2
+        // 24 accumulators, 4 weight vectors and an activation vector of the 32 registers: the
+        // conversions and loads amortised over 24 multiply-adds (F16 pp512 +30 % over 2 × 4).
+        // Decoding is bound by memory and reads two rows at a time faster.
+        Shape {
+            rows: 4,
+            activations: 6,
+            decode_rows: 2
+        }
     );
     level!(
         avx2,
@@ -313,7 +342,11 @@ mod x86 {
         wide8_bf16,
         wide8_f16,
         // 12 accumulators, 3 weight vectors and an activation vector: the 16 registers.
-        3
+        Shape {
+            rows: 3,
+            activations: 4,
+            decode_rows: 3
+        }
     );
 
     #[inline]
@@ -452,7 +485,8 @@ mod tests {
             ("f16", WeightRows::F16(&wh)),
         ] {
             for level in super::cpu::runnable() {
-                for mm in [1, 2, m, 5] {
+                // Every width of a register block's last group at both levels' shapes.
+                for mm in [1, 2, m, 4, 5, 6, 7, 13] {
                     let x = &x_at(mm);
                     let want = reference(x, mm, k, &w, n);
                     let got = matmul_t_at(level, x, mm, k, rows, n);
@@ -467,12 +501,19 @@ mod tests {
         }
     }
 
-    /// A prompt's rows, in register blocks of four activation rows and a tail, each get exactly
-    /// what the row gets alone (decoding), at every level.
+    /// A prompt's rows, in register blocks of several activation rows and a tail, each get
+    /// exactly what the row gets alone (decoding), at every level.
     #[test]
     fn each_row_of_a_prompt_sums_as_decoding_does() {
-        // 21 rows: five blocks of four and a tail of one.
-        let (m, k, n) = (21, 4096, 5);
+        // 7 to 12 rows: every tail after blocks of four or six; five weight rows: a tail after
+        // blocks of two, three or four.
+        for m in 7..=12 {
+            prompt_rows_sum_as_decoding(m);
+        }
+    }
+
+    fn prompt_rows_sum_as_decoding(m: usize) {
+        let (k, n) = (4096, 5);
         let x: Vec<f32> = (0..m * k)
             .map(|i| ((i * 7 % 13) as f32 - 6.0) / 7.0 + (i % 3) as f32 * 0.001)
             .collect();
@@ -493,7 +534,7 @@ mod tests {
                     assert_eq!(
                         &all[i * n..(i + 1) * n],
                         &alone[..],
-                        "{name} at {level}, row {i}"
+                        "{name} at {level}, row {i} of {m}"
                     );
                 }
             }
