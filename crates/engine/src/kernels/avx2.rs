@@ -25,6 +25,66 @@ fn prefetch(p: *const u8, bytes: usize) {
     }
 }
 
+/// What `blocks::largest` gives: the magnitude's maximum (`max` returns its second operand
+/// where the first is NaN, so NaNs are skipped), then the first value of that magnitude.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn largest(xs: &[f32]) -> Option<f32> {
+    assert!(xs.len().is_multiple_of(8));
+    let sign = _mm256_set1_ps(-0.0);
+    let abs = |i: usize| _mm256_andnot_ps(sign, _mm256_loadu_ps(xs.as_ptr().add(i)));
+    let mut m = _mm256_setzero_ps();
+    for i in (0..xs.len()).step_by(8) {
+        m = _mm256_max_ps(abs(i), m);
+    }
+    let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+    if amax == 0.0 {
+        return None;
+    }
+    let wanted = _mm256_set1_ps(amax);
+    (0..xs.len()).step_by(8).find_map(|i| {
+        let hits = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(abs(i), wanted));
+        (hits != 0).then(|| xs[i + hits.trailing_zeros() as usize])
+    })
+}
+
+/// A Q8_K block's values: `iscale·x` rounded half away from zero (as `f32::round`), NaN to 0,
+/// clamped to the bytes — what the portable loop gives, 8 lanes at a time.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn quantize_q8_k(xs: &[f32], iscale: f32, qs: &mut [i8]) {
+    assert!(xs.len() == QK_K && qs.len() == QK_K);
+    let scale = _mm256_set1_ps(iscale);
+    let (sign, half, one) = (
+        _mm256_set1_ps(-0.0),
+        _mm256_set1_ps(0.5),
+        _mm256_set1_ps(1.0),
+    );
+    let (lo, hi) = (_mm256_set1_ps(-128.0), _mm256_set1_ps(127.0));
+    // `packs` interleaves its inputs' 128-bit lanes; these put the values back in order.
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    let round = |i: usize| {
+        let v = _mm256_mul_ps(scale, _mm256_loadu_ps(xs.as_ptr().add(i)));
+        let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(v);
+        // A fraction of a half or more steps away from zero (both exact below 2²³).
+        let up = _mm256_cmp_ps::<_CMP_GE_OQ>(_mm256_andnot_ps(sign, _mm256_sub_ps(v, t)), half);
+        let step = _mm256_and_ps(up, _mm256_or_ps(_mm256_and_ps(v, sign), one));
+        let r = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(t, step), lo), hi);
+        // NaN lanes (unordered with themselves) to zero, as `as i8` makes them.
+        _mm256_cvtps_epi32(_mm256_and_ps(r, _mm256_cmp_ps::<_CMP_ORD_Q>(v, v)))
+    };
+    for i in (0..QK_K).step_by(32) {
+        let q = [0, 8, 16, 24].map(|j| round(i + j));
+        // In the byte range already: the saturating packs change nothing.
+        let bytes = _mm256_packs_epi16(
+            _mm256_packs_epi32(q[0], q[1]),
+            _mm256_packs_epi32(q[2], q[3]),
+        );
+        let bytes = _mm256_permutevar8x32_epi32(bytes, order);
+        _mm256_storeu_si256(qs.as_mut_ptr().add(i) as *mut __m256i, bytes);
+    }
+}
+
 /// The sum of a vector's eight lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]

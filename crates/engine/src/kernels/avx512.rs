@@ -49,6 +49,54 @@ macro_rules! row_dot {
     }};
 }
 
+/// What `super::avx2::largest` gives, 16 lanes at a time.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) unsafe fn largest(xs: &[f32]) -> Option<f32> {
+    assert!(xs.len().is_multiple_of(16));
+    let abs = |i: usize| _mm512_abs_ps(_mm512_loadu_ps(xs.as_ptr().add(i)));
+    let mut m = _mm512_setzero_ps();
+    for i in (0..xs.len()).step_by(16) {
+        m = _mm512_max_ps(abs(i), m);
+    }
+    let amax = _mm512_reduce_max_ps(m);
+    if amax == 0.0 {
+        return None;
+    }
+    let wanted = _mm512_set1_ps(amax);
+    (0..xs.len()).step_by(16).find_map(|i| {
+        let hits = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(abs(i), wanted);
+        (hits != 0).then(|| xs[i + hits.trailing_zeros() as usize])
+    })
+}
+
+/// A Q8_K block's values as `super::avx2::quantize_q8_k` gives them, 16 lanes at a time.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) unsafe fn quantize_q8_k(xs: &[f32], iscale: f32, qs: &mut [i8]) {
+    assert!(xs.len() == QK_K && qs.len() == QK_K);
+    let scale = _mm512_set1_ps(iscale);
+    let (half, one) = (_mm512_set1_ps(0.5), _mm512_set1_ps(1.0));
+    let (lo, hi) = (_mm512_set1_ps(-128.0), _mm512_set1_ps(127.0));
+    for i in (0..QK_K).step_by(16) {
+        let v = _mm512_mul_ps(scale, _mm512_loadu_ps(xs.as_ptr().add(i)));
+        let t = _mm512_roundscale_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(v);
+        // A fraction of a half or more steps away from zero (both exact below 2²³).
+        let up = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(_mm512_abs_ps(_mm512_sub_ps(v, t)), half);
+        let step = _mm512_castsi512_ps(_mm512_ternarylogic_epi32::<0xEA>(
+            _mm512_castps_si512(v),
+            _mm512_set1_epi32(i32::MIN),
+            _mm512_castps_si512(one),
+        ));
+        let r = _mm512_mask_add_ps(t, up, t, step);
+        let r = _mm512_min_ps(_mm512_max_ps(r, lo), hi);
+        // NaN lanes (unordered with themselves) to zero, as `as i8` makes them.
+        let q = _mm512_maskz_cvtps_epi32(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(v, v), r);
+        _mm_storeu_si128(
+            qs.as_mut_ptr().add(i) as *mut __m128i,
+            _mm512_cvtepi32_epi8(q),
+        );
+    }
+}
+
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn scale(p: *const u8) -> f32 {
