@@ -25,6 +25,16 @@ pub struct BenchArgs {
         value_delimiter = ','
     )]
     pub n_gen: Vec<usize>,
+    /// Tokens already in the KV cache before each test, comma-separated (as llama-bench's
+    /// `-d`): decoding and prefilling after a long conversation. Prefilled once per depth,
+    /// untimed.
+    #[arg(
+        short = 'd',
+        long = "n-depth",
+        default_value = "0",
+        value_delimiter = ','
+    )]
+    pub n_depth: Vec<usize>,
     /// CPU threads (default: all cores).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
@@ -61,6 +71,7 @@ struct Record {
     test: String,
     n_prompt: usize,
     n_gen: usize,
+    n_depth: usize,
     avg_ts: f64,
     stddev_ts: f64,
     samples_ts: Vec<f64>,
@@ -95,6 +106,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         if args.roofline {
             bail!("--roofline measures the single-sequence decode tests; drop --concurrency");
         }
+        if args.n_depth.iter().any(|&d| d > 0) {
+            bail!("-d/--n-depth runs the single-sequence tests; with --concurrency use --shared-prefix");
+        }
         return crate::batched_bench::run(&args, threads);
     }
 
@@ -126,50 +140,63 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         .map(|&p| (p, 0))
         .collect();
     tests.extend(args.n_gen.iter().filter(|&&n| n > 0).map(|&n| (0, n)));
-    let names: Vec<String> = tests.iter().map(|&(p, n)| test_name(p, n)).collect();
+    let mut depths = args.n_depth.clone();
+    depths.dedup();
+    let names: Vec<String> = depths
+        .iter()
+        .flat_map(|&d| tests.iter().map(move |&(p, n)| test_name(p, n, d)))
+        .collect();
     let mut widths_now = [0; 8];
-    for (p, n) in tests {
-        if p + n + 1 > cfg.max_position_embeddings {
+    for d in depths {
+        if let Some(&(p, n)) = tests
+            .iter()
+            .find(|&&(p, n)| d + p + n + 1 > cfg.max_position_embeddings)
+        {
             bail!(
-                "test pp{p}/tg{n} exceeds the model's {} positions",
+                "test {} exceeds the model's {} positions",
+                test_name(p, n, d),
                 cfg.max_position_embeddings
             );
         }
-        once(&model, p, n, cfg.vocab_size)?; // warm-up
-        let samples = (0..args.repetitions)
-            .map(|_| {
-                let secs = once(&model, p, n, cfg.vocab_size)?;
-                Ok((p + n) as f64 / secs)
-            })
-            .collect::<anyhow::Result<Vec<f64>>>()?;
-        let avg = samples.iter().sum::<f64>() / samples.len() as f64;
-        let var = samples.iter().map(|s| (s - avg).powi(2)).sum::<f64>()
-            / (samples.len().max(2) - 1) as f64;
-        records.push(Record {
-            model: origin.clone(),
-            family: cfg.family.name().into(),
-            size_bytes,
-            params: cfg.num_parameters(),
-            backend: backend.clone(),
-            dtype: dtype.clone(),
-            threads,
-            test: test_name(p, n),
-            n_prompt: p,
-            n_gen: n,
-            avg_ts: avg,
-            stddev_ts: var.sqrt(),
-            samples_ts: samples,
-            weight_bytes_per_token: None,
-            read_bandwidth_gb_s: None,
-            roofline: None,
-        });
-        if !args.json {
-            let r = records.last().context("no record")?;
-            if records.len() == 1 {
-                widths_now = widths(r, &names);
-                println!("{}", header(&widths_now));
+        let mut cache = at_depth(&model, d, cfg.vocab_size)?;
+        for &(p, n) in &tests {
+            once(&model, &mut cache, d, p, n, cfg.vocab_size)?; // warm-up
+            let samples = (0..args.repetitions)
+                .map(|_| {
+                    let secs = once(&model, &mut cache, d, p, n, cfg.vocab_size)?;
+                    Ok((p + n) as f64 / secs)
+                })
+                .collect::<anyhow::Result<Vec<f64>>>()?;
+            let avg = samples.iter().sum::<f64>() / samples.len() as f64;
+            let var = samples.iter().map(|s| (s - avg).powi(2)).sum::<f64>()
+                / (samples.len().max(2) - 1) as f64;
+            records.push(Record {
+                model: origin.clone(),
+                family: cfg.family.name().into(),
+                size_bytes,
+                params: cfg.num_parameters(),
+                backend: backend.clone(),
+                dtype: dtype.clone(),
+                threads,
+                test: test_name(p, n, d),
+                n_prompt: p,
+                n_gen: n,
+                n_depth: d,
+                avg_ts: avg,
+                stddev_ts: var.sqrt(),
+                samples_ts: samples,
+                weight_bytes_per_token: None,
+                read_bandwidth_gb_s: None,
+                roofline: None,
+            });
+            if !args.json {
+                let r = records.last().context("no record")?;
+                if records.len() == 1 {
+                    widths_now = widths(r, &names);
+                    println!("{}", header(&widths_now));
+                }
+                println!("{}", row(&cells(r), &widths_now));
             }
-            println!("{}", row(&cells(r), &widths_now));
         }
     }
     let bandwidth = bandwidth_before.map(|b| b.max(crate::roofline::read_bandwidth()));
@@ -218,11 +245,16 @@ fn roofline_line(r: &Record, per_token: usize, bandwidth: f64) -> String {
     )
 }
 
-fn test_name(p: usize, n: usize) -> String {
-    if p > 0 {
+/// llama-bench's names: `pp512`, `tg128`, `tg128 @ d4096`.
+fn test_name(p: usize, n: usize, depth: usize) -> String {
+    let test = if p > 0 {
         format!("pp{p}")
     } else {
         format!("tg{n}")
+    };
+    match depth {
+        0 => test,
+        d => format!("{test} @ d{d}"),
     }
 }
 
@@ -254,22 +286,44 @@ pub fn load(args: &ModelArgs) -> anyhow::Result<Loaded> {
     })
 }
 
-/// Seconds for one test: prefill `p` tokens in one batch, or decode `n` tokens one at a time.
-fn once(model: &Qwen, p: usize, n: usize, vocab: usize) -> anyhow::Result<f64> {
+/// Arbitrary but fixed ids, spread over the vocabulary.
+fn token(i: usize, vocab: usize) -> u32 {
+    ((i * 7919 + 13) % vocab) as u32
+}
+
+/// A cache holding `depth` tokens, prefilled in chunks of 512 as the scheduler prefills.
+fn at_depth(model: &Qwen, depth: usize, vocab: usize) -> anyhow::Result<hearth_engine::KvCache> {
     let mut cache = LanguageModel::new_cache(model);
-    // Arbitrary but fixed ids, spread over the vocabulary.
-    let token = |i: usize| ((i * 7919 + 13) % vocab) as u32;
+    let ids: Vec<u32> = (0..depth).map(|i| token(i, vocab)).collect();
+    for chunk in ids.chunks(512) {
+        model.forward(chunk, &mut cache)?;
+    }
+    Ok(cache)
+}
+
+/// Seconds for one test after the `depth` tokens in `cache` (what the test adds is dropped
+/// first): prefill `p` tokens in one batch, or decode `n` tokens one at a time.
+fn once(
+    model: &Qwen,
+    cache: &mut hearth_engine::KvCache,
+    depth: usize,
+    p: usize,
+    n: usize,
+    vocab: usize,
+) -> anyhow::Result<f64> {
+    cache.truncate(depth);
+    let token = |i: usize| token(depth + i, vocab);
     if p > 0 {
         let prompt: Vec<u32> = (0..p).map(token).collect();
         let start = Instant::now();
-        let logits = model.forward(&prompt, &mut cache)?;
+        let logits = model.forward(&prompt, cache)?;
         logits.argmax(0)?.to_scalar::<u32>()?; // waits for the device
         return Ok(start.elapsed().as_secs_f64());
     }
     let mut next = token(0);
     let start = Instant::now();
     for _ in 0..n {
-        let logits = model.forward(&[next], &mut cache)?;
+        let logits = model.forward(&[next], cache)?;
         next = logits.argmax(0)?.to_scalar::<u32>()?;
     }
     Ok(start.elapsed().as_secs_f64())
@@ -356,6 +410,7 @@ mod tests {
             test: test.into(),
             n_prompt: 512,
             n_gen: 0,
+            n_depth: 0,
             avg_ts: avg,
             stddev_ts: sd,
             samples_ts: vec![],
@@ -373,6 +428,14 @@ mod tests {
             roofline_line(&r, 500_000_000, 25e9),
             "tg64: 500 MB of weights per token × 40.0 tok/s = 20.0 GB/s = 80 % of the read bandwidth"
         );
+    }
+
+    #[test]
+    fn tests_are_named_as_llama_bench_names_them() {
+        assert_eq!(test_name(512, 0, 0), "pp512");
+        assert_eq!(test_name(0, 128, 0), "tg128");
+        assert_eq!(test_name(0, 64, 4096), "tg64 @ d4096");
+        assert_eq!(test_name(512, 0, 4096), "pp512 @ d4096");
     }
 
     #[test]
