@@ -6,8 +6,10 @@
 //! score and transpose the output back; at 512 positions that glue took as long as all the
 //! matrix products of the layer. Here each task takes one kv head and a few queries, scores
 //! only the keys a query sees, and writes its output rows in place; `exp` is a polynomial the
-//! compiler vectorises. Each query's sums run in one fixed order, so a prompt's attention
-//! equals token-by-token decoding's bit for bit. Every loop is compiled for AVX-512 and AVX2, run at the level [`super::cpu`] chose.
+//! compiler vectorises. The task's query rows (its positions × the heads of its kv head) go in
+//! blocks of eight through tiles of 64 keys, so each tile is read from memory once per block;
+//! each query's sums still run in one fixed order, so a prompt's attention equals
+//! token-by-token decoding's bit for bit. Every loop is compiled for AVX-512 and AVX2, run at the level [`super::cpu`] chose.
 
 #[cfg(target_arch = "x86_64")]
 use super::cpu::{self, CpuLevel};
@@ -184,6 +186,14 @@ fn attend_block(task: &Task<'_>, scratch: &mut Vec<f32>, dst: &SharedOut) {
     attend_block_with::<false>(task, scratch, dst)
 }
 
+/// Query rows (a query of one head) that share each pass over the keys and values.
+const ROWS: usize = 8;
+
+/// Keys per tile: a tile of keys or values (64 × 128 f32 at most, 32 KiB) stays in L1 while
+/// every row of a block reads it, so the cache is read from memory once per block rather than
+/// once per row (past a few thousand positions a head's keys and values outgrow L2).
+const KEY_TILE: usize = 64;
+
 /// One task's queries; `AVX2`: the caller runs with AVX2 enabled, and the scores take
 /// [`x86::dot`] (the same sums as [`dot`]).
 #[inline(always)]
@@ -196,60 +206,104 @@ fn attend_block_with<const AVX2: bool>(task: &Task<'_>, scratch: &mut Vec<f32>, 
     let kh = &task.k.data[task.kv_head * task.k.head_stride..][..keys * dim];
     let vh = &task.v.data[task.kv_head * task.v.head_stride..][..keys * dim];
     scratch.clear();
-    scratch.resize(keys + dim, 0.0);
-    let (scores, acc) = scratch.split_at_mut(keys);
-    // One query at a time, each sum in a fixed order: a query's output does not depend on
-    // which other queries share its block (a prefill) or not (a decoding step).
-    for head in task.kv_head * group..(task.kv_head + 1) * group {
-        for t in t0..t1 {
-            let q = &task.q[t * task.q_width + head * dim..][..dim];
-            let seen = task.offset + t + 1;
-            let s = &mut scores[..seen];
-            for (j, s) in s.iter_mut().enumerate() {
-                let k = &kh[j * dim..(j + 1) * dim];
+    scratch.resize(ROWS * (keys + dim), 0.0);
+    let (scores, acc) = scratch.split_at_mut(ROWS * keys);
+    // Row `i`: position `t0 + i / group`, head `i % group` of the kv head's group. The heads
+    // of one position see the same keys, so a block is (nearly) rectangular, and decoding's
+    // one position still shares each key among the group.
+    let row = |i: usize| (t0 + i / group, task.kv_head * group + i % group);
+    let seen = |t: usize| task.offset + t + 1;
+    let rows = (t1 - t0) * group;
+    for first in (0..rows).step_by(ROWS) {
+        let block = first..(first + ROWS).min(rows);
+        let last = seen(row(block.end - 1).0);
+        // Each row's sums in one fixed order, whatever the tiles and the rows beside it: a
+        // query's output does not depend on which other queries share its block (a prefill)
+        // or not (a decoding step).
+        for tile in (0..last).step_by(KEY_TILE) {
+            for (b, i) in block.clone().enumerate() {
+                let (t, head) = row(i);
+                let q = &task.q[t * task.q_width + head * dim..][..dim];
+                let end = (tile + KEY_TILE).min(seen(t));
+                let mut j = tile;
                 #[cfg(target_arch = "x86_64")]
-                if AVX2 {
-                    // SAFETY: `AVX2` is set only by callers compiled with AVX2 enabled.
-                    *s = unsafe { x86::dot(q, k) } * scale;
-                    continue;
+                if AVX2 && dim.is_multiple_of(8) {
+                    while j + 8 <= end {
+                        // SAFETY: as below; eight keys of `dim` values from key `j`.
+                        let d = unsafe { x86::dot8(q, &kh[j * dim..(j + 8) * dim]) };
+                        for (s, d) in scores[b * keys + j..][..8].iter_mut().zip(d) {
+                            *s = d * scale;
+                        }
+                        j += 8;
+                    }
                 }
-                *s = dot(q, k) * scale;
+                for j in j..end {
+                    let k = &kh[j * dim..(j + 1) * dim];
+                    let s = &mut scores[b * keys + j];
+                    #[cfg(target_arch = "x86_64")]
+                    if AVX2 {
+                        // SAFETY: `AVX2` is set only by callers compiled with AVX2 enabled.
+                        *s = unsafe { x86::dot(q, k) } * scale;
+                        continue;
+                    }
+                    *s = dot(q, k) * scale;
+                }
             }
+        }
+        let mut inv = [0f32; ROWS];
+        for (b, i) in block.clone().enumerate() {
+            let s = &mut scores[b * keys..][..seen(row(i).0)];
             let max = largest(s);
             // The exponentials in a loop of their own, which vectorises; their sum in order.
             for v in s.iter_mut() {
                 *v = exp(*v - max);
             }
-            let sum = s.iter().fold(0f32, |a, &v| a + v);
-            let inv = 1.0 / sum;
-            match dim {
-                64 => weigh_values::<64>(s, inv, vh, acc),
-                128 => weigh_values::<128>(s, inv, vh, acc),
-                _ => {
-                    acc.fill(0.0);
-                    for (j, &p) in s.iter().enumerate() {
-                        let p = p * inv;
-                        for (a, &v) in acc.iter_mut().zip(&vh[j * dim..(j + 1) * dim]) {
-                            *a += p * v;
+            inv[b] = 1.0 / s.iter().fold(0f32, |a, &v| a + v);
+        }
+        acc.fill(0.0);
+        for tile in (0..last).step_by(KEY_TILE) {
+            for (b, i) in block.clone().enumerate() {
+                let end = (tile + KEY_TILE).min(seen(row(i).0));
+                if end <= tile {
+                    continue; // an earlier position of the block: its keys ended before
+                }
+                let p = &scores[b * keys + tile..b * keys + end];
+                let (v, acc) = (&vh[tile * dim..end * dim], &mut acc[b * dim..(b + 1) * dim]);
+                match dim {
+                    64 => weigh_values::<64>(p, inv[b], v, acc),
+                    128 => weigh_values::<128>(p, inv[b], v, acc),
+                    _ => {
+                        for (j, &p) in p.iter().enumerate() {
+                            let p = p * inv[b];
+                            for (a, &v) in acc.iter_mut().zip(&v[j * dim..(j + 1) * dim]) {
+                                *a += p * v;
+                            }
                         }
                     }
                 }
             }
+        }
+        for (b, i) in block.enumerate() {
+            let (t, head) = row(i);
             // SAFETY: output row `t` of this head belongs to this task alone (tasks split the
             // kv heads and the queries), and has `dim` values from `t * qh * dim + head * dim`.
             unsafe {
-                std::ptr::copy_nonoverlapping(acc.as_ptr(), dst.at(t * qh * dim + head * dim), dim)
+                std::ptr::copy_nonoverlapping(
+                    acc[b * dim..].as_ptr(),
+                    dst.at(t * qh * dim + head * dim),
+                    dim,
+                )
             };
         }
     }
 }
 
-/// `acc = Σ_j (p_j · inv) · v_j` for the head sizes of Qwen models, with `acc` a local array
-/// the compiler keeps in registers across the keys (a slice would be stored and loaded at every
-/// key); the same operations in the same order as the general loop.
+/// `acc += Σ_j (p_j · inv) · v_j` for the head sizes of Qwen models, with the sums in a local
+/// array the compiler keeps in registers across the keys (a slice would be stored and loaded
+/// at every key); the same operations in the same order as the general loop.
 #[inline(always)]
 fn weigh_values<const D: usize>(p: &[f32], inv: f32, vh: &[f32], out: &mut [f32]) {
-    let mut acc = [0f32; D];
+    let mut acc: [f32; D] = out[..D].try_into().expect("a row of D sums");
     for (&p, v) in p.iter().zip(vh.chunks_exact(D)) {
         let p = p * inv;
         for (a, &v) in acc.iter_mut().zip(v) {
@@ -317,6 +371,36 @@ mod x86 {
         let half = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
         let pairs = _mm_hadd_ps(half, half);
         _mm_cvtss_f32(_mm_add_ss(pairs, _mm_movehdup_ps(pairs))) + tail
+    }
+
+    /// [`dot`] of `q` with each of the eight keys in `k` (`q.len()` values each, a multiple
+    /// of eight): the same products and sums per key, and the final additions of the eight
+    /// done side by side — the halves, then two rounds of pairs — in the same tree.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn dot8(q: &[f32], k: &[f32]) -> [f32; 8] {
+        let dim = q.len();
+        assert!(dim.is_multiple_of(8) && k.len() == 8 * dim);
+        let mut acc = [_mm256_setzero_ps(); 8];
+        for i in (0..dim).step_by(8) {
+            let x = _mm256_loadu_ps(q.as_ptr().add(i));
+            for (j, acc) in acc.iter_mut().enumerate() {
+                let p = _mm256_mul_ps(x, _mm256_loadu_ps(k.as_ptr().add(j * dim + i)));
+                *acc = _mm256_add_ps(*acc, p);
+            }
+        }
+        // Per key: lanes l + (l + 4); then (0 + 1), (2 + 3); then their sum.
+        let half = acc.map(|a| _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1)));
+        let pairs = [0, 2, 4, 6].map(|j| _mm_hadd_ps(half[j], half[j + 1]));
+        let sums = _mm256_set_m128(
+            _mm_hadd_ps(pairs[2], pairs[3]),
+            _mm_hadd_ps(pairs[0], pairs[1]),
+        );
+        // The empty tail's sum, added as the one-key product adds it.
+        let sums = _mm256_add_ps(sums, _mm256_set1_ps(super::tail_dot(&[], &[])));
+        let mut out = [0f32; 8];
+        _mm256_storeu_ps(out.as_mut_ptr(), sums);
+        out
     }
 }
 
@@ -386,19 +470,68 @@ mod tests {
             let fast = unsafe { super::x86::dot(&a, &b) };
             assert_eq!(fast.to_bits(), dot(&a, &b).to_bits(), "n={n}");
         }
+        for n in [8, 64, 128] {
+            let q: Vec<f32> = (0..n).map(|i| ((i * 7 % 13) as f32 - 6.1) / 7.3).collect();
+            let k: Vec<f32> = (0..8 * n)
+                .map(|i| ((i * 5 % 11) as f32 - 4.9) / 3.7)
+                .collect();
+            // SAFETY: AVX2 and FMA were detected.
+            let eight = unsafe { super::x86::dot8(&q, &k) };
+            for (j, d) in eight.iter().enumerate() {
+                let one = dot(&q, &k[j * n..(j + 1) * n]);
+                assert_eq!(d.to_bits(), one.to_bits(), "n={n}, key {j}");
+            }
+        }
+    }
+
+    /// A prompt's attention equals decoding its positions one at a time, bit for bit, with
+    /// more keys than a tile and more query rows than a block.
+    #[test]
+    fn a_prompt_attends_as_its_positions_decoded_one_by_one() {
+        let heads = Heads {
+            q: 6,
+            kv: 2,
+            dim: 64,
+        };
+        let (offset, len, cap) = (90, 45, 160);
+        let value = |i: usize, s: usize| ((i * s % 101) as f32 - 50.0) / 37.0;
+        let width = heads.q * heads.dim;
+        let q: Vec<f32> = (0..len * width).map(|i| value(i, 13)).collect();
+        let k: Vec<f32> = (0..heads.kv * cap * heads.dim)
+            .map(|i| value(i, 7))
+            .collect();
+        let v: Vec<f32> = (0..heads.kv * cap * heads.dim)
+            .map(|i| value(i, 11))
+            .collect();
+        let cached = |data| Cached {
+            data,
+            head_stride: cap * heads.dim,
+        };
+        let prompt = attend(&q, width, len, offset, cached(&k), cached(&v), heads);
+        for t in 0..len {
+            let row = &q[t * width..(t + 1) * width];
+            let one = attend(row, width, 1, offset + t, cached(&k), cached(&v), heads);
+            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&prompt[t * width..(t + 1) * width]),
+                bits(&one),
+                "position {t}"
+            );
+        }
     }
 
     #[test]
     fn attention_matches_the_plain_formula() {
         // 64 and 128 take the register-held value sums; 8 the general loop.
-        for dim in [8, 64, 128] {
-            attention_matches_the_plain_formula_at(dim);
+        // Then more keys than a tile (64) and more queries than a task (32).
+        for (dim, offset, len) in [(8, 5, 19), (64, 5, 19), (128, 5, 19), (64, 100, 45)] {
+            attention_matches_the_plain_formula_at(dim, offset, len);
         }
     }
 
-    fn attention_matches_the_plain_formula_at(dim: usize) {
+    fn attention_matches_the_plain_formula_at(dim: usize, offset: usize, len: usize) {
         let heads = Heads { q: 6, kv: 2, dim };
-        let (offset, len, cap) = (5, 19, 32);
+        let cap = offset + len + 3;
         let value = |i: usize, s: usize| ((i * s % 101) as f32 - 50.0) / 37.0;
         let q_width = heads.q * heads.dim + 3; // rows wider than the queries, as in fused q/k/v
         let q: Vec<f32> = (0..len * q_width).map(|i| value(i, 13)).collect();
