@@ -6,7 +6,11 @@
 # e.g. `pip install cmake`).
 # Writes benches/results/<date>-cpu[-LEVEL][-runN].json and prints a markdown table with ratios.
 #
-#   benches/gguf-side-by-side.sh [--cpu avx2|portable] [threads] model.gguf [more.gguf ...]
+#   benches/gguf-side-by-side.sh [--cpu avx2|portable] [--depth N] [threads] model.gguf [more.gguf ...]
+#
+# --depth N adds pp512 and tg64 after N tokens already in the KV cache (both programs' -d N):
+# an agent's turn after a long conversation, where attention over the cache weighs as much as
+# the weights.
 #
 # --cpu avx2 races at the AVX2 level on any x86 machine: llama.cpp is built a second time
 # (build-avx2) with GGML_NATIVE=OFF and only AVX2/FMA/F16C on, and Hearth runs with
@@ -14,7 +18,14 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 level=native
-if [ "${1:-}" = "--cpu" ]; then level=$2; shift 2; fi
+depth=0
+while true; do
+  case "${1:-}" in
+    --cpu) level=$2; shift 2 ;;
+    --depth) depth=$2; shift 2 ;;
+    *) break ;;
+  esac
+done
 threads=${1:-2}; shift
 [ $# -gt 0 ] || set -- "$("$repo/scripts/fetch-test-models.sh")"
 cache=${HEARTH_CACHE:-$HOME/.cache/hearth}
@@ -60,9 +71,9 @@ base="$repo/benches/results/$(date +%F)-cpu$([ "$level" = native ] || echo "-$le
 # Never over an earlier result of the same day: -run2, -run3, …
 out=$base.json; n=2
 while [ -e "$out" ]; do out=$base-run$n.json; n=$((n + 1)); done
-python3 - "$out" "$threads" "$hearth" "$llama" "$candle" "$@" <<'PY'
+python3 - "$out" "$depth" "$threads" "$hearth" "$llama" "$candle" "$@" <<'PY'
 import json, os, subprocess, sys, pathlib
-out, threads, hearth, llama, candle, *models = sys.argv[1:]
+out, depth, threads, hearth, llama, candle, *models = sys.argv[1:]
 
 def peak_rss_kib(cmd, env=None):
     """Runs cmd under /usr/bin/time and returns (stdout, peak resident set in KiB)."""
@@ -87,9 +98,20 @@ for m in models:
     bandwidth = max(bandwidth, roof["read_bandwidth_gb_s"] * 1e9)
     memory.append({"model": pathlib.Path(m).name, "file_bytes": os.path.getsize(m),
                    "hearth_peak_rss_bytes": h_rss * 1024, "llama_cpp_peak_rss_bytes": l_rss * 1024})
+    tests = ["pp32", "pp512", "tg64"]
+    if depth != "0":
+        # After `depth` cached tokens, prefilled once by each program (untimed).
+        hd = json.loads(subprocess.run([hearth, "bench", "-m", m, "-p", "512", "-n", "64", "-d", depth, "-t", threads,
+                                        "-r", "2", "--json"], capture_output=True, text=True, check=True).stdout)
+        ld = json.loads(subprocess.run([llama, "-m", m, "-p", "512", "-n", "64", "-d", depth, "-t", threads, "-r", "2",
+                                        "-o", "json"], capture_output=True, text=True, check=True).stdout)
+        h, l = h + hd, l + ld
+        tests += [f"pp512 @ d{depth}", f"tg64 @ d{depth}"]
     get = lambda rs, test: next((r["avg_ts"] for r in rs if r.get("test") == test), None)
-    llama_t = {(f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}"): r["avg_ts"] for r in l}
-    for test in ["pp32", "pp512", "tg64"]:
+    name = lambda r: (f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}") + \
+        (f" @ d{r['n_depth']}" if r.get("n_depth") else "")
+    llama_t = {name(r): r["avg_ts"] for r in l}
+    for test in tests:
         hv, lv, cv = get(h, test), llama_t[test], get(c, test)
         row = {"model": pathlib.Path(m).name, "test": test, "threads": int(threads), "hearth_ts": hv,
                "llama_cpp_ts": lv, "candle_transformers_ts": cv, "hearth_over_llama_cpp": hv / lv,
@@ -98,7 +120,7 @@ for m in models:
 # Shares of the memory-bandwidth roofline (weight bytes per token × tok/s ÷ bandwidth), with the
 # highest bandwidth measured in the whole run: a shared machine's drops while others work.
 for row in rows:
-    if row["test"].startswith("tg"):
+    if row["test"].startswith("tg") and "@" not in row["test"]:  # at a depth the cache is read too
         b = per_token[row["model"]]
         row.update({"weight_bytes_per_token": b, "read_bandwidth_gb_s": bandwidth / 1e9,
                     "hearth_roofline": row["hearth_ts"] * b / bandwidth, "llama_cpp_roofline": row["llama_cpp_ts"] * b / bandwidth})
@@ -115,8 +137,8 @@ def cpu_name():
     return f"{field('model name') or 'unknown'}, {os.cpu_count()} cores; " + " ".join(f for f in wanted if f in flags)
 
 level = os.environ.get("HEARTH_CPU")
-cpu_flag = f"--cpu {level} " if level else ""
-pathlib.Path(out).write_text(json.dumps({"command": "benches/gguf-side-by-side.sh " + cpu_flag + " ".join(sys.argv[2:3] + models),
+cpu_flag = (f"--cpu {level} " if level else "") + (f"--depth {depth} " if depth != "0" else "")
+pathlib.Path(out).write_text(json.dumps({"command": "benches/gguf-side-by-side.sh " + cpu_flag + " ".join([threads] + models),
                                          "hearth_cpu_level": level or "native", "cpu": cpu_name(),
                                          "rows": rows, "memory": memory}, indent=1))
 print("| model | test | hearth t/s | llama.cpp t/s | candle t/s | hearth/llama.cpp | hearth/candle |")

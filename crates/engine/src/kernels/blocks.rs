@@ -123,8 +123,6 @@ pub fn quantize_q8_k(x: &[f32]) -> Q8Row {
 pub(crate) fn quantize_q8_k_at(level: super::CpuLevel, x: &[f32]) -> Q8Row {
     #[cfg(target_arch = "x86_64")]
     let level = level.min(super::cpu::detected());
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = level;
     let blocks = x.len() / QK_K;
     let mut d = vec![0f32; blocks];
     let mut qs = vec![0i8; x.len()];
