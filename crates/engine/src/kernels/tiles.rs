@@ -251,7 +251,10 @@ pub(crate) fn quantize(x: &[f32], k: usize) -> (Vec<u32>, usize) {
 /// instruction here either.
 fn quantize_at(level: CpuLevel, x: &[f32], k: usize) -> (Vec<u32>, usize) {
     use rayon::prelude::*;
+    #[cfg(target_arch = "x86_64")]
     let level = level.min(cpu::detected());
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = level; // one quantizer there
     let stride = k / QK * BLOCK_WORDS;
     let mut packed = vec![0u32; x.len() / k * stride];
     let row = |(x, out): (&[f32], &mut [u32])| {
