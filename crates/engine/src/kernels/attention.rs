@@ -259,44 +259,31 @@ fn attend_block_with<const AVX2: bool, const AVX512: bool>(
             let end = |b: usize| (tile + KEY_TILE).min(seen(row(first + b).0));
             let mut b = 0;
             while b < block.len() {
+                // The rows taken now and the key each one's own scoring starts from.
+                #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
+                let (mut rows, mut start) = (1, tile);
                 #[cfg(target_arch = "x86_64")]
                 if AVX512 && b + 1 < block.len() && dim.is_multiple_of(8) {
                     // Two rows at once, each in its own half of the vectors: the keys both
                     // rows see, eight at a time, then each row's own rest.
                     let (qa, qb) = (query(first + b), query(first + b + 1));
                     let both = end(b).min(end(b + 1));
-                    let mut j = tile;
-                    while j + 8 <= both {
+                    while start + 8 <= both {
+                        let j = start;
                         // SAFETY: `AVX512` is set only by callers compiled with AVX-512;
                         // eight keys of `dim` values from key `j`.
                         let (da, db) = unsafe { x86::dot8x2(qa, qb, &kh[j * dim..(j + 8) * dim]) };
-                        for (r, d) in [(b, da), (b + 1, db)] {
-                            for (s, d) in scores[r * keys + j..][..8].iter_mut().zip(d) {
-                                *s = d * scale;
-                            }
-                        }
-                        j += 8;
+                        put8(&mut scores[b * keys + j..], da, scale);
+                        put8(&mut scores[(b + 1) * keys + j..], db, scale);
+                        start += 8;
                     }
-                    for r in [b, b + 1] {
-                        score::<AVX2>(
-                            query(first + r),
-                            kh,
-                            j..end(r),
-                            scale,
-                            &mut scores[r * keys..],
-                        );
-                    }
-                    b += 2;
-                    continue;
+                    rows = 2;
                 }
-                score::<AVX2>(
-                    query(first + b),
-                    kh,
-                    tile..end(b),
-                    scale,
-                    &mut scores[b * keys..],
-                );
-                b += 1;
+                for r in b..b + rows {
+                    let s = &mut scores[r * keys..];
+                    score::<AVX2>(query(first + r), kh, start..end(r), scale, s);
+                }
+                b += rows;
             }
         }
         let mut inv = [0f32; ROWS];
@@ -366,10 +353,11 @@ fn score<const AVX2: bool>(
         while j + 8 <= end {
             // SAFETY: `AVX2` is set only by callers compiled with AVX2 enabled; eight keys of
             // `dim` values from key `j`.
-            let d = unsafe { x86::dot8(q, &kh[j * dim..(j + 8) * dim]) };
-            for (s, d) in scores[j..][..8].iter_mut().zip(d) {
-                *s = d * scale;
-            }
+            put8(
+                &mut scores[j..],
+                unsafe { x86::dot8(q, &kh[j * dim..(j + 8) * dim]) },
+                scale,
+            );
             j += 8;
         }
     }
@@ -382,6 +370,15 @@ fn score<const AVX2: bool>(
             continue;
         }
         scores[j] = dot(q, k) * scale;
+    }
+}
+
+/// Eight keys' dot products, scaled, into `scores[..8]`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn put8(scores: &mut [f32], d: [f32; 8], scale: f32) {
+    for (s, d) in scores[..8].iter_mut().zip(d) {
+        *s = d * scale;
     }
 }
 
