@@ -6,6 +6,10 @@ use candle_core::{DType, Device};
 use common::*;
 use hearth_engine::{KvCache, Qwen, QwenConfig, Weights};
 
+/// Every tiny checkpoint: Qwen2, Qwen3, and Qwen3-MoE with every layer routed and with a dense
+/// layer between routed ones.
+const FAMILIES: [&str; 4] = ["qwen2", "qwen3", "qwen3-moe", "qwen3-moe-mixed"];
+
 fn load(family: &str, dtype: DType) -> Qwen {
     let dir = tiny(family);
     let cfg = QwenConfig::from_file(&dir.join("config.json")).unwrap();
@@ -33,7 +37,7 @@ fn greedy(model: &Qwen, prompt: &[u32], n: usize) -> Vec<u32> {
 
 #[test]
 fn f32_logits_match_transformers() {
-    for family in ["qwen2", "qwen3"] {
+    for family in FAMILIES {
         let g = golden(family);
         let m = load(family, DType::F32);
         let d = max_abs_diff(&logits(&m, &g.prompt_ids), &g.logits_f32);
@@ -45,7 +49,7 @@ fn f32_logits_match_transformers() {
 
 #[test]
 fn greedy_tokens_match_transformers() {
-    for family in ["qwen2", "qwen3"] {
+    for family in FAMILIES {
         let g = golden(family);
         let m = load(family, DType::F32);
         assert_eq!(greedy(&m, &g.prompt_ids, 32), g.greedy_f32, "{family}");
@@ -59,7 +63,7 @@ fn greedy_tokens_match_transformers() {
 /// the bound is 5 % of the largest logit.
 #[test]
 fn bf16_logits_match_transformers() {
-    for family in ["qwen2", "qwen3"] {
+    for family in FAMILIES {
         let g = golden(family);
         let m = load(family, DType::BF16);
         let got = logits(&m, &g.prompt_ids);
@@ -90,7 +94,7 @@ fn f16_runs_close_to_f32() {
 
 #[test]
 fn prefill_then_decode_equals_full_recompute() {
-    for family in ["qwen2", "qwen3"] {
+    for family in FAMILIES {
         let g = golden(family);
         let m = load(family, DType::F32);
         let mut all = g.prompt_ids.clone();
@@ -114,7 +118,7 @@ fn prefill_then_decode_equals_full_recompute() {
 
 #[test]
 fn truncated_cache_continues_like_a_fresh_run() {
-    for family in ["qwen2", "qwen3"] {
+    for family in FAMILIES {
         let g = golden(family);
         let m = load(family, DType::F32);
         let mut cache: KvCache = m.new_cache();

@@ -56,6 +56,10 @@ const CARDS: &[(&str, &str)] = embedded![
     "models" / "qwen2.5-7b-instruct.toml",
     "models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.toml",
     "models" / "qwen3-0.6b.toml",
+    "models" / "qwen3-30b-a3b-instruct-2507.toml",
+    "models" / "qwen3-30b-a3b-q4_k_m.toml",
+    "models" / "qwen3-coder-30b-a3b-instruct.toml",
+    "models" / "qwen3-coder-30b-a3b-instruct-q4_k_m.toml",
     "models" / "qwen3-1.7b.toml",
     "models" / "qwen3-4b.toml",
     "models" / "qwen3-8b.toml",
@@ -142,7 +146,14 @@ mod tests {
     #[test]
     fn every_built_in_card_parses() {
         let cards = ModelCard::all().unwrap();
-        assert_eq!(cards.len(), 9);
+        assert_eq!(cards.len(), 13);
+        for name in [
+            "qwen3-30b-a3b-instruct-2507",
+            "qwen3-coder-30b-a3b-instruct-q4_k_m",
+        ] {
+            let c = ModelCard::find(name).unwrap().unwrap();
+            assert_eq!(c.family, "qwen3_moe", "{name}");
+        }
         let c = ModelCard::find("Qwen2.5-0.5B-Instruct").unwrap().unwrap();
         assert_eq!(c.hub_id, "Qwen/Qwen2.5-0.5B-Instruct");
         assert_eq!(c.family, "qwen2");

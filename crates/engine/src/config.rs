@@ -13,16 +13,20 @@ pub enum Family {
     Qwen2,
     /// Qwen3: q/k RMSNorm per head, explicit head_dim.
     Qwen3,
+    /// Qwen3-MoE (Qwen3-30B-A3B, Qwen3-Coder-30B-A3B): Qwen3's attention, feed-forward blocks
+    /// that route each token to a few of many experts.
+    Qwen3Moe,
 }
 
 impl Family {
     pub const SUPPORTED: &'static str =
-        "Qwen2ForCausalLM (Qwen2, Qwen2.5), Qwen3ForCausalLM (Qwen3)";
+        "Qwen2ForCausalLM (Qwen2, Qwen2.5), Qwen3ForCausalLM (Qwen3), Qwen3MoeForCausalLM (Qwen3-MoE)";
 
     pub fn from_architecture(arch: &str) -> Option<Self> {
         match arch {
             "Qwen2ForCausalLM" | "qwen2" => Some(Self::Qwen2),
             "Qwen3ForCausalLM" | "qwen3" => Some(Self::Qwen3),
+            "Qwen3MoeForCausalLM" | "qwen3_moe" | "qwen3moe" => Some(Self::Qwen3Moe),
             _ => None,
         }
     }
@@ -31,7 +35,39 @@ impl Family {
         match self {
             Self::Qwen2 => "qwen2",
             Self::Qwen3 => "qwen3",
+            Self::Qwen3Moe => "qwen3_moe",
         }
+    }
+
+    /// Whether queries and keys get a per-head RMSNorm before RoPE.
+    pub fn has_qk_norm(self) -> bool {
+        matches!(self, Self::Qwen3 | Self::Qwen3Moe)
+    }
+}
+
+/// The mixture-of-experts part of a config: which layers route, to how many of how many
+/// experts, and how big each expert is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MoeConfig {
+    pub num_experts: usize,
+    /// Experts each token is routed to (top-k).
+    pub experts_per_token: usize,
+    /// The hidden size of one expert's SwiGLU block.
+    pub expert_intermediate_size: usize,
+    /// Whether the top-k routing weights are renormalised to sum to one.
+    pub norm_topk_prob: bool,
+    /// Every `decoder_sparse_step`-th layer routes (1: all of them) …
+    pub decoder_sparse_step: usize,
+    /// … except these, which keep a dense feed-forward block of `intermediate_size`.
+    pub mlp_only_layers: Vec<usize>,
+}
+
+impl MoeConfig {
+    /// Whether layer `i` has experts (the rule of transformers' `Qwen3MoeDecoderLayer`).
+    pub fn is_sparse_layer(&self, i: usize) -> bool {
+        !self.mlp_only_layers.contains(&i)
+            && self.num_experts > 0
+            && (i + 1).is_multiple_of(self.decoder_sparse_step)
     }
 }
 
@@ -56,6 +92,8 @@ pub struct QwenConfig {
     pub torch_dtype: Option<String>,
     pub bos_token_id: Option<u32>,
     pub eos_token_ids: Vec<u32>,
+    /// Experts, for the mixture-of-experts families.
+    pub moe: Option<MoeConfig>,
 }
 
 struct Fields<'a> {
@@ -110,6 +148,48 @@ impl Fields<'_> {
                 .map(Some)
                 .ok_or_else(|| self.err(field, format!("expected true or false, found {v}"))),
         }
+    }
+
+    /// The experts of a mixture-of-experts config. transformers 5 writes the expert count as
+    /// `num_local_experts`, the hub's checkpoints as `num_experts`.
+    fn moe(&self, layers: usize) -> Result<MoeConfig> {
+        let (count_field, num_experts) = match self.opt_usize("num_experts")? {
+            Some(n) => ("num_experts", n),
+            None => ("num_local_experts", self.usize("num_local_experts")?),
+        };
+        let experts_per_token = self.usize("num_experts_per_tok")?;
+        if experts_per_token > num_experts {
+            return Err(self.err(
+                "num_experts_per_tok",
+                format!(
+                    "{experts_per_token} is more than the {num_experts} experts (`{count_field}`)"
+                ),
+            ));
+        }
+        let mlp_only_layers = match self.get("mlp_only_layers") {
+            None => vec![],
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|v| match v.as_u64() {
+                    Some(n) if (n as usize) < layers => Ok(n as usize),
+                    _ => Err(self.err(
+                        "mlp_only_layers",
+                        format!("expected layer numbers below {layers}, found {v}"),
+                    )),
+                })
+                .collect::<Result<_>>()?,
+            Some(v) => {
+                return Err(self.err("mlp_only_layers", format!("expected a list, found {v}")))
+            }
+        };
+        Ok(MoeConfig {
+            num_experts,
+            experts_per_token,
+            expert_intermediate_size: self.usize("moe_intermediate_size")?,
+            norm_topk_prob: self.opt_bool("norm_topk_prob")?.unwrap_or(false),
+            decoder_sparse_step: self.opt_usize("decoder_sparse_step")?.unwrap_or(1),
+            mlp_only_layers,
+        })
     }
 
     /// A token id or a list of them (`eos_token_id` is either).
@@ -349,10 +429,15 @@ impl QwenConfig {
         let attention_bias = f.opt_bool("attention_bias")?;
         let (qkv_bias, o_bias) = match family {
             Family::Qwen2 => (true, false),
-            Family::Qwen3 => {
+            Family::Qwen3 | Family::Qwen3Moe => {
                 let b = attention_bias.unwrap_or(false);
                 (b, b)
             }
+        };
+        let num_hidden_layers = f.usize("num_hidden_layers")?;
+        let moe = match family {
+            Family::Qwen3Moe => Some(f.moe(num_hidden_layers)?),
+            Family::Qwen2 | Family::Qwen3 => None,
         };
         let torch_dtype = f
             .get("dtype")
@@ -367,7 +452,7 @@ impl QwenConfig {
             vocab_size: f.usize("vocab_size")?,
             hidden_size,
             intermediate_size: f.usize("intermediate_size")?,
-            num_hidden_layers: f.usize("num_hidden_layers")?,
+            num_hidden_layers,
             num_attention_heads,
             num_key_value_heads,
             head_dim,
@@ -380,6 +465,7 @@ impl QwenConfig {
             torch_dtype,
             bos_token_id: f.ids("bos_token_id")?.first().copied(),
             eos_token_ids,
+            moe,
         })
     }
 
@@ -395,13 +481,21 @@ impl QwenConfig {
         if self.o_bias {
             attn += h;
         }
-        if self.family == Family::Qwen3 {
+        if self.family.has_qk_norm() {
             attn += 2 * d;
         }
-        let layer = attn + 3 * h * i + 2 * h;
+        let ffn = |layer: usize| match &self.moe {
+            Some(m) if m.is_sparse_layer(layer) => {
+                m.num_experts * (3 * h * m.expert_intermediate_size + h)
+            }
+            _ => 3 * h * i,
+        };
+        let layers: usize = (0..self.num_hidden_layers)
+            .map(|l| attn + ffn(l) + 2 * h)
+            .sum();
         let embed = self.vocab_size * h;
         let head = if self.tie_word_embeddings { 0 } else { embed };
-        self.num_hidden_layers * layer + embed + head + h
+        layers + embed + head + h
     }
 }
 
@@ -466,6 +560,59 @@ mod tests {
         assert_eq!((c.family, c.head_dim), (Family::Qwen3, 128));
         assert!(!c.qkv_bias);
         assert_eq!(c.eos_token_ids, vec![151645, 151643]);
+    }
+
+    /// The hub's `Qwen/Qwen3-30B-A3B/config.json`, as published.
+    fn qwen3_30b_a3b() -> Value {
+        json!({
+            "architectures": ["Qwen3MoeForCausalLM"], "attention_bias": false,
+            "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645,
+            "head_dim": 128, "hidden_act": "silu", "hidden_size": 2048,
+            "intermediate_size": 6144, "max_position_embeddings": 40960,
+            "max_window_layers": 48, "mlp_only_layers": [], "model_type": "qwen3_moe",
+            "moe_intermediate_size": 768, "norm_topk_prob": true, "num_attention_heads": 32,
+            "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 48,
+            "num_key_value_heads": 4, "output_router_logits": false, "rms_norm_eps": 1e-06,
+            "rope_scaling": null, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.001,
+            "sliding_window": null, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+            "use_cache": true, "use_sliding_window": false, "vocab_size": 151936
+        })
+    }
+
+    #[test]
+    fn qwen3_moe_reads_the_hub_config() {
+        let c = parse(qwen3_30b_a3b()).unwrap();
+        assert_eq!((c.family, c.head_dim), (Family::Qwen3Moe, 128));
+        let moe = c.moe.as_ref().unwrap();
+        assert_eq!((moe.num_experts, moe.experts_per_token), (128, 8));
+        assert_eq!(moe.expert_intermediate_size, 768);
+        assert!(moe.norm_topk_prob && moe.is_sparse_layer(0) && moe.is_sparse_layer(47));
+        // 30.5 B, as the model card says.
+        let b = c.num_parameters() as f64 / 1e9;
+        assert!((30.4..30.6).contains(&b), "{b}");
+
+        // Dense layers between sparse ones, and either spelling of the expert count.
+        let mut v = qwen3_30b_a3b();
+        v["decoder_sparse_step"] = json!(2);
+        v["mlp_only_layers"] = json!([3]);
+        v.as_object_mut().unwrap().remove("num_experts");
+        v["num_local_experts"] = json!(128);
+        let moe = parse(v).unwrap().moe.unwrap();
+        assert_eq!(moe.num_experts, 128);
+        let sparse: Vec<usize> = (0..8).filter(|&i| moe.is_sparse_layer(i)).collect();
+        assert_eq!(sparse, [1, 5, 7]);
+    }
+
+    #[test]
+    fn qwen3_moe_refuses_impossible_routing() {
+        let mut v = qwen3_30b_a3b();
+        v["num_experts_per_tok"] = json!(129);
+        let err = parse(v).unwrap_err().to_string();
+        assert!(err.contains("num_experts_per_tok"), "{err}");
+        let mut v = qwen3_30b_a3b();
+        v["mlp_only_layers"] = json!([48]);
+        let err = parse(v).unwrap_err().to_string();
+        assert!(err.contains("mlp_only_layers"), "{err}");
     }
 
     #[test]

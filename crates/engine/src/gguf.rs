@@ -1,7 +1,7 @@
 //! GGUF files (llama.cpp's format) as whole models: the Qwen configuration, the tokenizer and
 //! the chat template come from the metadata, the weights stay in their quantized blocks.
 
-use crate::config::{Declared, Family, Item, QwenConfig};
+use crate::config::{Declared, Family, Item, MoeConfig, QwenConfig};
 use crate::error::{EngineError, Result};
 use crate::kernels::tiles::{self, TileMatrix};
 use crate::kernels::BlockType;
@@ -226,11 +226,12 @@ impl GgufFile {
         let family = match arch {
             "qwen2" => Family::Qwen2,
             "qwen3" => Family::Qwen3,
+            "qwen3moe" => Family::Qwen3Moe,
             other => {
                 return Err(EngineError::UnsupportedArchitecture {
                     path: self.path.clone(),
                     found: other.into(),
-                    supported: "qwen2, qwen3 (general.architecture)".into(),
+                    supported: "qwen2, qwen3, qwen3moe (general.architecture)".into(),
                 })
             }
         };
@@ -302,12 +303,22 @@ impl GgufFile {
             return Err(self.err("tensor `token_embd.weight` has no rows (an empty vocabulary)"));
         }
         let eos = self.meta_u32("tokenizer.ggml.eos_token_id").ok();
+        let layers = self.meta_count(&k("block_count"))?;
+        let moe = match family {
+            Family::Qwen3Moe => Some(self.moe_config(arch, layers)?),
+            Family::Qwen2 | Family::Qwen3 => None,
+        };
+        // A MoE file may have no dense layer, and then needs no dense width.
+        let intermediate_size = match (&moe, self.has(&k("feed_forward_length"))) {
+            (Some(_), false) => 0,
+            _ => self.meta_count(&k("feed_forward_length"))?,
+        };
         Ok(QwenConfig {
             family,
             vocab_size: vocab,
             hidden_size: hidden,
-            intermediate_size: self.meta_count(&k("feed_forward_length"))?,
-            num_hidden_layers: self.meta_count(&k("block_count"))?,
+            intermediate_size,
+            num_hidden_layers: layers,
             num_attention_heads: heads,
             num_key_value_heads: kv_heads,
             head_dim,
@@ -323,6 +334,48 @@ impl GgufFile {
             torch_dtype: None,
             bos_token_id: self.meta_u32("tokenizer.ggml.bos_token_id").ok(),
             eos_token_ids: eos.into_iter().collect(),
+            moe,
+        })
+    }
+
+    /// The experts of a `qwen3moe` file. llama.cpp always renormalises the top-k weights of
+    /// this architecture (as Qwen3-MoE's checkpoints set `norm_topk_prob`); a layer without a
+    /// router (`ffn_gate_inp`) keeps a dense feed-forward block.
+    fn moe_config(&self, arch: &str, layers: usize) -> Result<MoeConfig> {
+        let k = |s: &str| format!("{arch}.{s}");
+        let num_experts = self.meta_count(&k("expert_count"))?;
+        let experts_per_token = self.meta_count(&k("expert_used_count"))?;
+        if experts_per_token > num_experts {
+            return Err(self.err(format!(
+                "metadata key `{}`: {experts_per_token} is more than the {num_experts} experts",
+                k("expert_used_count")
+            )));
+        }
+        if self.has(&k("expert_gating_func")) && self.meta_u32(&k("expert_gating_func"))? != 1 {
+            return Err(self.err(format!(
+                "metadata key `{}`: only softmax routing (1) is supported",
+                k("expert_gating_func")
+            )));
+        }
+        let norm_topk_prob = match self.has(&k("expert_weights_norm")) {
+            true => matches!(self.meta(&k("expert_weights_norm"))?, Value::Bool(true)),
+            false => true,
+        };
+        let mlp_only_layers = (0..layers)
+            .filter(|i| {
+                !self
+                    .content
+                    .tensor_infos
+                    .contains_key(&format!("blk.{i}.ffn_gate_inp.weight"))
+            })
+            .collect();
+        Ok(MoeConfig {
+            num_experts,
+            experts_per_token,
+            expert_intermediate_size: self.meta_count(&k("expert_feed_forward_length"))?,
+            norm_topk_prob,
+            decoder_sparse_step: 1,
+            mlp_only_layers,
         })
     }
 
@@ -525,6 +578,16 @@ fn tensor_bytes(info: &TensorInfo) -> std::result::Result<u64, String> {
 /// Qwen2's pre-tokenisation regex (as in its tokenizer.json).
 const QWEN2_PRETOKENIZE: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// Where a tensor (or one expert's slice of one) lies in the file.
+struct Located {
+    name: String,
+    dtype: GgmlDType,
+    dims: Vec<usize>,
+    start: u64,
+    /// One expert of a 3-D tensor.
+    slice: bool,
+}
+
 /// The GGUF file as a [`WeightSource`], by Hugging Face tensor names.
 pub struct GgufWeights {
     file: Arc<GgufFile>,
@@ -533,6 +596,32 @@ pub struct GgufWeights {
 
 /// `model.layers.3.self_attn.q_proj.weight` → `blk.3.attn_q.weight`.
 pub fn gguf_name(hf: &str) -> String {
+    gguf_tensor(hf).0
+}
+
+/// The GGUF tensor holding `hf`, and the expert it is a slice of: llama.cpp stores a layer's
+/// experts as one 3-D tensor per projection, `model.layers.3.mlp.experts.7.up_proj.weight` →
+/// expert 7 of `blk.3.ffn_up_exps.weight`.
+fn gguf_tensor(hf: &str) -> (String, Option<usize>) {
+    let expert = hf.strip_prefix("model.layers.").and_then(|rest| {
+        let (layer, rest) = rest.split_once(".mlp.experts.")?;
+        let (e, rest) = rest.split_once('.')?;
+        let kind = match rest {
+            "gate_proj.weight" => "ffn_gate_exps",
+            "up_proj.weight" => "ffn_up_exps",
+            "down_proj.weight" => "ffn_down_exps",
+            _ => return None,
+        };
+        let (layer, e) = (layer.parse::<usize>().ok()?, e.parse::<usize>().ok()?);
+        Some((format!("blk.{layer}.{kind}.weight"), e))
+    });
+    match expert {
+        Some((name, e)) => (name, Some(e)),
+        None => (layer_name(hf), None),
+    }
+}
+
+fn layer_name(hf: &str) -> String {
     let fixed: HashMap<&str, &str> = [
         ("model.embed_tokens.weight", "token_embd.weight"),
         ("model.norm.weight", "output_norm.weight"),
@@ -565,44 +654,82 @@ pub fn gguf_name(hf: &str) -> String {
         "mlp.gate_proj" => "ffn_gate",
         "mlp.up_proj" => "ffn_up",
         "mlp.down_proj" => "ffn_down",
+        "mlp.gate" => "ffn_gate_inp",
         other => other,
     };
     format!("blk.{layer}.{mapped}.{suffix}")
 }
 
 impl GgufWeights {
-    /// The file's tensor `hf` with its expected shape checked, and where its data starts.
-    fn info(&self, hf: &str, shape: &[usize]) -> Result<(String, &TensorInfo, u64)> {
-        let name = gguf_name(hf);
+    /// The file's tensor `hf` (or the slice of one expert) with its expected shape checked,
+    /// and where its data starts.
+    fn info(&self, hf: &str, shape: &[usize]) -> Result<Located> {
+        let (name, expert) = gguf_tensor(hf);
         let info = self.file.content.tensor_infos.get(&name).ok_or_else(|| {
             EngineError::MissingTensor {
                 name: name.clone(),
                 files: self.file.path.display().to_string(),
             }
         })?;
-        if info.shape.dims() != shape {
-            return Err(EngineError::ShapeMismatch {
-                name,
-                expected: shape.to_vec(),
-                found: info.shape.dims().to_vec(),
-            });
-        }
+        let dims = info.shape.dims();
+        let mismatch = |expected: Vec<usize>| EngineError::ShapeMismatch {
+            name: name.clone(),
+            expected,
+            found: dims.to_vec(),
+        };
         // Checked when the file was opened; an overflow here is still an error, not a wrap.
-        let start = self
+        let overflow = || self.file.err(format!("tensor `{name}`: offset overflows"));
+        let mut start = self
             .file
             .content
             .tensor_data_offset
             .checked_add(info.offset)
-            .ok_or_else(|| self.file.err(format!("tensor `{name}`: offset overflows")))?;
-        Ok((name, info, start))
+            .ok_or_else(overflow)?;
+        match expert {
+            None if dims != shape => return Err(mismatch(shape.to_vec())),
+            None => {}
+            Some(e) => {
+                if dims.len() != 3 || dims[1..] != *shape {
+                    let mut expected = vec![dims.first().copied().unwrap_or(0)];
+                    expected.extend(shape);
+                    return Err(mismatch(expected));
+                }
+                if e >= dims[0] {
+                    return Err(self.file.err(format!(
+                        "tensor `{name}` holds {} experts; the model needs expert {e}",
+                        dims[0]
+                    )));
+                }
+                let one = TensorInfo {
+                    ggml_dtype: info.ggml_dtype,
+                    shape: shape.into(),
+                    offset: 0,
+                };
+                let bytes = tensor_bytes(&one)
+                    .map_err(|m| self.file.err(format!("tensor `{name}`: {m}")))?;
+                start = (e as u64)
+                    .checked_mul(bytes)
+                    .and_then(|o| start.checked_add(o))
+                    .ok_or_else(overflow)?;
+            }
+        }
+        Ok(Located {
+            name,
+            dtype: info.ggml_dtype,
+            dims: shape.to_vec(),
+            start,
+            slice: expert.is_some(),
+        })
     }
 
     /// A quantized matrix read straight into 16-row tiles, where this CPU has their kernels
     /// (`None` otherwise): a few groups of rows at a time, so loading needs no second copy of
     /// the matrix.
     fn tiles(&self, hf: &str, shape: &[usize]) -> Result<Option<TileMatrix>> {
-        let (name, info, start) = self.info(hf, shape)?;
-        let Some(kind) = BlockType::of(info.ggml_dtype) else {
+        let Located {
+            name, dtype, start, ..
+        } = self.info(hf, shape)?;
+        let Some(kind) = BlockType::of(dtype) else {
             return Ok(None);
         };
         let [rows, cols] = *shape else {
@@ -622,10 +749,16 @@ impl GgufWeights {
     /// keeps (through a quantized tensor the buffer was copied once more, and loading peaked at
     /// the model plus its largest tensor); `None` for block types.
     fn dense_cpu(&self, hf: &str, shape: &[usize]) -> Result<Option<Tensor>> {
-        let (name, info, start) = self.info(hf, shape)?;
-        let elems = info.shape.elem_count();
+        let Located {
+            name,
+            dtype,
+            start,
+            dims,
+            ..
+        } = self.info(hf, shape)?;
+        let elems = dims.iter().product();
         let mut reader = self.file.reader()?;
-        let tensor = match info.ggml_dtype {
+        let tensor = match dtype {
             GgmlDType::F16 => read_dense::<half::f16>(&mut *reader, start, elems, shape),
             GgmlDType::BF16 => read_dense::<half::bf16>(&mut *reader, start, elems, shape),
             GgmlDType::F32 => read_dense::<f32>(&mut *reader, start, elems, shape),
@@ -637,12 +770,26 @@ impl GgufWeights {
     }
 
     fn qtensor(&self, hf: &str, shape: &[usize]) -> Result<candle_core::quantized::QTensor> {
-        let (name, info, start) = self.info(hf, shape)?;
+        let t = self.info(hf, shape)?;
         let mut reader = self.file.reader()?;
-        let loaded = match self.device {
-            Device::Cpu => read_cpu(&mut *reader, start, info.ggml_dtype, info.shape.dims()),
-            _ => self.file.content.tensor(&mut *reader, &name, &self.device),
+        let loaded = match (&self.device, t.slice) {
+            (Device::Cpu, _) => read_cpu(&mut *reader, t.start, t.dtype, &t.dims),
+            // One expert of a 3-D tensor: its blocks, then onto the device.
+            (_, true) => read_cpu(&mut *reader, t.start, t.dtype, &t.dims).and_then(|q| {
+                let bytes = q.data()?;
+                candle_core::quantized::ggml_file::qtensor_from_ggml(
+                    t.dtype,
+                    &bytes,
+                    t.dims.clone(),
+                    &self.device,
+                )
+            }),
+            (_, false) => self
+                .file
+                .content
+                .tensor(&mut *reader, &t.name, &self.device),
         };
+        let name = t.name;
         loaded.map_err(|e| self.file.tensor_err(&name, &e))
     }
 }
@@ -861,5 +1008,17 @@ mod tests {
             "blk.2.ffn_norm.weight"
         );
         assert_eq!(gguf_name("lm_head.weight"), "output.weight");
+        assert_eq!(
+            gguf_name("model.layers.4.mlp.gate.weight"),
+            "blk.4.ffn_gate_inp.weight"
+        );
+        assert_eq!(
+            gguf_tensor("model.layers.4.mlp.experts.17.down_proj.weight"),
+            ("blk.4.ffn_down_exps.weight".to_string(), Some(17))
+        );
+        assert_eq!(
+            gguf_tensor("model.layers.0.mlp.experts.0.gate_proj.weight"),
+            ("blk.0.ffn_gate_exps.weight".to_string(), Some(0))
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! Grouped-query self-attention reading and writing an explicit [`KvCache`].
 
 use super::rotary::Rotary;
-use crate::config::{Family, QwenConfig};
+use crate::config::QwenConfig;
 use crate::error::Result;
 use crate::kernels::attention::{attend, rotate, Cached, Heads};
 use crate::kv_cache::KvCache;
@@ -61,12 +61,12 @@ impl Attention {
         } else {
             None
         };
-        let qk_norm = match cfg.family {
-            Family::Qwen3 => Some((
+        let qk_norm = match cfg.family.has_qk_norm() {
+            true => Some((
                 w.tensor(&format!("{prefix}.q_norm.weight"), &[d], act)?,
                 w.tensor(&format!("{prefix}.k_norm.weight"), &[d], act)?,
             )),
-            Family::Qwen2 => None,
+            false => None,
         };
         Ok(Self {
             qkv: Linear::fused(qkv_w, qkv_b)?,

@@ -3,6 +3,7 @@
 
 use super::attention::Attention;
 use super::mlp::Mlp;
+use super::moe::Moe;
 use super::rotary::Rotary;
 use crate::config::QwenConfig;
 use crate::error::{EngineError, Result};
@@ -17,7 +18,46 @@ struct Layer {
     input_norm: Tensor,
     attn: Attention,
     post_norm: Tensor,
-    mlp: Mlp,
+    ffn: FeedForward,
+}
+
+/// A layer's feed-forward block: dense, or routed to experts.
+#[derive(Debug, Clone)]
+enum FeedForward {
+    Dense(Mlp),
+    Experts(Moe),
+}
+
+impl FeedForward {
+    fn load(w: &dyn WeightSource, prefix: &str, layer: usize, cfg: &QwenConfig) -> Result<Self> {
+        match &cfg.moe {
+            Some(moe) if moe.is_sparse_layer(layer) => {
+                Ok(Self::Experts(Moe::load(w, prefix, cfg.hidden_size, moe)?))
+            }
+            _ => Ok(Self::Dense(Mlp::load(
+                w,
+                prefix,
+                cfg.hidden_size,
+                cfg.intermediate_size,
+            )?)),
+        }
+    }
+
+    fn weight_bytes(&self) -> usize {
+        match self {
+            Self::Dense(m) => m.weight_bytes(),
+            Self::Experts(m) => m.weight_bytes(),
+        }
+    }
+}
+
+impl Module for FeedForward {
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        match self {
+            Self::Dense(m) => m.forward(x),
+            Self::Experts(m) => m.forward(x),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -70,7 +110,7 @@ impl Qwen {
                         &eps_dims,
                         act,
                     )?,
-                    mlp: Mlp::load(w, &format!("{p}.mlp"), h, cfg.intermediate_size)?,
+                    ffn: FeedForward::load(w, &format!("{p}.mlp"), i, cfg)?,
                 });
                 progress(i + 1, n);
                 layer
@@ -127,7 +167,7 @@ impl Qwen {
                 tensor_bytes(&l.input_norm)
                     + l.attn.weight_bytes()
                     + tensor_bytes(&l.post_norm)
-                    + l.mlp.weight_bytes()
+                    + l.ffn.weight_bytes()
             })
             .sum();
         let row = self.embed.0.bytes() / self.cfg.vocab_size.max(1);
@@ -265,7 +305,7 @@ impl Qwen {
             let h = candle_nn::ops::rms_norm(&x, &layer.input_norm, eps)?;
             x = (x + attend(&layer.attn, &h, i)?)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.post_norm, eps)?;
-            x = (x + layer.mlp.forward(&h)?)?;
+            x = (x + layer.ffn.forward(&h)?)?;
         }
         Ok(x)
     }

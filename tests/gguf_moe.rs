@@ -1,0 +1,178 @@
+//! Qwen3-MoE from GGUF: the tiny fixture converted by llama.cpp's own `convert_hf_to_gguf.py`
+//! (tests/fixtures/gguf_convert.py; f32 and Q8_0), whose experts lie in 3-D tensors
+//! (`ffn_{gate,up,down}_exps`), against the transformers goldens and Hearth on safetensors.
+
+mod common;
+
+use candle_core::quantized::gguf_file::{self, Value};
+use candle_core::quantized::QTensor;
+use candle_core::{DType, Device};
+use common::*;
+use hearth_engine::gguf::GgufFile;
+use hearth_engine::{Qwen, QwenConfig, Weights};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+fn fixture(kind: &str) -> PathBuf {
+    fixtures().join(format!("gguf/tiny-qwen3-moe-{kind}.gguf"))
+}
+
+fn load(path: &Path) -> hearth_engine::Result<Qwen> {
+    let file = Arc::new(GgufFile::open(path)?);
+    let cfg = file.config()?;
+    Qwen::load(&cfg, &file.weights(&Device::Cpu))
+}
+
+fn last_logits(m: &Qwen, ids: &[u32]) -> Vec<f32> {
+    m.forward(ids, &mut m.new_cache())
+        .unwrap()
+        .to_vec1()
+        .unwrap()
+}
+
+fn greedy(m: &Qwen, prompt: &[u32], n: usize) -> Vec<u32> {
+    let mut cache = m.new_cache();
+    let mut l = m.forward(prompt, &mut cache).unwrap();
+    let mut out = vec![];
+    for _ in 0..n {
+        let next = l.argmax(0).unwrap().to_scalar::<u32>().unwrap();
+        out.push(next);
+        l = m.forward(&[next], &mut cache).unwrap();
+    }
+    out
+}
+
+#[test]
+fn the_converters_config_is_the_checkpoints() {
+    let file = GgufFile::open(&fixture("f32")).unwrap();
+    let from_gguf = file.config().unwrap();
+    let dir = tiny("qwen3-moe");
+    let from_json = QwenConfig::from_file(&dir.join("config.json")).unwrap();
+    let (a, b) = (from_gguf.moe.unwrap(), from_json.moe.unwrap());
+    assert_eq!(a, b);
+    assert_eq!(
+        (
+            from_gguf.family,
+            from_gguf.head_dim,
+            from_gguf.num_hidden_layers
+        ),
+        (
+            from_json.family,
+            from_json.head_dim,
+            from_json.num_hidden_layers
+        )
+    );
+}
+
+#[test]
+fn f32_gguf_matches_transformers_and_safetensors() {
+    let g = golden("qwen3-moe");
+    let m = load(&fixture("f32")).unwrap();
+    let got = last_logits(&m, &g.prompt_ids);
+    let d = max_abs_diff(&got, &g.logits_f32);
+    assert!(d <= 1e-4, "vs transformers: {d}");
+    let d = max_abs_diff(&last_logits(&m, &g.long_prompt_ids), &g.long_logits_f32);
+    assert!(d <= 1e-4, "vs transformers, 300 tokens: {d}");
+    assert_eq!(greedy(&m, &g.prompt_ids, 32), g.greedy_f32);
+
+    let dir = tiny("qwen3-moe");
+    let cfg = QwenConfig::from_file(&dir.join("config.json")).unwrap();
+    let files = hearth_engine::source::local_dir(&dir).unwrap();
+    let w = Weights::open(&files.weights, DType::F32, &Device::Cpu).unwrap();
+    let st = Qwen::load(&cfg, &w).unwrap();
+    let d = max_abs_diff(&got, &last_logits(&st, &g.prompt_ids));
+    assert!(d <= 1e-5, "vs safetensors: {d}");
+}
+
+/// Q8_0 rounds each weight to 8 bits per block of 32 and the activations likewise: the logits
+/// move by a few per cent of their scale; the best token stays the best.
+#[test]
+fn q8_0_gguf_stays_close_to_transformers() {
+    let g = golden("qwen3-moe");
+    let scale = g.logits_f32.iter().fold(0f32, |a, &x| a.max(x.abs()));
+    let m = load(&fixture("q8_0")).unwrap();
+    let got = last_logits(&m, &g.prompt_ids);
+    let d = max_abs_diff(&got, &g.logits_f32);
+    assert!(d <= 0.05 * scale, "{d} (scale {scale})");
+    assert_eq!(hearth_engine::sampling::argmax(&got), g.greedy_f32[0]);
+}
+
+/// A decoding step reads the router and the chosen experts only.
+#[test]
+fn a_decoded_token_reads_only_its_experts() {
+    let file = GgufFile::open(&fixture("f32")).unwrap();
+    let m = load(&fixture("f32")).unwrap();
+    // Each layer holds 8 experts of 3 × 32 × 64 f32 values and routes a token to 2.
+    let unread = 2 * (8 - 2) * 3 * 32 * 64 * 4;
+    // The embedding table is not tied: one row of it is read.
+    let embed = 1024 * 64 * 4;
+    assert_eq!(
+        m.weight_bytes_per_token(),
+        file.weight_bytes() - unread - embed + 64 * 4
+    );
+}
+
+/// The tiny fixture rewritten with `edit` applied to its metadata.
+fn rewritten(dir: &Path, edit: impl FnOnce(&mut Vec<(String, Value)>)) -> PathBuf {
+    let src = fixture("f32");
+    let mut f = std::fs::File::open(&src).unwrap();
+    let content = gguf_file::Content::read(&mut f).unwrap();
+    let mut meta: Vec<(String, Value)> = content.metadata.clone().into_iter().collect();
+    meta.sort_by(|a, b| a.0.cmp(&b.0));
+    edit(&mut meta);
+    let mut names: Vec<&String> = content.tensor_infos.keys().collect();
+    names.sort();
+    let tensors: Vec<(String, QTensor)> = names
+        .into_iter()
+        .map(|n| (n.clone(), content.tensor(&mut f, n, &Device::Cpu).unwrap()))
+        .collect();
+    let out = dir.join("edited.gguf");
+    let meta_refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let tensor_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    gguf_file::write(
+        &mut std::fs::File::create(&out).unwrap(),
+        &meta_refs,
+        &tensor_refs,
+    )
+    .unwrap();
+    out
+}
+
+fn set(meta: &mut [(String, Value)], key: &str, value: Value) {
+    let slot = meta.iter_mut().find(|(k, _)| k == key).unwrap();
+    slot.1 = value;
+}
+
+#[test]
+fn experts_that_do_not_fit_the_metadata_are_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    // More experts than the tensors hold: the router, loaded first, is named.
+    let path = rewritten(tmp.path(), |m| {
+        set(m, "qwen3moe.expert_count", Value::U32(9))
+    });
+    let err = load(&path).err().unwrap().to_string();
+    assert!(
+        err.contains("blk.0.ffn_gate_inp.weight") && err.contains("[9, 64]"),
+        "{err}"
+    );
+    // Experts of another width.
+    let path = rewritten(tmp.path(), |m| {
+        set(m, "qwen3moe.expert_feed_forward_length", Value::U32(48))
+    });
+    let err = load(&path).err().unwrap().to_string();
+    assert!(
+        err.contains("blk.0.ffn_gate_exps.weight") && err.contains("48"),
+        "{err}"
+    );
+    // More experts per token than there are.
+    let path = rewritten(tmp.path(), |m| {
+        set(m, "qwen3moe.expert_used_count", Value::U32(12))
+    });
+    let err = GgufFile::open(&path)
+        .unwrap()
+        .config()
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("qwen3moe.expert_used_count"), "{err}");
+}
