@@ -57,6 +57,7 @@ fn engine(answer: &str, template: &str, thinks: bool) -> (Engine, Vec<u32>) {
         sampling: SamplingParams::greedy(),
         chat_template: Some("model".into()),
         thinks,
+        tool_format: Default::default(),
         load_s: 0.0,
         fingerprint: "test".into(),
     };

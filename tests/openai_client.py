@@ -136,6 +136,24 @@ r = client.chat.completions.create(
 )
 check(len(r.choices[0].message.tool_calls or []) == 1 and r.choices[0].finish_reason == "tool_calls", r.choices[0])
 check_call(r.choices[0].message.tool_calls[0], r.choices[0].message.tool_calls[0].function.name)
+# required with parallel calls allowed, greedy: the set of calls ends the turn (a small model
+# otherwise writes the same call until max_tokens), and no cut call reaches content.
+CALC = {"type": "function", "function": {
+    "name": "calculator", "description": "Evaluate an arithmetic expression exactly.",
+    "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},
+                   "required": ["expression"]}}}
+r = client.chat.completions.create(
+    model=model,
+    messages=[{"role": "user", "content": "What is 1234 * 5678?"}],
+    tools=[CALC],
+    tool_choice="required",
+    temperature=0,
+    max_tokens=200,
+)
+m = r.choices[0].message
+seen = [(c.function.name, c.function.arguments) for c in (m.tool_calls or [])]
+check(r.choices[0].finish_reason == "tool_calls" and seen and len(set(seen)) == len(seen), r.choices[0])
+check(not m.content or "<tool_call>" not in m.content, m)
 r = client.chat.completions.create(
     model=model,
     messages=[{"role": "user", "content": "Hello!"}],

@@ -439,6 +439,7 @@ fn non_finite_logits_are_an_error_naming_the_model() {
         sampling: hearth_engine::SamplingParams::greedy(),
         chat_template: None,
         thinks: false,
+        tool_format: Default::default(),
         load_s: 0.0,
         fingerprint: "test".into(),
     };

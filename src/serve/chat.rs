@@ -73,11 +73,14 @@ fn start(
             } => ApiError::invalid("response_format", message),
             e => ApiError::from(e),
         })?;
-    let splitter = ToolCallSplitter::new(if offered {
-        call.tool_names.clone()
-    } else {
-        vec![]
-    });
+    let splitter = match offered {
+        true => ToolCallSplitter::new(
+            call.tools.clone(),
+            call.tool_names.clone(),
+            info.tool_format,
+        ),
+        false => ToolCallSplitter::new(vec![], vec![], info.tool_format),
+    };
     Ok((call, stream, splitter))
 }
 
@@ -166,10 +169,12 @@ async fn whole(
     mut splitter: ToolCallSplitter,
 ) -> Result<Value, ApiError> {
     let (mut content, mut reasoning, mut calls) = (String::new(), String::new(), vec![]);
+    let mut invalid = vec![];
     let mut take = |pieces: Vec<Piece>, reply: &mut Reply, content: &mut String| {
         for p in pieces {
             match p {
                 Piece::Text(t) => content.push_str(&t),
+                Piece::Invalid { error, raw } => invalid.push(json!({"error": error, "raw": raw})),
                 Piece::Call(c) => {
                     let mut call = reply.call_json(&c);
                     // `index` belongs to streamed deltas only.
@@ -183,7 +188,12 @@ async fn whole(
     };
     let summary = loop {
         match stream.next().await {
-            Some(Event::Text { text }) => take(splitter.push(&text), &mut reply, &mut content),
+            Some(Event::Text { text }) => {
+                take(splitter.push(&text), &mut reply, &mut content);
+                if splitter.repeated() {
+                    stream.end();
+                }
+            }
             Some(Event::Reasoning { text }) => reasoning.push_str(&text),
             Some(Event::Token { .. }) => {}
             Some(Event::Finished(s)) => break s,
@@ -195,6 +205,10 @@ async fn whole(
     let mut message = json!({"role": "assistant", "content": content});
     if !reasoning.is_empty() {
         message["reasoning_content"] = Value::String(reasoning);
+    }
+    if !invalid.is_empty() {
+        // Calls that could not be read: not in `content`, and not lost.
+        message["invalid_tool_calls"] = Value::Array(invalid);
     }
     if !calls.is_empty() {
         // OpenAI's shape: content is null when the answer is only calls.
@@ -235,13 +249,21 @@ fn streamed(mut reply: Reply, mut stream: ChatStream, mut splitter: ToolCallSpli
                     let delta = match p {
                         Piece::Text(t) => json!({"content": t}),
                         Piece::Call(c) => json!({"tool_calls": [reply.call_json(&c)]}),
+                        Piece::Invalid { error, raw } => {
+                            json!({"invalid_tool_calls": [{"error": error, "raw": raw}]})
+                        }
                     };
                     out.push(reply.chunk(delta, None));
                 }
             };
             let mut done = false;
             match event {
-                Some(Event::Text { text }) => pieces(splitter.push(&text), &mut reply, &mut out),
+                Some(Event::Text { text }) => {
+                    pieces(splitter.push(&text), &mut reply, &mut out);
+                    if splitter.repeated() {
+                        stream.end();
+                    }
+                }
                 Some(Event::Reasoning { text }) => {
                     out.push(reply.chunk(json!({"reasoning_content": text}), None))
                 }

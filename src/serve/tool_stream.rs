@@ -1,12 +1,16 @@
 //! Splits a streamed answer into text and tool calls as it arrives: text is passed on at
 //! once, except what could be the start of a `<tool_call>` tag; a call is held until its
-//! closing tag and then parsed whole, so a client never sees half a call. Small models
-//! often write the call without tags, as the whole answer (`{"name": …}` or a ```json
-//! fence, as llama.cpp's Hermes parser also accepts): an answer that starts that way is
-//! held to its end and read as calls if it names offered tools.
+//! closing tag and then parsed whole (JSON, or the XML of Qwen3-Coder and Qwen3.5 typed by the
+//! tool's schema), so a client never sees half a call, nor a broken one as text. Small models
+//! often write the call without tags, as the whole answer (`{"name": …}` or a ```json fence,
+//! as llama.cpp's Hermes parser also accepts): an answer that starts that way is held to its
+//! end and read as calls if it names offered tools. A call that only repeats an earlier one
+//! of the same answer is dropped and says the answer is over (a small model, forced to call,
+//! writes the same call again and again).
 
-use hearth_agent::parser::{OutputParser, ParseStatus, QwenToolParser};
-use hearth_engine::ToolCall;
+use hearth_agent::parser::{OutputParser, ParseStatus, QwenToolParser, QwenXmlToolParser};
+use hearth_engine::{ToolCall, ToolFormat};
+use serde_json::Value;
 
 const OPEN: &str = "<tool_call>";
 const CLOSE: &str = "</tool_call>";
@@ -15,31 +19,58 @@ const CLOSE: &str = "</tool_call>";
 pub enum Piece {
     Text(String),
     Call(ToolCall),
+    /// A call that could not be read (or was cut off): why, and what the model wrote.
+    Invalid {
+        error: String,
+        raw: String,
+    },
 }
 
 pub struct ToolCallSplitter {
+    /// The tools offered (OpenAI's format); none: everything is text.
+    specs: Vec<Value>,
     names: Vec<String>,
+    parser: Box<dyn OutputParser>,
     pending: String,
     in_call: bool,
     /// Nothing but whitespace has come yet.
     at_start: bool,
     /// The answer started like an untagged call: held until the end.
     bare: bool,
+    /// The calls so far, to tell a repeat.
+    seen: Vec<ToolCall>,
+    repeated: bool,
 }
 
 impl ToolCallSplitter {
-    /// `names`: the tools offered. With none offered, everything is text.
-    pub fn new(names: Vec<String>) -> Self {
+    /// `specs`: the tools offered, whose calls the model writes in `format`.
+    pub fn new(specs: Vec<Value>, names: Vec<String>, format: ToolFormat) -> Self {
+        let parser: Box<dyn OutputParser> = match format {
+            ToolFormat::Json => Box::new(QwenToolParser),
+            ToolFormat::Xml => Box::new(QwenXmlToolParser),
+        };
         Self {
+            specs,
             names,
+            parser,
             pending: String::new(),
             in_call: false,
             at_start: true,
             bare: false,
+            seen: vec![],
+            repeated: false,
         }
     }
 
+    /// Whether a call repeated an earlier one: the answer should end.
+    pub fn repeated(&self) -> bool {
+        self.repeated
+    }
+
     pub fn push(&mut self, text: &str) -> Vec<Piece> {
+        if self.repeated {
+            return vec![];
+        }
         if self.names.is_empty() {
             let mut out = vec![];
             push_text(&mut out, text);
@@ -69,7 +100,11 @@ impl ToolCallSplitter {
                 let body = self.pending[..end].to_string();
                 self.pending.drain(..end + CLOSE.len());
                 self.in_call = false;
-                out.push(self.call(&body));
+                out.extend(self.call(&body, false));
+                if self.repeated {
+                    self.pending.clear();
+                    break;
+                }
             } else if let Some(start) = self.pending.find(OPEN) {
                 push_text(&mut out, &self.pending[..start]);
                 self.pending.drain(..start + OPEN.len());
@@ -87,35 +122,74 @@ impl ToolCallSplitter {
     }
 
     /// The end of the answer: a call cut off before its closing tag is still a call if what
-    /// came parses; otherwise it is text.
+    /// came parses; otherwise it is an invalid call, not text.
     pub fn finish(&mut self) -> Vec<Piece> {
         let rest = std::mem::take(&mut self.pending);
         let mut out = vec![];
+        if self.repeated {
+            return out;
+        }
         if self.bare {
             self.bare = false;
-            let parsed = QwenToolParser.parse(&rest, &self.names);
+            let parsed = self.parser.parse_with_specs(&rest, &self.specs);
             if parsed.status == ParseStatus::ValidTool {
                 push_text(&mut out, &parsed.text);
-                out.extend(parsed.tool_calls.into_iter().map(Piece::Call));
+                for c in parsed.tool_calls {
+                    if !self.repeats(&c) {
+                        self.seen.push(c.clone());
+                        out.push(Piece::Call(c));
+                    }
+                }
             } else {
                 push_text(&mut out, &rest);
             }
         } else if self.in_call {
             self.in_call = false;
-            out.push(self.call(&rest));
+            out.extend(self.call(&rest, true));
         } else {
             push_text(&mut out, &rest);
         }
         out
     }
 
-    /// A call body parsed with the lenient Qwen parser; what does not parse stays text.
-    fn call(&self, body: &str) -> Piece {
-        let raw = format!("{OPEN}{body}{CLOSE}");
-        let parsed = QwenToolParser.parse(&raw, &self.names);
+    fn repeats(&self, call: &ToolCall) -> bool {
+        self.seen.iter().any(|c| {
+            c.function.name == call.function.name && c.function.arguments == call.function.arguments
+        })
+    }
+
+    /// A call body parsed as the model's format; what does not parse is an invalid call.
+    fn call(&mut self, body: &str, cut: bool) -> Option<Piece> {
+        let raw = if cut {
+            format!("{OPEN}{body}")
+        } else {
+            format!("{OPEN}{body}{CLOSE}")
+        };
+        let parsed = self
+            .parser
+            .parse_with_specs(&format!("{OPEN}{body}{CLOSE}"), &self.specs);
         match (parsed.status, parsed.tool_calls.as_slice()) {
-            (ParseStatus::ValidTool, [call]) => Piece::Call(call.clone()),
-            _ => Piece::Text(raw),
+            (ParseStatus::ValidTool, [call]) if self.repeats(call) => {
+                self.repeated = true;
+                None
+            }
+            (ParseStatus::ValidTool, [call]) => {
+                self.seen.push(call.clone());
+                Some(Piece::Call(call.clone()))
+            }
+            (status, calls) => {
+                let why = match (status, calls.len()) {
+                    (ParseStatus::ParsingError, _) => parsed.error.unwrap_or_default(),
+                    (_, 0) => "the tool call is empty".to_string(),
+                    (_, n) => format!("{n} calls in one <tool_call>"),
+                };
+                let error = if cut {
+                    format!("cut off before </tool_call>: {why}")
+                } else {
+                    why
+                };
+                Some(Piece::Invalid { error, raw })
+            }
         }
     }
 }
@@ -141,8 +215,19 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn add() -> Vec<Value> {
+        vec![
+            json!({"type": "function", "function": {"name": "add", "parameters": {
+            "type": "object", "properties": {"a": {"type": "integer"}}}}}),
+        ]
+    }
+
+    fn splitter(format: ToolFormat) -> ToolCallSplitter {
+        ToolCallSplitter::new(add(), vec!["add".into()], format)
+    }
+
     fn run(chunks: &[&str]) -> Vec<Piece> {
-        let mut s = ToolCallSplitter::new(vec!["add".into()]);
+        let mut s = splitter(ToolFormat::Json);
         let mut out: Vec<Piece> = chunks.iter().flat_map(|c| s.push(c)).collect();
         out.extend(s.finish());
         out
@@ -153,7 +238,7 @@ mod tests {
             .iter()
             .filter_map(|p| match p {
                 Piece::Text(t) => Some(t.as_str()),
-                Piece::Call(_) => None,
+                _ => None,
             })
             .collect()
     }
@@ -170,7 +255,7 @@ mod tests {
                 .iter()
                 .filter_map(|p| match p {
                     Piece::Call(c) => Some(c),
-                    Piece::Text(_) => None,
+                    _ => None,
                 })
                 .collect();
             assert_eq!(calls.len(), 2, "step {step}: {out:?}");
@@ -189,12 +274,60 @@ mod tests {
     }
 
     #[test]
-    fn a_broken_call_stays_text_and_a_cut_one_parses_if_it_can() {
-        let out = run(&["<tool_call>{\"name\": oops}</tool_call>"]);
-        assert_eq!(text(&out), "<tool_call>{\"name\": oops}</tool_call>");
+    fn a_broken_call_is_no_text_and_a_cut_one_parses_if_it_can() {
+        let out = run(&["Hm. <tool_call>{\"name\": oops}</tool_call>"]);
+        assert_eq!(text(&out), "Hm. ");
+        assert!(
+            matches!(&out[1], Piece::Invalid { error, raw } if error.contains("not valid JSON") && raw.contains("oops")),
+            "{out:?}"
+        );
         let out = run(&["<tool_call>{\"name\": \"add\", \"arguments\": {}}"]);
         assert!(
             matches!(&out[..], [Piece::Call(c)] if c.function.name == "add"),
+            "{out:?}"
+        );
+        // Cut inside its arguments (max_tokens): an invalid call, never content.
+        let out = run(&["<tool_call>\n{\"name\": \"add\", \"arguments\": {\""]);
+        assert!(
+            matches!(&out[..], [Piece::Invalid { error, .. }] if error.starts_with("cut off")),
+            "{out:?}"
+        );
+    }
+
+    #[test]
+    fn a_repeated_call_ends_the_answer() {
+        let call = "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n</tool_call>";
+        let other = "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 2}}\n</tool_call>";
+        let mut s = splitter(ToolFormat::Json);
+        let mut out = s.push(&format!("{call}\n{other}\n"));
+        assert!(!s.repeated());
+        out.extend(s.push(&format!("{call}\n<tool_call>\n{{\"na")));
+        assert!(s.repeated());
+        out.extend(s.push("me\": \"add\"}"));
+        out.extend(s.finish());
+        let calls = out.iter().filter(|p| matches!(p, Piece::Call(_))).count();
+        assert_eq!(calls, 2, "{out:?}");
+        assert_eq!(text(&out), "\n\n", "{out:?}");
+    }
+
+    #[test]
+    fn xml_calls_are_typed_by_the_schema() {
+        let mut s = splitter(ToolFormat::Xml);
+        let answer = "Adding.\n\n<tool_call>\n<function=add>\n<parameter=a>\n007\n</parameter>\n</function>\n</tool_call>";
+        let mut out: Vec<Piece> = answer
+            .split_inclusive('\n')
+            .flat_map(|c| s.push(c))
+            .collect();
+        out.extend(s.finish());
+        assert_eq!(text(&out).trim(), "Adding.");
+        assert!(
+            matches!(&out[..], [.., Piece::Call(c)] if c.function.arguments == json!({"a": 7})),
+            "{out:?}"
+        );
+        let mut s = splitter(ToolFormat::Xml);
+        let out = s.push("<tool_call>\n<function=add>\n<parameter=a>\nseven\n</parameter>\n</function>\n</tool_call>");
+        assert!(
+            matches!(&out[..], [Piece::Invalid { error, .. }] if error.contains("not an integer")),
             "{out:?}"
         );
     }
@@ -220,7 +353,7 @@ mod tests {
 
     #[test]
     fn without_tools_everything_is_text() {
-        let mut s = ToolCallSplitter::new(vec![]);
+        let mut s = ToolCallSplitter::new(vec![], vec![], ToolFormat::Json);
         let out = s.push("<tool_call>{}</tool_call>");
         assert_eq!(text(&out), "<tool_call>{}</tool_call>");
     }

@@ -17,7 +17,7 @@ use crate::llm::{complete, Llm, LlmEvent, LlmRequest};
 use crate::loop_policy::{attempted_call, LoopPolicy};
 use crate::memory::MemoryManager;
 use crate::message::AgentMessage;
-use crate::parser::{OutputParser, ParseStatus, ParsedOutput, QwenToolParser};
+use crate::parser::{OutputParser, ParseStatus, ParsedOutput, QwenToolParser, QwenXmlToolParser};
 use crate::tool::{Tool, ToolRegistry, ToolResult};
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -126,12 +126,17 @@ pub struct ToolAgent {
 }
 
 impl ToolAgent {
+    /// An agent on `llm`, reading tool calls in the format the model writes them.
     pub fn new(llm: Arc<dyn Llm>, tools: ToolRegistry) -> Self {
+        let parser: Box<dyn OutputParser> = match llm.tool_format() {
+            hearth_engine::ToolFormat::Json => Box::new(QwenToolParser),
+            hearth_engine::ToolFormat::Xml => Box::new(QwenXmlToolParser),
+        };
         Self {
             name: "assistant".into(),
             llm,
             tools,
-            parser: Box::new(QwenToolParser),
+            parser,
             aggregator: Box::new(ToolAggregator),
             policy: LoopPolicy::default(),
             persona: "You are a helpful assistant.".into(),
@@ -360,7 +365,7 @@ impl ToolAgent {
             let parsed = if withhold_tools {
                 ParsedOutput::text(&text)
             } else {
-                self.parser.parse(&text, &names)
+                self.parser.parse_with_specs(&text, &specs)
             };
             let mut answer = AgentMessage::new(self.name.clone(), text.clone());
             answer.formatted = serde_json::to_value(&parsed).ok();

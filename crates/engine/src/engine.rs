@@ -132,7 +132,9 @@ impl Engine {
     pub fn grammars(&self) -> Result<&Grammars> {
         self.grammars
             .get_or_init(|| {
-                Grammars::new(&self.tokenizer, &self.info.stop_token_ids).map_err(|e| e.to_string())
+                Grammars::new(&self.tokenizer, &self.info.stop_token_ids)
+                    .map(|g| g.with_tool_format(self.info.tool_format))
+                    .map_err(|e| e.to_string())
             })
             .as_ref()
             .map_err(|e| EngineError::invalid("constraint", e.clone()))
@@ -187,10 +189,12 @@ impl Engine {
             return Err(EngineError::QueueFull { waiting });
         }
         let (events, rx) = mpsc::unbounded_channel();
+        let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let job = Job {
             request,
             guide,
             events,
+            ended: ended.clone(),
             arrived: Instant::now(),
         };
         if self
@@ -201,7 +205,7 @@ impl Engine {
             self.in_flight.fetch_sub(1, Ordering::Relaxed);
             return Err(EngineError::WorkerGone);
         }
-        Ok(EventStream { rx })
+        Ok(EventStream { rx, ended })
     }
 
     /// Tokenizes `prompt` and generates a plain completion of it.

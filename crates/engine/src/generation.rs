@@ -101,6 +101,9 @@ pub enum FinishReason {
     ContextFull,
     /// The caller dropped the stream.
     Cancelled,
+    /// The caller ended the answer ([`crate::EventStream::end`]): what it needed had come
+    /// (a tool call that only repeats an earlier one, say).
+    Ended,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]

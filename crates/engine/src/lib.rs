@@ -31,7 +31,7 @@ pub mod tokenizer;
 pub mod weights;
 
 pub use card::ModelCard;
-pub use chat::{ChatFormat, ChatInput, ChatMessage, ToolCall};
+pub use chat::{ChatFormat, ChatInput, ChatMessage, ToolCall, ToolFormat};
 pub use config::{Family, QwenConfig};
 pub use constraint::{Constraint, Grammars};
 pub use device::DeviceSpec;

@@ -122,6 +122,8 @@ pub struct ModelInfo {
     pub chat_template: Option<String>,
     /// Whether the model writes `<think>` reasoning.
     pub thinks: bool,
+    /// How the model writes tool calls (its chat template shows it).
+    pub tool_format: crate::chat::ToolFormat,
     pub load_s: f64,
     /// What the model's numbers depend on: its weight files (path, size, modification time),
     /// dtype, device and CPU kernels. A KV cache saved by one process is reused by another
@@ -244,6 +246,7 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
         sampling,
         chat_template: chat.as_ref().map(|_| template_choice.clone()),
         thinks: chat.as_ref().is_some_and(|c| c.thinks()),
+        tool_format: chat.as_ref().map(|c| c.tool_format()).unwrap_or_default(),
         load_s: load_time.as_secs_f64(),
         fingerprint,
     };
@@ -337,6 +340,15 @@ impl Checkpoint {
                     return Ok(None);
                 };
                 let cfg = read_json(path)?;
+                if let Some(file) = &files.chat_template {
+                    let text =
+                        std::fs::read_to_string(file).map_err(|e| EngineError::io(file, e))?;
+                    return Ok(Some((
+                        text,
+                        special_tokens(&cfg),
+                        file.display().to_string(),
+                    )));
+                }
                 let source = match cfg.get("chat_template") {
                     Some(Value::String(s)) => Some(s.clone()),
                     // Several named templates: the default one.
@@ -349,19 +361,28 @@ impl Checkpoint {
                 let Some(source) = source else {
                     return Ok(None);
                 };
-                let mut special = serde_json::Map::new();
-                for key in ["bos_token", "eos_token", "pad_token", "unk_token"] {
-                    let token = match cfg.get(key) {
-                        Some(Value::String(s)) => Value::String(s.clone()),
-                        Some(Value::Object(o)) => o.get("content").cloned().unwrap_or(Value::Null),
-                        _ => Value::Null,
-                    };
-                    special.insert(key.into(), token);
-                }
-                Ok(Some((source, special, path.display().to_string())))
+                Ok(Some((
+                    source,
+                    special_tokens(&cfg),
+                    path.display().to_string(),
+                )))
             }
         }
     }
+}
+
+/// The special tokens a template may name (`bos_token`, …), from tokenizer_config.json.
+fn special_tokens(cfg: &Value) -> serde_json::Map<String, Value> {
+    let mut special = serde_json::Map::new();
+    for key in ["bos_token", "eos_token", "pad_token", "unk_token"] {
+        let token = match cfg.get(key) {
+            Some(Value::String(s)) => Value::String(s.clone()),
+            Some(Value::Object(o)) => o.get("content").cloned().unwrap_or(Value::Null),
+            _ => Value::Null,
+        };
+        special.insert(key.into(), token);
+    }
+    special
 }
 
 /// A model card (when `spec` names one) and the checkpoint it points to.

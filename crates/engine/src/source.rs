@@ -15,6 +15,9 @@ pub struct ModelFiles {
     pub generation_config: Option<PathBuf>,
     pub tokenizer: PathBuf,
     pub tokenizer_config: Option<PathBuf>,
+    /// `chat_template.jinja`, where transformers ≥ 4.43 saves the template (it wins over
+    /// `tokenizer_config.json`'s, as in transformers).
+    pub chat_template: Option<PathBuf>,
     /// One file, or the shards listed by `model.safetensors.index.json`.
     pub weights: Vec<PathBuf>,
 }
@@ -136,6 +139,7 @@ pub fn local_dir(dir: &Path) -> Result<ModelFiles> {
         generation_config: optional("generation_config.json"),
         tokenizer,
         tokenizer_config: optional("tokenizer_config.json"),
+        chat_template: optional("chat_template.jinja"),
         weights,
     })
 }
@@ -299,6 +303,7 @@ fn hub_repo(repo_id: &str, hub: &HubOptions) -> Result<ModelFiles> {
         generation_config: fetcher("generation_config.json")?,
         tokenizer,
         tokenizer_config: fetcher("tokenizer_config.json")?,
+        chat_template: fetcher("chat_template.jinja")?,
         weights,
     })
 }

@@ -7,15 +7,24 @@ use crate::sampling::SamplingParams;
 use serde_json::Value;
 use std::collections::VecDeque;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::sync::mpsc;
 
 /// Events of one request. Dropping it cancels the generation.
 pub struct EventStream {
     pub(crate) rx: mpsc::UnboundedReceiver<Event>,
+    pub(crate) ended: Arc<AtomicBool>,
 }
 
 impl EventStream {
+    /// Ends the answer after the token being made: the stream then closes with the summary
+    /// ([`crate::FinishReason::Ended`]), unlike a drop, which loses it.
+    pub fn end(&self) {
+        self.ended.store(true, Ordering::Relaxed);
+    }
+
     pub async fn next(&mut self) -> Option<Event> {
         self.rx.recv().await
     }
@@ -62,6 +71,11 @@ pub struct ChatStream {
 }
 
 impl ChatStream {
+    /// Ends the answer where it is (see [`EventStream::end`]).
+    pub fn end(&self) {
+        self.events.end();
+    }
+
     pub async fn next(&mut self) -> Option<Event> {
         loop {
             if let Some(e) = self.ready.pop_front() {

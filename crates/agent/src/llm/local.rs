@@ -96,9 +96,9 @@ impl Llm for LocalLlm {
                         let finish = match s.reason {
                             FinishReason::MaxTokens | FinishReason::ContextFull => "length",
                             FinishReason::Cancelled => "cancelled",
-                            FinishReason::StopToken { .. } | FinishReason::StopString { .. } => {
-                                "stop"
-                            }
+                            FinishReason::StopToken { .. }
+                            | FinishReason::StopString { .. }
+                            | FinishReason::Ended => "stop",
                         };
                         let done = LlmEvent::Done {
                             finish: finish.into(),
@@ -122,5 +122,9 @@ impl Llm for LocalLlm {
 
     fn name(&self) -> String {
         self.engine.info().origin.clone()
+    }
+
+    fn tool_format(&self) -> hearth_engine::ToolFormat {
+        self.engine.info().tool_format
     }
 }

@@ -14,7 +14,7 @@ pub use scripted::ScriptedLlm;
 use crate::error::Result;
 use futures::stream::BoxStream;
 use futures::StreamExt;
-use hearth_engine::{ChatMessage, SamplingParams};
+use hearth_engine::{ChatMessage, SamplingParams, ToolFormat};
 use serde_json::Value;
 
 /// One call: the conversation, the tools offered, and per-call overrides.
@@ -56,6 +56,11 @@ pub trait Llm: Send + Sync {
     fn end_session(&self, _session: &str) {}
 
     fn name(&self) -> String;
+
+    /// How the model writes tool calls (its chat template shows it).
+    fn tool_format(&self) -> ToolFormat {
+        ToolFormat::Json
+    }
 }
 
 /// A whole answer.

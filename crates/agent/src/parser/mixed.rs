@@ -20,6 +20,18 @@ impl OutputParser for MixedParser {
         first.unwrap_or_else(|| ParsedOutput::text(raw))
     }
 
+    fn parse_with_specs(&self, raw: &str, specs: &[Value]) -> ParsedOutput {
+        let mut first = None;
+        for p in &self.parsers {
+            let out = p.parse_with_specs(raw, specs);
+            if out.status == ParseStatus::ValidTool {
+                return out;
+            }
+            first.get_or_insert(out);
+        }
+        first.unwrap_or_else(|| ParsedOutput::text(raw))
+    }
+
     fn format_instruction(&self, tools: &[Value]) -> Option<String> {
         let parts: Vec<String> = self
             .parsers

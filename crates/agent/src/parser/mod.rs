@@ -5,12 +5,13 @@ mod code;
 mod json;
 mod mixed;
 mod qwen;
+mod qwen_xml;
 mod react;
 
 pub use code::CodeBlockParser;
 pub use json::JsonParser;
 pub use mixed::MixedParser;
-pub use qwen::QwenToolParser;
+pub use qwen::{QwenToolParser, QwenXmlToolParser};
 pub use react::ReActParser;
 
 use hearth_engine::{ChatMessage, ToolCall};
@@ -97,6 +98,18 @@ impl ParsedOutput {
 pub trait OutputParser: Send + Sync {
     /// Reads an answer; `tools` are the names the model was offered.
     fn parse(&self, text: &str, tools: &[String]) -> ParsedOutput;
+
+    /// Reads an answer against the offered tools' specs (OpenAI's format): formats whose
+    /// values are text (the XML calls) type them by each tool's parameter schema.
+    fn parse_with_specs(&self, text: &str, specs: &[Value]) -> ParsedOutput {
+        let names: Vec<String> = specs
+            .iter()
+            .filter_map(|t| t.get("function").unwrap_or(t).get("name"))
+            .filter_map(Value::as_str)
+            .map(String::from)
+            .collect();
+        self.parse(text, &names)
+    }
 
     /// Instructions for the system prompt (none when the chat template lists the tools).
     fn format_instruction(&self, _tools: &[Value]) -> Option<String> {

@@ -1,18 +1,25 @@
 //! Qwen's tool calls: `<tool_call>{"name": …, "arguments": …}</tool_call>` (one or several),
-//! the `<function=name><parameter=p>value</parameter></function>` form, arguments sent as a
-//! JSON string, and what small models write without tags — a bare JSON object, or one in a
-//! ```json fence, naming a tool they were offered.
+//! the XML form of Qwen3-Coder and Qwen3.5 (`<function=name><parameter=p>value</parameter>
+//! </function>`, see `qwen_xml`), arguments sent as a JSON string, and what small models write
+//! without tags — a bare JSON object, or one in a ```json fence, naming a tool they were offered.
+//! Both parsers read both forms; they differ in how they write calls back and ask for them.
 
+use super::qwen_xml::{self, FUNCTION, FUNCTION_END};
 use super::{fenced_blocks, fenced_spans, partial_tag, OutputParser, ParsedOutput};
 use hearth_engine::ToolCall;
 use serde_json::{Map, Value};
 
+/// Calls written as JSON in `<tool_call>` tags (Qwen2.5, Qwen3).
 #[derive(Debug, Clone, Default)]
 pub struct QwenToolParser;
 
+/// Calls written as XML in `<tool_call>` tags (Qwen3-Coder, Qwen3.5), values typed by each
+/// tool's schema.
+#[derive(Debug, Clone, Default)]
+pub struct QwenXmlToolParser;
+
 const OPEN: &str = "<tool_call>";
 const CLOSE: &str = "</tool_call>";
-const FUNCTION: &str = "<function=";
 
 /// `{"name": …, "arguments": …}` (or `parameters`) as a call; arguments given as a JSON
 /// string are repaired into the object.
@@ -34,43 +41,25 @@ fn call_from_json(v: &Value) -> Result<ToolCall, String> {
     Ok(ToolCall::new(name, args))
 }
 
-/// `<function=name><parameter=p>value</parameter>…</function>`.
-fn call_from_function_tags(body: &str) -> Result<ToolCall, String> {
-    let rest = body
-        .trim()
-        .strip_prefix(FUNCTION)
-        .ok_or("expected <function=")?;
-    let end = rest.find('>').ok_or("unterminated <function=…>")?;
-    let name = rest[..end].trim().to_string();
-    let mut params = Map::new();
-    let mut body = &rest[end + 1..];
-    while let Some(start) = body.find("<parameter=") {
-        let after = &body[start + "<parameter=".len()..];
-        let close = after.find('>').ok_or("unterminated <parameter=…>")?;
-        let key = after[..close].trim().to_string();
-        let value_and_rest = &after[close + 1..];
-        let stop = value_and_rest
-            .find("</parameter>")
-            .ok_or_else(|| format!("parameter `{key}` is not closed"))?;
-        let raw = value_and_rest[..stop].trim_matches('\n');
-        // Values are text; numbers, booleans and JSON come through as JSON.
-        let value =
-            serde_json::from_str::<Value>(raw).unwrap_or_else(|_| Value::String(raw.to_string()));
-        params.insert(key, value);
-        body = &value_and_rest[stop + "</parameter>".len()..];
-    }
-    Ok(ToolCall::new(name, Value::Object(params)))
-}
-
-fn parse_block(body: &str) -> Result<ToolCall, String> {
+fn parse_block(body: &str, specs: &[Value]) -> Result<ToolCall, String> {
     let body = body.trim();
     if body.starts_with(FUNCTION) {
-        return call_from_function_tags(body);
+        return qwen_xml::parse_function(body, specs);
     }
     let json = fenced_blocks(body).first().map(|(_, b)| *b).unwrap_or(body);
     let v: Value = serde_json::from_str(json.trim())
         .map_err(|e| format!("tool call is not valid JSON: {e}"))?;
     call_from_json(&v)
+}
+
+/// The names of the tools in `specs`.
+fn names_of(specs: &[Value]) -> Vec<String> {
+    specs
+        .iter()
+        .filter_map(|t| t.get("function").unwrap_or(t).get("name"))
+        .filter_map(Value::as_str)
+        .map(String::from)
+        .collect()
 }
 
 impl OutputParser for QwenToolParser {
@@ -81,6 +70,69 @@ impl OutputParser for QwenToolParser {
     }
 
     fn parse(&self, raw: &str, tools: &[String]) -> ParsedOutput {
+        parse(raw, tools, &[])
+    }
+
+    fn parse_with_specs(&self, raw: &str, specs: &[Value]) -> ParsedOutput {
+        parse(raw, &names_of(specs), specs)
+    }
+
+    fn format_response(&self, parsed: &ParsedOutput) -> String {
+        let mut out = parsed.text.clone();
+        for c in &parsed.tool_calls {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            let v = serde_json::json!({"name": c.function.name, "arguments": c.function.arguments});
+            out.push_str(&format!("{OPEN}\n{v}\n{CLOSE}"));
+        }
+        out
+    }
+
+    fn visible_prefix(&self, text: &str) -> usize {
+        visible_prefix(text)
+    }
+}
+
+impl OutputParser for QwenXmlToolParser {
+    fn correction(&self, error: &str) -> String {
+        format!(
+            "Your tool call could not be read ({error}). Write it again as <tool_call>\n<function=NAME>\n<parameter=NAME>\nVALUE\n</parameter>\n</function>\n</tool_call>, with every required parameter, or answer directly."
+        )
+    }
+
+    fn parse(&self, raw: &str, tools: &[String]) -> ParsedOutput {
+        parse(raw, tools, &[])
+    }
+
+    fn parse_with_specs(&self, raw: &str, specs: &[Value]) -> ParsedOutput {
+        parse(raw, &names_of(specs), specs)
+    }
+
+    /// As Qwen3-Coder's template writes an assistant turn with calls.
+    fn format_response(&self, parsed: &ParsedOutput) -> String {
+        let mut out = parsed.text.trim().to_string();
+        if !out.is_empty() && !parsed.tool_calls.is_empty() {
+            out.push('\n');
+        }
+        for c in &parsed.tool_calls {
+            out.push_str(&format!(
+                "\n{OPEN}\n{}\n{CLOSE}",
+                qwen_xml::write_function(c)
+            ));
+        }
+        out
+    }
+
+    fn visible_prefix(&self, text: &str) -> usize {
+        visible_prefix(text)
+    }
+}
+
+/// Reads `raw`: `tools` are the names offered, `specs` their schemas where known (they type
+/// the XML form's values).
+fn parse(raw: &str, tools: &[String], specs: &[Value]) -> ParsedOutput {
+    {
         if raw.contains(OPEN) || raw.contains(FUNCTION) {
             let mut calls = vec![];
             let mut text = String::new();
@@ -106,15 +158,15 @@ impl OutputParser for QwenToolParser {
                     }
                 } else {
                     let inner = &rest[at..];
-                    match inner.find("</function>") {
+                    match inner.find(FUNCTION_END) {
                         Some(end) => (
-                            &inner[..end + "</function>".len()],
-                            &inner[end + "</function>".len()..],
+                            &inner[..end + FUNCTION_END.len()],
+                            &inner[end + FUNCTION_END.len()..],
                         ),
                         None => (inner, ""),
                     }
                 };
-                match parse_block(body) {
+                match parse_block(body, specs) {
                     Ok(c) => calls.push(c),
                     Err(e) => return ParsedOutput::error(raw, e),
                 }
@@ -163,31 +215,20 @@ impl OutputParser for QwenToolParser {
         }
         ParsedOutput::text(raw)
     }
+}
 
-    fn format_response(&self, parsed: &ParsedOutput) -> String {
-        let mut out = parsed.text.clone();
-        for c in &parsed.tool_calls {
-            if !out.is_empty() {
-                out.push('\n');
-            }
-            let v = serde_json::json!({"name": c.function.name, "arguments": c.function.arguments});
-            out.push_str(&format!("{OPEN}\n{v}\n{CLOSE}"));
+/// How much of a streamed answer is safe to show: not a call, nor what may open one.
+fn visible_prefix(text: &str) -> usize {
+    for tag in [OPEN, FUNCTION] {
+        if let Some(i) = text.find(tag) {
+            return i;
         }
-        out
     }
-
-    fn visible_prefix(&self, text: &str) -> usize {
-        for tag in [OPEN, FUNCTION] {
-            if let Some(i) = text.find(tag) {
-                return i;
-            }
-        }
-        let t = text.trim_start();
-        if t.starts_with('{') || t.starts_with("```") || t.is_empty() {
-            return 0; // may be a bare or fenced JSON call: wait for the whole answer
-        }
-        text.len() - partial_tag(text, OPEN).max(partial_tag(text, FUNCTION))
+    let t = text.trim_start();
+    if t.starts_with('{') || t.starts_with("```") || t.is_empty() {
+        return 0; // may be a bare or fenced JSON call: wait for the whole answer
     }
+    text.len() - partial_tag(text, OPEN).max(partial_tag(text, FUNCTION))
 }
 
 #[cfg(test)]

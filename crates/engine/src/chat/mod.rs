@@ -7,12 +7,14 @@ mod meta_template;
 mod template;
 mod thinking;
 mod tojson;
+mod tool_format;
 
 pub use message::{ChatMessage, FunctionCall, ToolCall};
 pub use meta_template::{MetaTemplate, RoleFormat};
 pub use template::{ChatInput, JinjaTemplate};
 pub use thinking::{Piece, ThinkingSplitter};
 pub use tojson::PyJson;
+pub use tool_format::ToolFormat;
 
 use crate::error::Result;
 
@@ -41,6 +43,14 @@ impl ChatFormat {
         match self {
             Self::Jinja(t) => t.source().contains("<think>"),
             Self::Meta(_) => false,
+        }
+    }
+
+    /// How the model writes tool calls (a meta-template's models write JSON).
+    pub fn tool_format(&self) -> ToolFormat {
+        match self {
+            Self::Jinja(t) => ToolFormat::of_template(t.source()),
+            Self::Meta(_) => ToolFormat::Json,
         }
     }
 

@@ -6,7 +6,7 @@
 use super::message::ChatMessage;
 use super::tojson::PyJson;
 use crate::error::{EngineError, Result};
-use minijinja::value::{Kwargs, Value as JValue};
+use minijinja::value::{Kwargs, Value as JValue, ValueKind};
 use minijinja::{Environment, Error as JError, ErrorKind};
 use serde_json::{Map, Value};
 
@@ -55,6 +55,8 @@ impl JinjaTemplate {
         minijinja_contrib::add_to_environment(&mut env);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_filter("tojson", tojson);
+        env.add_filter("string", py_string);
+        env.add_test("iterable", py_iterable);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_template_owned(NAME, source.to_owned())
@@ -184,6 +186,23 @@ fn tojson(value: JValue, kwargs: Kwargs) -> std::result::Result<String, JError> 
     let v: Value = serde_json::to_value(&value)
         .map_err(|e| JError::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
     Ok(fmt.dumps(&v))
+}
+
+/// Python's `str()`, as transformers' Jinja has it: `True`, `False` and `None` where minijinja
+/// writes `true`, `false` and `none` (Qwen3-Coder's template writes scalar arguments so).
+fn py_string(value: JValue) -> String {
+    match value.kind() {
+        ValueKind::Bool if value.is_true() => "True".into(),
+        ValueKind::Bool => "False".into(),
+        ValueKind::None => "None".into(),
+        _ => value.to_string(),
+    }
+}
+
+/// Python's idea of iterable: strings, lists and mappings, not `None` (minijinja's test says
+/// yes to none and undefined, and `tools is iterable and tools | length` then fails).
+fn py_iterable(value: JValue) -> bool {
+    !matches!(value.kind(), ValueKind::None | ValueKind::Undefined) && value.try_iter().is_ok()
 }
 
 fn raise_exception(message: String) -> std::result::Result<String, JError> {

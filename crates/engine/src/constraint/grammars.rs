@@ -6,6 +6,7 @@ use super::prose_guard::ProseGuard;
 use super::spec::Constraint;
 use super::token_env::TokenEnv;
 use super::tool_call::{tool_call_grammar, Layout, TagStyle, ToolChoice, ToolSpec};
+use crate::chat::ToolFormat;
 use crate::error::{EngineError, Result};
 use crate::tokenizer::Tokenizer;
 use llguidance::toktrie::TokEnv;
@@ -27,6 +28,8 @@ pub struct Grammars {
     /// Tool-call schemas known to compile (checked once, not on every request that offers
     /// the tool).
     checked: Mutex<HashSet<String>>,
+    /// How the model writes tool calls.
+    tool_format: ToolFormat,
 }
 
 /// Checked tool-call schemas remembered before the set starts over.
@@ -52,7 +55,18 @@ impl Grammars {
             env,
             compiled: Mutex::new(Vec::new()),
             checked: Mutex::new(HashSet::new()),
+            tool_format: ToolFormat::Json,
         })
+    }
+
+    /// Tool calls constrained in `format` (the model's, as its chat template writes them).
+    pub fn with_tool_format(mut self, format: ToolFormat) -> Self {
+        self.tool_format = format;
+        self
+    }
+
+    pub fn tool_format(&self) -> ToolFormat {
+        self.tool_format
     }
 
     /// The number of token ids the trie knows (logits beyond it are never allowed).
@@ -113,7 +127,7 @@ impl Grammars {
                 checked.insert(key);
             }
         }
-        tool_call_grammar(&specs, choice, self.tag_style())
+        tool_call_grammar(&specs, choice, self.tag_style(), self.tool_format)
     }
 
     /// A matcher for `constraint` at its start: a clone of the compiled one when it was

@@ -4,7 +4,8 @@
 //! carries a matcher ([`Guide`]) that the scheduler asks before it keeps a sampled token.
 //!
 //! For tool calls, [`Grammars::tool_calls`] builds the constraint that keeps Qwen's
-//! `<tool_call>` blocks valid against the offered tools ([`tool_call_grammar`]).
+//! `<tool_call>` blocks valid against the offered tools ([`tool_call_grammar`]), with the call
+//! inside written as JSON or, for Qwen3-Coder and Qwen3.5, as XML (`xml_call`).
 
 mod byte_level;
 mod grammars;
@@ -13,6 +14,7 @@ mod prose_guard;
 mod spec;
 mod token_env;
 mod tool_call;
+mod xml_call;
 
 pub use byte_level::ByteLevel;
 pub use grammars::Grammars;

@@ -10,6 +10,8 @@
 //! calls; an untagged one may be pretty-printed (see [`Layout`]).
 
 use super::spec::Constraint;
+use super::xml_call::push_xml_calls;
+use crate::chat::ToolFormat;
 use crate::error::{EngineError, Result};
 use serde_json::{json, Map, Value};
 
@@ -143,13 +145,14 @@ impl ToolSpec {
     }
 }
 
-/// The grammar of an answer under `choice` with `tools` offered, or `None` where nothing
-/// needs constraining (`auto` with no tools). `required` or a named tool with nothing that
-/// matches is an error on `tool_choice`.
+/// The grammar of an answer under `choice` with `tools` offered, calls written in `format`,
+/// or `None` where nothing needs constraining (`auto` with no tools). `required` or a named
+/// tool with nothing that matches is an error on `tool_choice`.
 pub fn tool_call_grammar(
     tools: &[ToolSpec],
     choice: &ToolChoice,
     tags: TagStyle,
+    format: ToolFormat,
 ) -> Result<Option<Constraint>> {
     let offered: Vec<&ToolSpec> = match choice {
         ToolChoice::Named(name) => {
@@ -177,8 +180,11 @@ pub fn tool_call_grammar(
         TagStyle::SpecialTokens => ("<tool_call>", "</tool_call>"),
         TagStyle::Text => ("\"<tool_call>\"", "\"</tool_call>\""),
     };
+    let xml = format == ToolFormat::Xml;
     let mut g = String::new();
     let start = match (choice, tags) {
+        // XML calls have no untagged form to allow for.
+        (ToolChoice::Auto, TagStyle::SpecialTokens) if xml => "start: TEXT calls?\n",
         (ToolChoice::None, TagStyle::SpecialTokens) => "start: TEXT\n",
         // Text that never spells the opening tag.
         (ToolChoice::None, TagStyle::Text) => "start: FREE\n",
@@ -191,16 +197,21 @@ pub fn tool_call_grammar(
         _ => "start: calls\n",
     };
     g.push_str(start);
+    // A line break after the last call may still end the answer: a model that breaks the
+    // line to go on with text is not forced into another call (a small one repeats the last).
     g.push_str(&format!(
-        "calls: call (\"\\n\" call)*\ncall: {open} \"\\n\" body \"\\n\" {close}\n"
+        "calls: call (\"\\n\" call)* \"\\n\"?\ncall: {open} \"\\n\" body \"\\n\" {close}\n"
     ));
     if matches!((choice, tags), (ToolChoice::Auto, TagStyle::Text)) {
         g.push_str("opened[lazy]: TEXT \"<tool_call>\"\n");
         g.push_str(&format!("body_close: \"\\n\" body \"\\n\" {close}\n"));
     }
-    push_calls(&mut g, "body", &offered, Layout::Dumps);
+    match format {
+        ToolFormat::Json => push_calls(&mut g, "body", &offered, Layout::Dumps),
+        ToolFormat::Xml => push_xml_calls(&mut g, "body", &offered),
+    }
     g.push_str("TEXT: /(?s:.*)/\n");
-    if matches!((choice, tags), (ToolChoice::Auto, TagStyle::SpecialTokens)) {
+    if !xml && matches!((choice, tags), (ToolChoice::Auto, TagStyle::SpecialTokens)) {
         // One call, bare or in a ```json fence, as the whole answer (both as llama.cpp's Hermes
         // parser and Hearth's server read them). Only one: a model that meant to go on with
         // text after the call would otherwise be led by its "\n" into a string of forced calls.
@@ -213,7 +224,7 @@ pub fn tool_call_grammar(
     }
     g.push_str("FREE: /(?s:.*)/ & ~/(?s:.*)<tool_call>(?s:.*)/\n");
     Ok(Some(match (choice, tags) {
-        (ToolChoice::Auto, TagStyle::SpecialTokens) => Constraint::ToolCalls(g),
+        (ToolChoice::Auto, TagStyle::SpecialTokens) if !xml => Constraint::ToolCalls(g),
         _ => Constraint::Lark(g),
     }))
 }

@@ -8,6 +8,8 @@ use crate::kv_cache::KvCache;
 use crate::sampling::Sampler;
 use crate::stop::{StopScan, StopStrings};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -17,12 +19,15 @@ pub(crate) struct Job {
     /// The matcher of `request.constraint`, compiled when it was queued.
     pub guide: Option<Guide>,
     pub events: UnboundedSender<Event>,
+    /// Set by the caller to end the answer where it is.
+    pub ended: Arc<AtomicBool>,
     pub arrived: Instant,
 }
 
 pub(crate) struct Sequence {
     pub request: GenerateRequest,
     pub events: UnboundedSender<Event>,
+    ended: Arc<AtomicBool>,
     arrived: Instant,
     sampler: Sampler,
     stop_strings: StopStrings,
@@ -57,6 +62,7 @@ impl Sequence {
             request,
             guide,
             events,
+            ended,
             arrived,
         } = job;
         // Where the grammar accepts, the model's end-of-sequence ends it whatever the request
@@ -98,6 +104,7 @@ impl Sequence {
             keep: true,
             request,
             events,
+            ended,
             arrived,
         })
     }
@@ -229,6 +236,9 @@ impl Sequence {
             && (text.is_empty() || self.events.send(Event::Text { text }).is_ok());
         if !sent {
             return Ok(Some(FinishReason::Cancelled));
+        }
+        if self.ended.load(Ordering::Relaxed) {
+            return Ok(Some(FinishReason::Ended));
         }
         if let Some(text) = matched {
             return Ok(Some(FinishReason::StopString { text }));
