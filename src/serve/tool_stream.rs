@@ -40,6 +40,9 @@ pub struct ToolCallSplitter {
     /// The calls so far, to tell a repeat.
     seen: Vec<ToolCall>,
     repeated: bool,
+    /// Whitespace after a call, held until text follows it (a line break that only ends the
+    /// calls is not content).
+    gap: String,
 }
 
 impl ToolCallSplitter {
@@ -59,6 +62,7 @@ impl ToolCallSplitter {
             bare: false,
             seen: vec![],
             repeated: false,
+            gap: String::new(),
         }
     }
 
@@ -106,14 +110,16 @@ impl ToolCallSplitter {
                     break;
                 }
             } else if let Some(start) = self.pending.find(OPEN) {
-                push_text(&mut out, &self.pending[..start]);
+                let text = self.pending[..start].to_string();
+                self.text(&mut out, &text);
                 self.pending.drain(..start + OPEN.len());
                 self.in_call = true;
             } else {
                 // Hold back a tail that could still become `<tool_call>`.
                 let keep = partial_tag_len(&self.pending);
                 let cut = self.pending.len() - keep;
-                push_text(&mut out, &self.pending[..cut]);
+                let text = self.pending[..cut].to_string();
+                self.text(&mut out, &text);
                 self.pending.drain(..cut);
                 break;
             }
@@ -147,9 +153,20 @@ impl ToolCallSplitter {
             self.in_call = false;
             out.extend(self.call(&rest, true));
         } else {
-            push_text(&mut out, &rest);
+            self.text(&mut out, &rest);
         }
         out
+    }
+
+    /// Text of the answer: whitespace right after a call waits for what follows it.
+    fn text(&mut self, out: &mut Vec<Piece>, text: &str) {
+        if self.seen.is_empty() {
+            return push_text(out, text);
+        }
+        self.gap.push_str(text);
+        if !self.gap.trim().is_empty() {
+            push_text(out, &std::mem::take(&mut self.gap));
+        }
     }
 
     fn repeats(&self, call: &ToolCall) -> bool {
@@ -307,7 +324,11 @@ mod tests {
         out.extend(s.finish());
         let calls = out.iter().filter(|p| matches!(p, Piece::Call(_))).count();
         assert_eq!(calls, 2, "{out:?}");
-        assert_eq!(text(&out), "\n\n", "{out:?}");
+        assert_eq!(
+            text(&out),
+            "",
+            "line breaks between calls are no content: {out:?}"
+        );
     }
 
     #[test]
