@@ -146,24 +146,26 @@ fn set(meta: &mut [(String, Value)], key: &str, value: Value) {
 #[test]
 fn experts_that_do_not_fit_the_metadata_are_named() {
     let tmp = tempfile::tempdir().unwrap();
-    // More experts than the tensors hold: the router, loaded first, is named.
-    let path = rewritten(tmp.path(), |m| {
-        set(m, "qwen3moe.expert_count", Value::U32(9))
-    });
-    let err = load(&path).err().unwrap().to_string();
-    assert!(
-        err.contains("blk.0.ffn_gate_inp.weight") && err.contains("[9, 64]"),
-        "{err}"
-    );
-    // Experts of another width.
-    let path = rewritten(tmp.path(), |m| {
-        set(m, "qwen3moe.expert_feed_forward_length", Value::U32(48))
-    });
-    let err = load(&path).err().unwrap().to_string();
-    assert!(
-        err.contains("blk.0.ffn_gate_exps.weight") && err.contains("48"),
-        "{err}"
-    );
+    for (key, value, tensor, shape) in [
+        // More experts than the tensors hold: the router, loaded first, is named.
+        (
+            "qwen3moe.expert_count",
+            9,
+            "blk.0.ffn_gate_inp.weight",
+            "[9, 64]",
+        ),
+        // Experts of another width.
+        (
+            "qwen3moe.expert_feed_forward_length",
+            48,
+            "blk.0.ffn_gate_exps.weight",
+            "48",
+        ),
+    ] {
+        let path = rewritten(tmp.path(), |m| set(m, key, Value::U32(value)));
+        let err = load(&path).err().unwrap().to_string();
+        assert!(err.contains(tensor) && err.contains(shape), "{key}: {err}");
+    }
     // More experts per token than there are.
     let path = rewritten(tmp.path(), |m| {
         set(m, "qwen3moe.expert_used_count", Value::U32(12))

@@ -99,3 +99,42 @@ fn sampled_xml_calls_parse_and_fit_their_schemas() {
     );
     assert!(!names.is_empty());
 }
+
+/// A checkpoint whose template is `chat_template.jinja` (as transformers ≥ 4.43 saves it), with
+/// or without a tokenizer config beside it: the file's template is the one rendered, and its
+/// `<function=` calls make the model's tool format XML.
+#[test]
+fn a_chat_template_file_is_the_models_template() {
+    let tmp = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(common::tiny("qwen3")).unwrap() {
+        let p = entry.unwrap().path();
+        std::fs::copy(&p, tmp.path().join(p.file_name().unwrap())).unwrap();
+    }
+    let coder = common::fixtures().join("templates/Qwen3-Coder.jinja");
+    std::fs::copy(&coder, tmp.path().join("chat_template.jinja")).unwrap();
+    let opts = LoadOptions {
+        device: DeviceSpec::Cpu,
+        dtype: DTypeSpec::F32,
+        ..Default::default()
+    };
+    let messages = [hearth_engine::ChatMessage::user("Hi")];
+    let input = hearth_engine::ChatInput {
+        messages: &messages,
+        tools: Some(&tools()),
+        add_generation_prompt: true,
+        enable_thinking: None,
+        extra: Default::default(),
+    };
+    for keep_config in [true, false] {
+        if !keep_config {
+            std::fs::remove_file(tmp.path().join("tokenizer_config.json")).unwrap();
+        }
+        let e = Engine::load(&tmp.path().to_string_lossy(), &opts).unwrap();
+        assert_eq!(e.info().tool_format, ToolFormat::Xml, "config kept: {keep_config}");
+        let prompt = e.render(&input).unwrap();
+        assert!(
+            prompt.contains("<function>\n<name>edit_file</name>"),
+            "config kept: {keep_config}: {prompt}"
+        );
+    }
+}

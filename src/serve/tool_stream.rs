@@ -182,9 +182,8 @@ impl ToolCallSplitter {
         } else {
             format!("{OPEN}{body}{CLOSE}")
         };
-        let parsed = self
-            .parser
-            .parse_with_specs(&format!("{OPEN}{body}{CLOSE}"), &self.specs);
+        // (The parser reads a call without its closing tag as far as it goes.)
+        let parsed = self.parser.parse_with_specs(&raw, &self.specs);
         match (parsed.status, parsed.tool_calls.as_slice()) {
             (ParseStatus::ValidTool, [call]) if self.repeats(call) => {
                 self.repeated = true;

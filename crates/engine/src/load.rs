@@ -336,19 +336,19 @@ impl Checkpoint {
                 )
             })),
             Self::Dense(files) => {
-                let Some(path) = &files.tokenizer_config else {
-                    return Ok(None);
+                let cfg = match &files.tokenizer_config {
+                    Some(path) => Some(read_json(path)?),
+                    None => None,
                 };
-                let cfg = read_json(path)?;
                 if let Some(file) = &files.chat_template {
                     let text =
                         std::fs::read_to_string(file).map_err(|e| EngineError::io(file, e))?;
-                    return Ok(Some((
-                        text,
-                        special_tokens(&cfg),
-                        file.display().to_string(),
-                    )));
+                    let special = cfg.as_ref().map(special_tokens).unwrap_or_default();
+                    return Ok(Some((text, special, file.display().to_string())));
                 }
+                let (Some(path), Some(cfg)) = (&files.tokenizer_config, cfg) else {
+                    return Ok(None);
+                };
                 let source = match cfg.get("chat_template") {
                     Some(Value::String(s)) => Some(s.clone()),
                     // Several named templates: the default one.

@@ -2,10 +2,12 @@
 //! offered tools, on the tiny random model (which, free, never writes a call) and on the real
 //! Qwen vocabulary, where the tags are single tokens.
 
+mod common;
+
 use hearth_engine::constraint::{tool_call_grammar, TagStyle, ToolChoice, ToolSpec};
 use hearth_engine::{
     Constraint, DTypeSpec, DeviceSpec, Engine, EngineError, Event, FinishReason, GenerateRequest,
-    Grammars, LoadOptions, SamplingParams, Tokenizer, ToolFormat,
+    Grammars, LoadOptions, SamplingParams, ToolFormat,
 };
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -235,26 +237,9 @@ fn bad_tools_and_choices_are_refused() -> TestResult {
 
 #[test]
 fn on_the_real_vocabulary_the_tags_are_tokens() -> TestResult {
-    let dirs = [
-        std::env::var_os("HEARTH_TOKENIZERS").map(PathBuf::from),
-        Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/tokenizers")),
-        std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/hearth/tokenizers")),
-    ];
-    let Some(path) = dirs
-        .into_iter()
-        .flatten()
-        .map(|d| d.join("qwen2.5/tokenizer.json"))
-        .find(|p| p.is_file())
-    else {
-        if std::env::var_os("HEARTH_REQUIRE_DATA").is_some_and(|v| !v.is_empty() && v != "0") {
-            return Err(
-                "the real Qwen2.5 tokenizer is missing (HEARTH_REQUIRE_DATA is set)".into(),
-            );
-        }
-        eprintln!("SKIPPED: the real Qwen2.5 tokenizer is missing");
+    let Some(tok) = common::real_tokenizer("qwen2.5")? else {
         return Ok(());
     };
-    let tok = Tokenizer::from_file(&path)?;
     let im_end = tok.token_id("<|im_end|>").ok_or("no <|im_end|>")?;
     let g = Grammars::new(&tok, &[im_end])?;
     assert_eq!(g.tag_style(), TagStyle::SpecialTokens);

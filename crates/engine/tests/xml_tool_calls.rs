@@ -2,10 +2,12 @@
 //! Qwen3 vocabulary: what the chat template writes walks through the grammar token by token,
 //! and a call that breaks its tool's schema is refused where it breaks.
 
+mod common;
+
+use common::real_tokenizer;
 use hearth_engine::constraint::ToolChoice;
 use hearth_engine::{Constraint, EngineError, Grammars, Tokenizer, ToolFormat};
 use serde_json::{json, Value};
-use std::path::PathBuf;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -25,28 +27,6 @@ fn tools() -> Vec<Value> {
                 "required": ["path", "count"]}}}),
         json!({"type": "function", "function": {"name": "ping"}}),
     ]
-}
-
-/// The real Qwen3 tokenizer, or `None` (a skip) where it is missing.
-fn qwen3() -> Result<Option<Tokenizer>, Box<dyn std::error::Error>> {
-    let dirs = [
-        std::env::var_os("HEARTH_TOKENIZERS").map(PathBuf::from),
-        Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/tokenizers")),
-        std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/hearth/tokenizers")),
-    ];
-    let Some(path) = dirs
-        .into_iter()
-        .flatten()
-        .map(|d| d.join("qwen3/tokenizer.json"))
-        .find(|p| p.is_file())
-    else {
-        if std::env::var_os("HEARTH_REQUIRE_DATA").is_some_and(|v| !v.is_empty() && v != "0") {
-            return Err("the real Qwen3 tokenizer is missing (HEARTH_REQUIRE_DATA is set)".into());
-        }
-        eprintln!("SKIPPED: the real Qwen3 tokenizer is missing");
-        return Ok(None);
-    };
-    Ok(Some(Tokenizer::from_file(&path)?))
 }
 
 struct Walker {
@@ -82,7 +62,9 @@ impl Walker {
 }
 
 fn walker() -> Result<Option<Walker>, Box<dyn std::error::Error>> {
-    let Some(tok) = qwen3()? else { return Ok(None) };
+    let Some(tok) = real_tokenizer("qwen3")? else {
+        return Ok(None);
+    };
     let end = tok.token_id("<|im_end|>").ok_or("no <|im_end|>")?;
     let g = Grammars::new(&tok, &[end])?.with_tool_format(ToolFormat::Xml);
     Ok(Some(Walker { tok, g, end }))

@@ -7,11 +7,16 @@ pub struct MixedParser {
     pub parsers: Vec<Box<dyn OutputParser>>,
 }
 
-impl OutputParser for MixedParser {
-    fn parse(&self, raw: &str, tools: &[String]) -> ParsedOutput {
+impl MixedParser {
+    /// The first reading that finds a call, else the first parser's reading.
+    fn first_call(
+        &self,
+        raw: &str,
+        read: impl Fn(&dyn OutputParser) -> ParsedOutput,
+    ) -> ParsedOutput {
         let mut first = None;
         for p in &self.parsers {
-            let out = p.parse(raw, tools);
+            let out = read(p.as_ref());
             if out.status == ParseStatus::ValidTool {
                 return out;
             }
@@ -19,17 +24,15 @@ impl OutputParser for MixedParser {
         }
         first.unwrap_or_else(|| ParsedOutput::text(raw))
     }
+}
+
+impl OutputParser for MixedParser {
+    fn parse(&self, raw: &str, tools: &[String]) -> ParsedOutput {
+        self.first_call(raw, |p| p.parse(raw, tools))
+    }
 
     fn parse_with_specs(&self, raw: &str, specs: &[Value]) -> ParsedOutput {
-        let mut first = None;
-        for p in &self.parsers {
-            let out = p.parse_with_specs(raw, specs);
-            if out.status == ParseStatus::ValidTool {
-                return out;
-            }
-            first.get_or_insert(out);
-        }
-        first.unwrap_or_else(|| ParsedOutput::text(raw))
+        self.first_call(raw, |p| p.parse_with_specs(raw, specs))
     }
 
     fn format_instruction(&self, tools: &[Value]) -> Option<String> {

@@ -102,13 +102,7 @@ pub trait OutputParser: Send + Sync {
     /// Reads an answer against the offered tools' specs (OpenAI's format): formats whose
     /// values are text (the XML calls) type them by each tool's parameter schema.
     fn parse_with_specs(&self, text: &str, specs: &[Value]) -> ParsedOutput {
-        let names: Vec<String> = specs
-            .iter()
-            .filter_map(|t| t.get("function").unwrap_or(t).get("name"))
-            .filter_map(Value::as_str)
-            .map(String::from)
-            .collect();
-        self.parse(text, &names)
+        self.parse(text, &tool_names(specs))
     }
 
     /// Instructions for the system prompt (none when the chat template lists the tools).
@@ -150,6 +144,16 @@ pub trait OutputParser: Send + Sync {
     fn observation(&self, _result: &str) -> Option<String> {
         None
     }
+}
+
+/// The names of the tools in `specs` (OpenAI's format, or bare).
+pub(crate) fn tool_names(specs: &[Value]) -> Vec<String> {
+    specs
+        .iter()
+        .filter_map(|t| t.get("function").unwrap_or(t).get("name"))
+        .filter_map(Value::as_str)
+        .map(String::from)
+        .collect()
 }
 
 /// The longest suffix of `text` that is a proper prefix of `tag` (its length in bytes).

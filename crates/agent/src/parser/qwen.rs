@@ -5,7 +5,7 @@
 //! Both parsers read both forms; they differ in how they write calls back and ask for them.
 
 use super::qwen_xml::{self, FUNCTION, FUNCTION_END};
-use super::{fenced_blocks, fenced_spans, partial_tag, OutputParser, ParsedOutput};
+use super::{fenced_blocks, fenced_spans, partial_tag, tool_names, OutputParser, ParsedOutput};
 use hearth_engine::ToolCall;
 use serde_json::{Map, Value};
 
@@ -52,16 +52,6 @@ fn parse_block(body: &str, specs: &[Value]) -> Result<ToolCall, String> {
     call_from_json(&v)
 }
 
-/// The names of the tools in `specs`.
-fn names_of(specs: &[Value]) -> Vec<String> {
-    specs
-        .iter()
-        .filter_map(|t| t.get("function").unwrap_or(t).get("name"))
-        .filter_map(Value::as_str)
-        .map(String::from)
-        .collect()
-}
-
 impl OutputParser for QwenToolParser {
     fn correction(&self, error: &str) -> String {
         format!(
@@ -74,7 +64,7 @@ impl OutputParser for QwenToolParser {
     }
 
     fn parse_with_specs(&self, raw: &str, specs: &[Value]) -> ParsedOutput {
-        parse(raw, &names_of(specs), specs)
+        parse(raw, &tool_names(specs), specs)
     }
 
     fn format_response(&self, parsed: &ParsedOutput) -> String {
@@ -106,7 +96,7 @@ impl OutputParser for QwenXmlToolParser {
     }
 
     fn parse_with_specs(&self, raw: &str, specs: &[Value]) -> ParsedOutput {
-        parse(raw, &names_of(specs), specs)
+        parse(raw, &tool_names(specs), specs)
     }
 
     /// As Qwen3-Coder's template writes an assistant turn with calls.
@@ -132,89 +122,87 @@ impl OutputParser for QwenXmlToolParser {
 /// Reads `raw`: `tools` are the names offered, `specs` their schemas where known (they type
 /// the XML form's values).
 fn parse(raw: &str, tools: &[String], specs: &[Value]) -> ParsedOutput {
-    {
-        if raw.contains(OPEN) || raw.contains(FUNCTION) {
-            let mut calls = vec![];
-            let mut text = String::new();
-            let mut rest = raw;
-            loop {
-                let next = [
-                    rest.find(OPEN).map(|i| (i, true)),
-                    rest.find(FUNCTION).map(|i| (i, false)),
-                ]
-                .into_iter()
-                .flatten()
-                .min();
-                let Some((at, tagged)) = next else {
-                    text.push_str(rest);
-                    break;
-                };
-                text.push_str(&rest[..at]);
-                let (body, after) = if tagged {
-                    let inner = &rest[at + OPEN.len()..];
-                    match inner.find(CLOSE) {
-                        Some(end) => (&inner[..end], &inner[end + CLOSE.len()..]),
-                        None => (inner, ""), // cut off by max tokens: try what is there
-                    }
-                } else {
-                    let inner = &rest[at..];
-                    match inner.find(FUNCTION_END) {
-                        Some(end) => (
-                            &inner[..end + FUNCTION_END.len()],
-                            &inner[end + FUNCTION_END.len()..],
-                        ),
-                        None => (inner, ""),
-                    }
-                };
-                match parse_block(body, specs) {
-                    Ok(c) => calls.push(c),
-                    Err(e) => return ParsedOutput::error(raw, e),
+    if raw.contains(OPEN) || raw.contains(FUNCTION) {
+        let mut calls = vec![];
+        let mut text = String::new();
+        let mut rest = raw;
+        loop {
+            let next = [
+                rest.find(OPEN).map(|i| (i, true)),
+                rest.find(FUNCTION).map(|i| (i, false)),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            let Some((at, tagged)) = next else {
+                text.push_str(rest);
+                break;
+            };
+            text.push_str(&rest[..at]);
+            let (body, after) = if tagged {
+                let inner = &rest[at + OPEN.len()..];
+                match inner.find(CLOSE) {
+                    Some(end) => (&inner[..end], &inner[end + CLOSE.len()..]),
+                    None => (inner, ""), // cut off by max tokens: try what is there
                 }
-                rest = after;
+            } else {
+                let inner = &rest[at..];
+                match inner.find(FUNCTION_END) {
+                    Some(end) => (
+                        &inner[..end + FUNCTION_END.len()],
+                        &inner[end + FUNCTION_END.len()..],
+                    ),
+                    None => (inner, ""),
+                }
+            };
+            match parse_block(body, specs) {
+                Ok(c) => calls.push(c),
+                Err(e) => return ParsedOutput::error(raw, e),
             }
-            return ParsedOutput::calls(raw, text.trim().to_string(), calls);
+            rest = after;
         }
-        // No tags: a bare or fenced JSON object naming an offered tool is a call too.
-        let known = |c: &ToolCall| tools.iter().any(|t| t == &c.function.name);
-        let trimmed = raw.trim();
-        if trimmed.starts_with('{') {
-            // One object, or several one after another (a cut-off last one is dropped); text
-            // after them is kept as the answer's text.
-            let mut objects = serde_json::Deserializer::from_str(trimmed).into_iter::<Value>();
-            let (mut calls, mut end) = (vec![], 0);
-            while let Some(Ok(v)) = objects.next() {
-                let Ok(c) = call_from_json(&v) else { break };
-                calls.push(c);
-                end = objects.byte_offset();
-            }
-            if !calls.is_empty() && calls.iter().all(known) {
-                // (What starts like another object is one cut off by the token limit.)
-                let after = trimmed[end..].trim();
-                let text = if after.starts_with('{') { "" } else { after };
-                return ParsedOutput::calls(raw, text.to_string(), calls);
-            }
-        }
-        // Every ```json (or bare ```) block that is a call of an offered tool; the text around
-        // them, other blocks included, stays the answer's text.
-        let (mut calls, mut text, mut from) = (vec![], String::new(), 0);
-        for (span, lang, body) in fenced_spans(raw) {
-            let call = matches!(lang, "" | "json")
-                .then(|| serde_json::from_str::<Value>(body.trim()).ok())
-                .flatten()
-                .and_then(|v| call_from_json(&v).ok())
-                .filter(known);
-            if let Some(c) = call {
-                text.push_str(&raw[from..span.start]);
-                calls.push(c);
-                from = span.end;
-            }
-        }
-        if !calls.is_empty() {
-            text.push_str(&raw[from..]);
-            return ParsedOutput::calls(raw, text.trim().to_string(), calls);
-        }
-        ParsedOutput::text(raw)
+        return ParsedOutput::calls(raw, text.trim().to_string(), calls);
     }
+    // No tags: a bare or fenced JSON object naming an offered tool is a call too.
+    let known = |c: &ToolCall| tools.iter().any(|t| t == &c.function.name);
+    let trimmed = raw.trim();
+    if trimmed.starts_with('{') {
+        // One object, or several one after another (a cut-off last one is dropped); text
+        // after them is kept as the answer's text.
+        let mut objects = serde_json::Deserializer::from_str(trimmed).into_iter::<Value>();
+        let (mut calls, mut end) = (vec![], 0);
+        while let Some(Ok(v)) = objects.next() {
+            let Ok(c) = call_from_json(&v) else { break };
+            calls.push(c);
+            end = objects.byte_offset();
+        }
+        if !calls.is_empty() && calls.iter().all(known) {
+            // (What starts like another object is one cut off by the token limit.)
+            let after = trimmed[end..].trim();
+            let text = if after.starts_with('{') { "" } else { after };
+            return ParsedOutput::calls(raw, text.to_string(), calls);
+        }
+    }
+    // Every ```json (or bare ```) block that is a call of an offered tool; the text around
+    // them, other blocks included, stays the answer's text.
+    let (mut calls, mut text, mut from) = (vec![], String::new(), 0);
+    for (span, lang, body) in fenced_spans(raw) {
+        let call = matches!(lang, "" | "json")
+            .then(|| serde_json::from_str::<Value>(body.trim()).ok())
+            .flatten()
+            .and_then(|v| call_from_json(&v).ok())
+            .filter(known);
+        if let Some(c) = call {
+            text.push_str(&raw[from..span.start]);
+            calls.push(c);
+            from = span.end;
+        }
+    }
+    if !calls.is_empty() {
+        text.push_str(&raw[from..]);
+        return ParsedOutput::calls(raw, text.trim().to_string(), calls);
+    }
+    ParsedOutput::text(raw)
 }
 
 /// How much of a streamed answer is safe to show: not a call, nor what may open one.
