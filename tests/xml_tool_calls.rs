@@ -130,7 +130,11 @@ fn a_chat_template_file_is_the_models_template() {
             std::fs::remove_file(tmp.path().join("tokenizer_config.json")).unwrap();
         }
         let e = Engine::load(&tmp.path().to_string_lossy(), &opts).unwrap();
-        assert_eq!(e.info().tool_format, ToolFormat::Xml, "config kept: {keep_config}");
+        assert_eq!(
+            e.info().tool_format,
+            ToolFormat::Xml,
+            "config kept: {keep_config}"
+        );
         let prompt = e.render(&input).unwrap();
         assert!(
             prompt.contains("<function>\n<name>edit_file</name>"),

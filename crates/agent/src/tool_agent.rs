@@ -471,11 +471,34 @@ impl ToolAgent {
     ) -> Result<String> {
         let mut stream = self.llm.chat(request)?;
         let (mut text, mut shown) = (String::new(), 0usize);
+        let names = self.tools.names();
+        // The answer's calls so far and where the text stood when the last one was whole: a
+        // call that repeats an earlier one ends the answer there (a small model forced to call
+        // writes the same call until its token limit, the last one cut). Dropping the stream
+        // stops the generation.
+        let (mut calls, mut whole_at) = (0usize, 0usize);
         while let Some(ev) = stream.next().await {
             match ev? {
                 LlmEvent::Text(t) => {
                     text.push_str(&t);
                     let visible = self.parser.visible_prefix(&text);
+                    // (Only an answer the parser holds back can hold calls: prose is not read.)
+                    if visible < text.len() {
+                        let parsed = self.parser.parse(&text, &names);
+                        let split = parsed.tool_calls.split_last();
+                        if let (ParseStatus::ValidTool, Some((last, earlier))) =
+                            (parsed.status, split)
+                        {
+                            if parsed.tool_calls.len() > calls {
+                                if earlier.iter().any(|c| c.function == last.function) {
+                                    text.truncate(whole_at);
+                                    shown = shown.min(whole_at);
+                                    break;
+                                }
+                                (calls, whole_at) = (parsed.tool_calls.len(), text.len());
+                            }
+                        }
+                    }
                     if visible > shown {
                         emit(ToolAgentEvent::TextDelta {
                             text: text[shown..visible].to_string(),
@@ -488,13 +511,7 @@ impl ToolAgent {
             }
         }
         // A held-back tail that turned out to be plain text is released.
-        if self
-            .parser
-            .parse(&text, &self.tools.names())
-            .tool_calls
-            .is_empty()
-            && text.len() > shown
-        {
+        if self.parser.parse(&text, &names).tool_calls.is_empty() && text.len() > shown {
             emit(ToolAgentEvent::TextDelta {
                 text: text[shown..].to_string(),
             });

@@ -64,6 +64,24 @@ async fn results_go_back_and_the_answer_comes_out() {
 }
 
 #[tokio::test]
+async fn an_answer_that_repeats_its_call_ends_at_the_repeat() {
+    // As a small model writes under `tool_choice: required`: the call again and again, the
+    // last one cut by the token limit. Read up to the repeat, it is one call, not a parse error.
+    let call = calc_call("1234 * 5678");
+    let repeating = format!("{call}\n{call}\n<tool_call>\n{{\"name\": \"calcu");
+    let (a, llm) = agent(vec![repeating, "7006652.".into()]);
+    let run = a
+        .run("What is 1234 * 5678?", "s", RunOptions::default(), None)
+        .await
+        .unwrap();
+    assert_eq!(run.tool_calls.len(), 1);
+    assert_eq!(run.stop_reason, StopReason::Answer);
+    assert_eq!(llm.requests().len(), 2, "no correction turn");
+    let turn = &llm.requests()[1].messages[2];
+    assert_eq!(turn.tool_calls.len(), 1, "{turn:?}");
+}
+
+#[tokio::test]
 async fn an_identical_call_is_not_run_again() {
     let (a, llm) = agent(vec![
         calc_call("1234 * 5678"),
