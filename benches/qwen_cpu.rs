@@ -104,7 +104,7 @@ fn time_reference(model: &mut reference::ModelForCausalLM, vocab: usize) -> (f64
 }
 
 fn weight_files(dir: &Path) -> Vec<PathBuf> {
-    hearth_engine::source::local_dir(dir)
+    hearth_engine::load::source::local_dir(dir)
         .expect("a checkpoint directory")
         .weights
 }

@@ -1,7 +1,6 @@
 //! `hearth`: run LLM agents offline on a workstation GPU.
 
 mod agent;
-mod batched_bench;
 mod bench;
 mod chat;
 mod graph;

@@ -8,7 +8,7 @@ use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Device;
 use common::*;
-use hearth_engine::gguf::{gguf_name, GgufFile};
+use hearth_engine::load::gguf::{gguf_name, GgufFile};
 use hearth_engine::{Qwen, Tokenizer};
 use std::path::{Path, PathBuf};
 

@@ -8,7 +8,7 @@ use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::QTensor;
 use candle_core::{DType, Device};
 use common::*;
-use hearth_engine::gguf::GgufFile;
+use hearth_engine::load::gguf::GgufFile;
 use hearth_engine::{Qwen, QwenConfig, Weights};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -77,7 +77,7 @@ fn f32_gguf_matches_transformers_and_safetensors() {
 
     let dir = tiny("qwen3-moe");
     let cfg = QwenConfig::from_file(&dir.join("config.json")).unwrap();
-    let files = hearth_engine::source::local_dir(&dir).unwrap();
+    let files = hearth_engine::load::source::local_dir(&dir).unwrap();
     let w = Weights::open(&files.weights, DType::F32, &Device::Cpu).unwrap();
     let st = Qwen::load(&cfg, &w).unwrap();
     let d = max_abs_diff(&got, &last_logits(&st, &g.prompt_ids));

@@ -13,7 +13,7 @@ const FAMILIES: [&str; 4] = ["qwen2", "qwen3", "qwen3-moe", "qwen3-moe-mixed"];
 fn load(family: &str, dtype: DType) -> Qwen {
     let dir = tiny(family);
     let cfg = QwenConfig::from_file(&dir.join("config.json")).unwrap();
-    let files = hearth_engine::source::local_dir(&dir).unwrap();
+    let files = hearth_engine::load::source::local_dir(&dir).unwrap();
     let w = Weights::open(&files.weights, dtype, &Device::Cpu).unwrap();
     Qwen::load(&cfg, &w).unwrap()
 }

@@ -9,8 +9,8 @@
 mod common;
 
 use candle_core::Device;
-use hearth_engine::gguf::GgufFile;
 use hearth_engine::kernels::{cpu, set_many_rows_kernels, CpuLevel};
+use hearth_engine::load::gguf::GgufFile;
 use hearth_engine::Qwen;
 use std::sync::Arc;
 

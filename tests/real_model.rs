@@ -74,7 +74,7 @@ fn greedy_tokens_match_llama_cpp() {
     let (prompt, want) = (ids("prompt_ids"), ids("greedy"));
 
     // Teacher-forced: llama.cpp's tokens, Hearth's logits at each step.
-    let file = std::sync::Arc::new(hearth_engine::gguf::GgufFile::open(&path).unwrap());
+    let file = std::sync::Arc::new(hearth_engine::load::gguf::GgufFile::open(&path).unwrap());
     let model = hearth_engine::Qwen::load(
         &file.config().unwrap(),
         &file.weights(&candle_core::Device::Cpu),

@@ -7,8 +7,8 @@ use hearth_agent::parser::ReActParser;
 use hearth_agent::tool_agent::RunOptions;
 use hearth_agent::tools::registry;
 use hearth_agent::{ScriptedLlm, StopReason, ToolAgent};
-use hearth_engine::card::meta_template_source;
 use hearth_engine::chat::MetaTemplate;
+use hearth_engine::load::card::meta_template_source;
 use std::path::Path;
 use std::sync::Arc;
 

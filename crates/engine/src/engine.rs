@@ -2,11 +2,11 @@
 //! scheduler ([`crate::scheduler`]) through a channel; each comes back as an async stream of
 //! events.
 
+use crate::cache::snapshot::KvSnapshot;
 use crate::chat::{ChatFormat, ChatInput, ThinkingSplitter};
 use crate::constraint::Grammars;
 use crate::error::{EngineError, Result};
 use crate::generation::{GenerateRequest, LanguageModel};
-use crate::kv_snapshot::KvSnapshot;
 use crate::sampling::SamplingParams;
 use crate::scheduler::{Command, Job, Scheduler, SchedulerConfig, SchedulerStats, SessionCache};
 use crate::stop::StopStrings;
@@ -18,7 +18,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
-pub use crate::load::{
+pub use crate::loader::{
     load_chat_format, load_model, resolve_model, Checkpoint, DTypeSpec, LoadOptions, LoadedModel,
     ModelInfo,
 };

@@ -1,9 +1,9 @@
 //! What a generation request is and what it streams back: the request, its events, why it
 //! finished, and the model interface the scheduler drives.
 
+use crate::cache::kv::KvCache;
 use crate::constraint::Constraint;
 use crate::error::Result;
-use crate::kv_cache::KvCache;
 use crate::sampling::SamplingParams;
 use candle_core::Tensor;
 
@@ -33,21 +33,21 @@ pub trait LanguageModel: Send {
     }
 }
 
-impl LanguageModel for crate::qwen::Qwen {
+impl LanguageModel for crate::model::Qwen {
     fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor> {
-        crate::qwen::Qwen::forward(self, tokens, cache)
+        crate::model::Qwen::forward(self, tokens, cache)
     }
     fn forward_batch(&self, tokens: &[u32], caches: &mut [&mut KvCache]) -> Result<Tensor> {
-        crate::qwen::Qwen::forward_batch(self, tokens, caches)
+        crate::model::Qwen::forward_batch(self, tokens, caches)
     }
     fn new_cache(&self) -> KvCache {
-        crate::qwen::Qwen::new_cache(self)
+        crate::model::Qwen::new_cache(self)
     }
     fn max_positions(&self) -> usize {
         self.config().max_position_embeddings
     }
     fn device(&self) -> candle_core::Device {
-        crate::qwen::Qwen::device(self).clone()
+        crate::model::Qwen::device(self).clone()
     }
 }
 

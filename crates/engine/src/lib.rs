@@ -5,34 +5,27 @@
 //! an [`EventStream`]. The KV cache ([`KvCache`]) is an explicit per-sequence object, so a
 //! session can keep it between requests and reuse the shared prefix.
 
-pub mod card;
+pub mod cache;
 pub mod chat;
-pub mod config;
 pub mod constraint;
 pub mod device;
 pub mod engine;
 pub mod error;
 pub mod generation;
-pub mod gguf;
 pub mod huge_pages;
 pub mod kernels;
-pub mod kv_cache;
-pub mod kv_snapshot;
-pub mod linear;
 pub mod load;
+pub mod loader;
 pub mod memory;
-pub mod qwen;
+pub mod model;
 pub mod sampling;
 pub mod scheduler;
-pub mod source;
 pub mod stop;
 pub mod stream;
 pub mod tokenizer;
-pub mod weights;
 
-pub use card::ModelCard;
+pub use cache::kv::KvCache;
 pub use chat::{ChatFormat, ChatInput, ChatMessage, ToolCall, ToolFormat};
-pub use config::{Family, QwenConfig};
 pub use constraint::{Constraint, Grammars};
 pub use device::DeviceSpec;
 pub use engine::Engine;
@@ -40,13 +33,14 @@ pub use error::{EngineError, Result};
 pub use generation::{
     Event, FinishReason, GenerateRequest, LanguageModel, Summary, Timings, Usage,
 };
-pub use kv_cache::KvCache;
-pub use load::{load_model, DTypeSpec, LoadOptions, LoadProgress, LoadedModel, ModelInfo};
-pub use qwen::Qwen;
+pub use load::card::ModelCard;
+pub use load::config::{Family, QwenConfig};
+pub use load::source::{HubOptions, ModelFiles};
+pub use load::weights::Weights;
+pub use loader::{load_model, DTypeSpec, LoadOptions, LoadProgress, LoadedModel, ModelInfo};
+pub use model::Qwen;
 pub use sampling::{Sampler, SamplingParams};
 pub use scheduler::{SchedulerConfig, SchedulerOptions, SchedulerStats};
-pub use source::{HubOptions, ModelFiles};
 pub use stop::{StopScan, StopStrings};
 pub use stream::{ChatRequest, ChatStream, EventStream};
 pub use tokenizer::{StreamDecoder, Tokenizer};
-pub use weights::Weights;

@@ -6,7 +6,7 @@ use candle_core::quantized::gguf_file::{self, Value as GValue};
 use candle_core::quantized::QTensor;
 use candle_core::{Device, Tensor};
 use hearth_engine::chat::{ChatFormat, ChatInput, ChatMessage, JinjaTemplate, MetaTemplate};
-use hearth_engine::gguf::GgufFile;
+use hearth_engine::load::gguf::GgufFile;
 use hearth_engine::{StopScan, StopStrings, ToolCall};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};

@@ -3,6 +3,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+/// Prefix of a routing target that enters a subgraph (no node may be named with it).
+pub const CALL_SUBGRAPH: &str = "call_subgraph::";
+
 /// When a node should run: all of `when` holds and none of `when_not` does. Higher priority
 /// is evaluated first (100+ critical, 50–99 main handlers, 1–49 fallbacks, 0 catch-all).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]

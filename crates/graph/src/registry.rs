@@ -1,11 +1,10 @@
 //! The registry: every node's contract (and implementation), the valid slices, subgraphs;
 //! the graph is built from it — supervisors and the nodes they route to.
 
-use crate::contract::{NodeContract, SubgraphContract};
+use crate::contract::{NodeContract, SubgraphContract, CALL_SUBGRAPH};
 use crate::error::{GraphError, Result};
 use crate::node::Node;
 use crate::state::BUILT_IN_SLICES;
-use crate::supervisor::CALL_SUBGRAPH;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 

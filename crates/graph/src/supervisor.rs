@@ -16,8 +16,7 @@ use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-/// Prefix of a routing target that enters a subgraph.
-pub const CALL_SUBGRAPH: &str = "call_subgraph::";
+pub use crate::contract::CALL_SUBGRAPH;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -14,6 +14,7 @@ mod prose_guard;
 mod spec;
 mod token_env;
 mod tool_call;
+mod tool_spec;
 mod xml_call;
 
 pub use byte_level::ByteLevel;
@@ -21,4 +22,5 @@ pub use grammars::Grammars;
 pub use guide::Guide;
 pub use spec::Constraint;
 pub use token_env::TokenEnv;
-pub use tool_call::{tool_call_grammar, Layout, TagStyle, ToolChoice, ToolSpec};
+pub use tool_call::{tool_call_grammar, TagStyle, ToolChoice};
+pub use tool_spec::{Layout, ToolSpec};

@@ -16,7 +16,7 @@
 //! objects and arrays (laid out as `tojson` writes it), and any text for a string, up to the
 //! first `\n</parameter>`.
 
-use super::tool_call::ToolSpec;
+use super::tool_spec::ToolSpec;
 use serde_json::{json, Map, Value};
 
 /// Rule `rule`: a call of one of `tools` (a rule per tool, `{rule}_{i}`, and per parameter).

@@ -18,7 +18,10 @@
 use super::blocks::*;
 use super::cpu::{self, CpuLevel};
 use super::portable;
-use super::tiles;
+use super::quantize::quantize_q8_k;
+#[cfg(target_arch = "x86_64")]
+use super::tile_layout::in_groups;
+use super::tiles::{self, TileMatrix};
 #[cfg(target_arch = "x86_64")]
 use super::{avx2, avx512};
 use rayon::prelude::*;
@@ -150,48 +153,6 @@ pub(crate) fn rows_at(level: CpuLevel, t: BlockType) -> Option<RowsFn> {
     }
 }
 
-/// Runs a `C`-row kernel over packed activation rows (`stride` words apart), `width` outputs
-/// per row: in groups of 16 where `sixteen` (the weight block is widened once per group), then
-/// of `most` (at most 8), then one smaller group (the kernels keep registers per row, so `C` is
-/// a constant; AVX2's two accumulators per row would spill beyond 4).
-#[cfg(target_arch = "x86_64")]
-macro_rules! in_groups {
-    ($module:ident :: $kernel:ident, $w:expr, $cols:expr, $stride:expr, $out:expr,
-     width: $width:expr, sixteen: $sixteen:expr, most: $most:expr) => {{
-        let (w, cols, stride, out): (&[u8], &[u32], usize, &mut [f32]) = ($w, $cols, $stride, $out);
-        let width: usize = $width;
-        let n = out.len() / width;
-        assert!(cols.len() >= n * stride);
-        let base = cols.as_ptr();
-        let mut c0 = 0;
-        while $sixteen && c0 + 16 <= n {
-            let o = &mut out[c0 * width..(c0 + 16) * width];
-            $module::$kernel::<16>(w, base.add(c0 * stride), stride, o);
-            c0 += 16;
-        }
-        while c0 < n {
-            let len = (n - c0).min($most);
-            let (at, o) = (
-                base.add(c0 * stride),
-                &mut out[c0 * width..(c0 + len) * width],
-            );
-            match len {
-                8 => $module::$kernel::<8>(w, at, stride, o),
-                7 => $module::$kernel::<7>(w, at, stride, o),
-                6 => $module::$kernel::<6>(w, at, stride, o),
-                5 => $module::$kernel::<5>(w, at, stride, o),
-                4 => $module::$kernel::<4>(w, at, stride, o),
-                3 => $module::$kernel::<3>(w, at, stride, o),
-                2 => $module::$kernel::<2>(w, at, stride, o),
-                _ => $module::$kernel::<1>(w, at, stride, o),
-            }
-            c0 += len;
-        }
-    }};
-}
-#[cfg(target_arch = "x86_64")]
-pub(crate) use in_groups;
-
 /// The many-row kernel `t` takes at `level` with rows of `k` values in GGUF order (AVX-512
 /// VNNI: Q4_K, Q6_K; Q4_0, Q5_0 and Q8_0 have theirs in [`super::tiles`]).
 pub(crate) fn many_at(level: CpuLevel, t: BlockType, k: usize) -> Option<ManyFn> {
@@ -244,6 +205,18 @@ pub struct QuantMatrix<'a> {
     pub data: &'a [u8],
     pub rows: usize,
     pub interleaved: bool,
+}
+
+impl TileMatrix {
+    /// The tiles as a matrix the drivers multiply.
+    pub fn matrix(&self) -> QuantMatrix<'_> {
+        QuantMatrix {
+            kind: self.kind,
+            data: &self.data,
+            rows: self.rows,
+            interleaved: true,
+        }
+    }
 }
 
 /// How one matrix's rows are computed.

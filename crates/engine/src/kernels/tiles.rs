@@ -23,11 +23,10 @@
 
 use super::blocks::{BlockType, Q8Row};
 use super::cpu::{self, CpuLevel};
+pub use super::tile_layout::ROWS;
 #[cfg(target_arch = "x86_64")]
-use super::quant_matmul::in_groups;
+use super::tile_layout::{in_groups, prefetch};
 
-/// Rows per tile.
-pub const ROWS: usize = 16;
 const QK: usize = 32;
 /// Words per block of a packed activation row: 8 of values, the scale, `-8Σ`, `-16Σ`, `-128Σ`
 /// (the integer correction for Q4_0's, Q5_0's and Q8_0's unsigned weights), `d·Σ` (f32, for
@@ -48,34 +47,6 @@ pub fn supported(t: BlockType, rows: usize) -> bool {
         | BlockType::Q6K => cpu::active() >= CpuLevel::Avx2,
     };
     rows.is_multiple_of(ROWS) && has_kernel
-}
-
-/// How far ahead of the tile being read the kernels ask for its cache lines, into L2. Decoding
-/// (`hearth bench -p 0 -n 64`, 2 threads, Sapphire Rapids) was 10–25 % slower with the lines
-/// asked 4096 bytes ahead into L1 — the lines of the same L1 sets as the ones being read —
-/// than 2048 or 3072 bytes ahead, or 3072 into L2 (the fastest at both levels).
-#[cfg(target_arch = "x86_64")]
-const PREFETCH: usize = 3072;
-
-/// Asks for the cache lines [`PREFETCH`] bytes ahead of the `bytes`-long tile at `tile`.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn prefetch(tile: *const u8, bytes: usize) {
-    prefetch_part(tile, bytes, 0, 1);
-}
-
-/// [`prefetch`] for part `i` of `parts` of a tile, so that a K-quant tile's 36 or 53 requests
-/// go out a few at a time between the multiply-adds: all at the start of a tile made Q4_K
-/// decoding 12 % slower on the AVX2 path (the requests queue behind one another).
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-pub(super) fn prefetch_part(tile: *const u8, bytes: usize, i: usize, parts: usize) {
-    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
-    let step = bytes.div_ceil(parts).next_multiple_of(64);
-    for line in (i * step..(i + 1) * step).step_by(64) {
-        // SAFETY: a prefetch never faults, wherever it points.
-        unsafe { _mm_prefetch::<_MM_HINT_T1>(tile.wrapping_add(PREFETCH + line) as *const i8) };
-    }
 }
 
 fn tile_bytes(t: BlockType) -> usize {
@@ -120,15 +91,6 @@ impl std::fmt::Debug for TileMatrix {
 }
 
 impl TileMatrix {
-    pub fn matrix(&self) -> super::quant_matmul::QuantMatrix<'_> {
-        super::quant_matmul::QuantMatrix {
-            kind: self.kind,
-            data: &self.data,
-            rows: self.rows,
-            interleaved: true,
-        }
-    }
-
     /// The matrix in GGUF order again (for the paths only candle has).
     pub fn to_blocks(&self) -> Vec<u8> {
         deinterleave(self.kind, &self.data, self.cols)
@@ -398,6 +360,7 @@ fn kernel_at(level: CpuLevel, t: BlockType) -> Option<GroupFn> {
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx2 {
     use super::*;
+    use crate::kernels::tile_layout::avx2::bit_to_4;
     use std::arch::x86_64::*;
 
     /// One row of activations quantized and packed as `super::avx512::quantize_row` does, in
@@ -430,25 +393,6 @@ pub(super) mod avx2 {
             _mm256_storeu_si256(o.as_mut_ptr() as *mut __m256i, bytes);
             block_words(o, scale, sum);
         }
-    }
-
-    /// Bit `i` of each byte of `bits` moved to bit 4, the bits of `keep` (at and above bit 4)
-    /// kept: a fifth bit (`keep` 0x10) or a pair of top bits (0x30) beside its nibble. 16-bit
-    /// shifts: what crosses into a neighbouring byte lands outside `keep`.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(in crate::kernels) fn bit_to_4(bits: __m256i, i: usize, keep: i8) -> __m256i {
-        let at_4 = match i {
-            0 => _mm256_slli_epi16::<4>(bits),
-            1 => _mm256_slli_epi16::<3>(bits),
-            2 => _mm256_slli_epi16::<2>(bits),
-            3 => _mm256_slli_epi16::<1>(bits),
-            4 => bits,
-            5 => _mm256_srli_epi16::<1>(bits),
-            6 => _mm256_srli_epi16::<2>(bits),
-            _ => _mm256_srli_epi16::<3>(bits),
-        };
-        _mm256_and_si256(at_4, _mm256_set1_epi8(keep))
     }
 
     /// The AVX-512 kernel body in two halves of 8 rows: each 64-byte group vector is two
@@ -588,25 +532,8 @@ pub(super) mod avx2 {
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx512 {
     use super::*;
+    use crate::kernels::tile_layout::avx512::bit_to_4;
     use std::arch::x86_64::*;
-
-    /// Bit `i` of each byte of `bits` moved to bit 4, the bits of `keep` kept, as the AVX2
-    /// kernels do (`super::avx2::bit_to_4`).
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-    pub(in crate::kernels) fn bit_to_4(bits: __m512i, i: usize, keep: i8) -> __m512i {
-        let at_4 = match i {
-            0 => _mm512_slli_epi16::<4>(bits),
-            1 => _mm512_slli_epi16::<3>(bits),
-            2 => _mm512_slli_epi16::<2>(bits),
-            3 => _mm512_slli_epi16::<1>(bits),
-            4 => bits,
-            5 => _mm512_srli_epi16::<1>(bits),
-            6 => _mm512_srli_epi16::<2>(bits),
-            _ => _mm512_srli_epi16::<3>(bits),
-        };
-        _mm512_and_si512(at_4, _mm512_set1_epi8(keep))
-    }
 
     /// The kernel body: `$widen(tile)` gives the tile's 8 vectors of unsigned values, `$off`
     /// the activation word with the matching `-offset·Σy`.
@@ -774,7 +701,7 @@ mod tests {
             BlockType::Q4K | BlockType::Q5K | BlockType::Q6K => {
                 let rows: Vec<Q8Row> = x
                     .chunks_exact(k)
-                    .map(super::super::blocks::quantize_q8_k)
+                    .map(super::super::quantize::quantize_q8_k)
                     .collect();
                 super::super::blocks::pack_q8_k(&rows)
             }

@@ -27,8 +27,8 @@ use super::blocks::scale_min_k4;
 #[cfg(target_arch = "x86_64")]
 use super::blocks::K_WORDS;
 #[cfg(target_arch = "x86_64")]
-use super::tiles::prefetch_part;
-use super::tiles::ROWS;
+use super::tile_layout::prefetch_part;
+use super::tile_layout::ROWS;
 
 const SCALES: usize = 64;
 const MINS: usize = 192;
@@ -117,7 +117,7 @@ pub(super) fn deinterleave_tile(tile: &[u8], b: usize, nb: usize, out: &mut [u8]
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx2 {
     use super::*;
-    use crate::kernels::tiles::avx2::bit_to_4;
+    use crate::kernels::tile_layout::avx2::bit_to_4;
     use std::arch::x86_64::*;
 
     /// Each row's scale of sub-block `s` in both 16-bit halves of its 32-bit lane, rows `8h..8h
@@ -290,7 +290,7 @@ pub(super) mod avx2 {
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx512 {
     use super::*;
-    use crate::kernels::tiles::avx512::bit_to_4;
+    use crate::kernels::tile_layout::avx512::bit_to_4;
     use std::arch::x86_64::*;
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]

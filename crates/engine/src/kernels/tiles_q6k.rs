@@ -21,8 +21,8 @@
 use super::blocks::K_WORDS;
 use super::portable::{Block, Unpacked, Q6K};
 #[cfg(target_arch = "x86_64")]
-use super::tiles::prefetch_part;
-use super::tiles::ROWS;
+use super::tile_layout::prefetch_part;
+use super::tile_layout::ROWS;
 
 const TILE: usize = ROWS * 210;
 const SCALES: usize = 32;
@@ -95,7 +95,7 @@ pub(super) mod avx2 {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     fn top_bits(bits: __m256i, i: usize) -> __m256i {
-        crate::kernels::tiles::avx2::bit_to_4(bits, 2 * i, 0x30)
+        crate::kernels::tile_layout::avx2::bit_to_4(bits, 2 * i, 0x30)
     }
 
     /// Each row's (sign-extended) scale of sub-block `s` in both 16-bit halves of its 32-bit
@@ -238,7 +238,7 @@ pub(super) mod avx512 {
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     fn top_bits(bits: __m512i, i: usize) -> __m512i {
-        crate::kernels::tiles::avx512::bit_to_4(bits, 2 * i, 0x30)
+        crate::kernels::tile_layout::avx512::bit_to_4(bits, 2 * i, 0x30)
     }
 
     /// The tile kernel: 16 rows per vector; each sub-block's `vpdpbusd` sums are multiplied by

@@ -2,7 +2,7 @@
 //! anonymous requests kept for their prompt prefix. All caches together — these and the
 //! running sequences' — stay under a byte budget; idle ones are evicted least recently used.
 
-use crate::kv_cache::KvCache;
+use crate::cache::kv::KvCache;
 
 /// A prompt must share at least this many tokens with a cached sequence to be seeded from it
 /// (below that, copying the rows costs about what running them does).

@@ -13,7 +13,7 @@
 //!
 //! Batching does not change results: prompt chunks start at the same offsets whatever else
 //! runs, and a decoding row takes the kernel it would take alone
-//! ([`crate::linear::rows_as_sequences`]).
+//! ([`crate::model::linear::rows_as_sequences`]).
 
 mod config;
 pub mod kv_pool;
@@ -22,9 +22,9 @@ mod sequence;
 pub use config::{SchedulerConfig, SchedulerOptions};
 pub(crate) use sequence::Job;
 
+use crate::cache::kv::KvCache;
 use crate::error::{EngineError, Result};
 use crate::generation::{Event, FinishReason, LanguageModel};
-use crate::kv_cache::KvCache;
 use crate::tokenizer::Tokenizer;
 use kv_pool::{common_prefix, KvPool, Seed, MIN_SHARED_PREFIX};
 use sequence::Sequence;

@@ -1,10 +1,10 @@
 //! One request while the scheduler runs it: its cache, sampler, stop words, text decoder and
 //! event channel, from its first prompt chunk to its finish.
 
+use crate::cache::kv::KvCache;
 use crate::constraint::Guide;
 use crate::error::Result;
 use crate::generation::{Event, FinishReason, GenerateRequest, Summary, Timings, Usage};
-use crate::kv_cache::KvCache;
 use crate::sampling::Sampler;
 use crate::stop::{StopScan, StopStrings};
 use crate::tokenizer::{StreamDecoder, Tokenizer};

@@ -1,19 +1,20 @@
 //! Loading a model: what a spec names (a directory, a `.gguf` file, a hub repo, a model card),
-//! its weights, tokenizer, chat format, stop words and sampling defaults. `Engine::load`,
+//! its weights, tokenizer, chat format, stop words and sampling defaults, put together from
+//! the files [`crate::load`] reads and the model [`crate::model`] builds. `Engine::load`,
 //! `hearth bench` and `hearth parity` all load through [`load_model`].
 
-use crate::card::ModelCard;
 use crate::chat::{ChatFormat, JinjaTemplate, MetaTemplate};
-use crate::config::QwenConfig;
 use crate::device::{device_name, DeviceSpec};
 use crate::error::{EngineError, Result};
-use crate::gguf::GgufFile;
-use crate::qwen::Qwen;
+use crate::load::card::ModelCard;
+use crate::load::config::QwenConfig;
+use crate::load::gguf::GgufFile;
+use crate::load::source::{self, HubOptions, ModelFiles};
+use crate::load::weights::Weights;
+use crate::model::Qwen;
 use crate::sampling::SamplingParams;
 use crate::scheduler::SchedulerOptions;
-use crate::source::{self, HubOptions, ModelFiles};
 use crate::tokenizer::Tokenizer;
-use crate::weights::Weights;
 use candle_core::{DType, Device};
 use serde_json::Value;
 use std::path::Path;
@@ -457,7 +458,7 @@ fn chat_format(choice: &str, checkpoint: &Checkpoint) -> Result<Option<ChatForma
             None => Ok(None),
         };
     }
-    if let Some(text) = crate::card::meta_template_source(choice) {
+    if let Some(text) = crate::load::card::meta_template_source(choice) {
         return Ok(Some(ChatFormat::Meta(MetaTemplate::from_toml(
             text,
             Path::new(choice),

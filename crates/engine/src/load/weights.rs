@@ -1,6 +1,6 @@
 //! Where a model's weights come from. [`WeightSource`] hands out tensors by their Hugging Face
 //! names, each checked against the shape the model expects; [`Weights`] is the safetensors
-//! source (memory-mapped, looked up by name across shards), `crate::gguf` the GGUF one.
+//! source (memory-mapped, looked up by name across shards), `crate::load::gguf` the GGUF one.
 
 use crate::error::{EngineError, Result};
 use crate::kernels::tiles::TileMatrix;
@@ -24,7 +24,7 @@ impl Matrix {
     /// Bytes of the matrix as held in memory.
     pub fn bytes(&self) -> usize {
         match self {
-            Self::Dense(t) => crate::linear::tensor_bytes(t),
+            Self::Dense(t) => tensor_bytes(t),
             Self::Quantized(q) => q.storage_size_in_bytes(),
             Self::Tiles(t) => t.data.len(),
         }
@@ -161,4 +161,9 @@ fn root_cause(e: &candle_core::Error) -> String {
         msg = first.to_string();
     }
     msg
+}
+
+/// A dense tensor's size in memory.
+pub(crate) fn tensor_bytes(t: &Tensor) -> usize {
+    t.elem_count() * t.dtype().size_in_bytes()
 }

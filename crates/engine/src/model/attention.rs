@@ -1,12 +1,12 @@
 //! Grouped-query self-attention reading and writing an explicit [`KvCache`].
 
 use super::rotary::Rotary;
-use crate::config::QwenConfig;
+use crate::cache::kv::KvCache;
 use crate::error::Result;
 use crate::kernels::attention::{attend, rotate, Cached, Heads};
-use crate::kv_cache::KvCache;
-use crate::linear::Linear;
-use crate::weights::WeightSource;
+use crate::load::config::QwenConfig;
+use crate::load::weights::WeightSource;
+use crate::model::linear::Linear;
 use candle_core::{DType, Module, Result as CResult, Storage, Tensor, D};
 
 #[derive(Debug, Clone)]
@@ -26,7 +26,7 @@ impl Attention {
     /// Bytes of weights one token's pass reads.
     pub fn weight_bytes(&self) -> usize {
         let norms = self.qk_norm.as_ref().map_or(0, |(q, k)| {
-            crate::linear::tensor_bytes(q) + crate::linear::tensor_bytes(k)
+            crate::load::weights::tensor_bytes(q) + crate::load::weights::tensor_bytes(k)
         });
         self.qkv.bytes() + self.o.bytes() + norms
     }

@@ -12,7 +12,7 @@
 //! per layer: keys, then values, each [kv_heads, tokens, head_dim] in the dtype
 //! ```
 //!
-//! [`ModelInfo::fingerprint`]: crate::load::ModelInfo::fingerprint
+//! [`ModelInfo::fingerprint`]: crate::loader::ModelInfo::fingerprint
 
 use crate::error::{EngineError, Result};
 use candle_core::{DType, Device, Tensor};

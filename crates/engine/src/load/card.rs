@@ -45,7 +45,7 @@ fn main() -> String {
 
 macro_rules! embedded {
     ($($dir:literal / $file:literal),* $(,)?) => {
-        &[$(($file, include_str!(concat!("../", $dir, "/", $file)))),*]
+        &[$(($file, include_str!(concat!("../../", $dir, "/", $file)))),*]
     };
 }
 

@@ -4,8 +4,9 @@
 //! Dense: on the CPU, activations are f32 and few-row products go to [`crate::kernels::dense`],
 //! which reads bf16/f16 weights directly; longer prefills use candle's gemm on an f32 view of
 //! the weight. On GPUs candle's matmul runs in the model dtype. Quantized: on the CPU, Hearth's
-//! block kernels ([`crate::kernels`]; Q4_0/Q5_0/Q8_0/Q4_1/Q5_1 rearranged at load into 16-row tiles
-//! where the CPU has AVX-512 VNNI, [`crate::kernels::tiles`]), everything else candle's `QMatMul`.
+//! block kernels ([`crate::kernels`]; Q4_0/Q5_0/Q8_0/Q4_1/Q5_1 and Q4_K/Q5_K/Q6_K rearranged at
+//! load into 16-row tiles where the CPU runs AVX2 or AVX-512, [`crate::kernels::tiles`]),
+//! everything else candle's `QMatMul`.
 //!
 //! Several matrices that read the same input (q, k and v; gate and up) are fused: dense ones
 //! are concatenated into one matrix, quantized ones (often of different types) run in turn
@@ -14,7 +15,7 @@
 use crate::kernels::dense::{matmul_t, WeightRows};
 use crate::kernels::tiles::{self, TileMatrix};
 use crate::kernels::{BlockType, QuantMatrix};
-use crate::weights::Matrix;
+use crate::load::weights::{tensor_bytes, Matrix};
 use candle_core::quantized::ggml_file::qtensor_from_ggml;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Result, Storage, Tensor, D};
@@ -146,10 +147,6 @@ impl Linear {
             .sum();
         parts + self.bias.as_ref().map_or(0, tensor_bytes)
     }
-}
-
-pub(crate) fn tensor_bytes(t: &Tensor) -> usize {
-    t.elem_count() * t.dtype().size_in_bytes()
 }
 
 /// Tiles back in GGUF order, as candle's quantized tensor (for the paths only candle has).

@@ -5,11 +5,11 @@ use super::attention::Attention;
 use super::mlp::Mlp;
 use super::moe::Moe;
 use super::rotary::Rotary;
-use crate::config::QwenConfig;
+use crate::cache::kv::KvCache;
 use crate::error::{EngineError, Result};
-use crate::kv_cache::KvCache;
-use crate::linear::Linear;
-use crate::weights::{Matrix, WeightSource};
+use crate::load::config::QwenConfig;
+use crate::load::weights::{Matrix, WeightSource};
+use crate::model::linear::Linear;
 use candle_core::{DType, Device, Module, Tensor};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -159,7 +159,7 @@ impl Qwen {
     /// the embedding table (the memory-bandwidth roofline of decoding is the read bandwidth
     /// divided by this).
     pub fn weight_bytes_per_token(&self) -> usize {
-        use crate::linear::tensor_bytes;
+        use crate::load::weights::tensor_bytes;
         let layers: usize = self
             .layers
             .iter()
@@ -215,7 +215,7 @@ impl Qwen {
             self.check_step(&[t], cache)?;
         }
         self.on_pool(|| {
-            crate::linear::rows_as_sequences(|| {
+            crate::model::linear::rows_as_sequences(|| {
                 let x = self.layers_over(tokens, |attn, h, i| {
                     attn.forward_batch(h, i, caches, &self.rotary)
                 })?;

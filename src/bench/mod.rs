@@ -1,5 +1,7 @@
 //! `hearth bench`: prefill (pp) and decode (tg) throughput, shaped like llama.cpp's llama-bench.
 
+mod batched;
+
 use crate::model_args::ModelArgs;
 use anyhow::{bail, Context};
 use hearth_engine::{load_model, LanguageModel, Qwen, QwenConfig};
@@ -109,7 +111,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         if args.n_depth.iter().any(|&d| d > 0) {
             bail!("-d/--n-depth runs the single-sequence tests; with --concurrency use --shared-prefix");
         }
-        return crate::batched_bench::run(&args, threads);
+        return batched::run(&args, threads);
     }
 
     let Loaded {

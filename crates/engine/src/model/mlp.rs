@@ -2,9 +2,9 @@
 //! input is read once.
 
 use crate::kernels::attention::silu_mul;
-use crate::linear::with_cpu_f32;
-use crate::linear::Linear;
-use crate::weights::WeightSource;
+use crate::load::weights::WeightSource;
+use crate::model::linear::with_cpu_f32;
+use crate::model::linear::Linear;
 use candle_core::{Module, Result as CResult, Tensor, D};
 
 use crate::error::Result;

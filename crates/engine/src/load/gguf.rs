@@ -1,12 +1,12 @@
 //! GGUF files (llama.cpp's format) as whole models: the Qwen configuration, the tokenizer and
 //! the chat template come from the metadata, the weights stay in their quantized blocks.
 
-use crate::config::{Declared, Family, Item, MoeConfig, QwenConfig};
 use crate::error::{EngineError, Result};
 use crate::kernels::tiles::{self, TileMatrix};
 use crate::kernels::BlockType;
+use crate::load::config::{Declared, Family, Item, MoeConfig, QwenConfig};
+use crate::load::weights::{Matrix, WeightSource};
 use crate::tokenizer::Tokenizer;
-use crate::weights::{Matrix, WeightSource};
 use candle_core::quantized::gguf_file::{Content, TensorInfo, Value};
 use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{DType, Device, Tensor};

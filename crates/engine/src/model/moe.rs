@@ -8,10 +8,10 @@
 //! computes the same alone, in a prompt or in a batch.
 
 use super::mlp::Mlp;
-use crate::config::MoeConfig;
 use crate::error::{EngineError, Result};
-use crate::linear::Linear;
-use crate::weights::WeightSource;
+use crate::load::config::MoeConfig;
+use crate::load::weights::WeightSource;
+use crate::model::linear::Linear;
 use candle_core::{DType, Module, Result as CResult, Tensor, D};
 
 #[derive(Debug, Clone)]

@@ -2,7 +2,7 @@
 //! in llama-batched-bench's columns (PP, TG, B, prompt, generation and total tok/s), plus the
 //! time to first token of a request that joins B - 1 others while they decode.
 
-use crate::bench::BenchArgs;
+use super::BenchArgs;
 use anyhow::{bail, Context};
 use hearth_engine::{Engine, Event, EventStream, GenerateRequest, Summary};
 use std::time::{Duration, Instant};
