@@ -7,7 +7,7 @@ mod common;
 
 use hearth_agent::parser::{OutputParser, ParseStatus, QwenXmlToolParser};
 use hearth_agent::schema::validate;
-use hearth_engine::constraint::ToolChoice;
+use hearth_engine::ToolChoice;
 use hearth_engine::{
     DTypeSpec, DeviceSpec, Engine, Event, GenerateRequest, Grammars, LoadOptions, SamplingParams,
     ToolFormat,

@@ -2,7 +2,7 @@
 //! Tool calls come back in OpenAI's `tool_calls`, reasoning as `reasoning_content`.
 
 use super::error::ApiError;
-use super::request::{chat_call, json_object, ChatCall, ToolChoice};
+use super::request::{chat_call, json_object, ChatCall};
 use super::tool_stream::{Piece, ToolCallSplitter};
 use super::{body_bytes, finish_reason, off_the_runtime, unix_now, usage_json, App, RequestId};
 use axum::body::Bytes;
@@ -10,8 +10,9 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use hearth_engine::constraint::ToolChoice as EngineChoice;
-use hearth_engine::{ChatRequest, ChatStream, Constraint, EngineError, Event, Summary, ToolCall};
+use hearth_engine::{
+    ChatRequest, ChatStream, Constraint, EngineError, Event, Summary, ToolCall, ToolChoice,
+};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -74,12 +75,8 @@ fn start(
             e => ApiError::from(e),
         })?;
     let splitter = match offered {
-        true => ToolCallSplitter::new(
-            call.tools.clone(),
-            call.tool_names.clone(),
-            info.tool_format,
-        ),
-        false => ToolCallSplitter::new(vec![], vec![], info.tool_format),
+        true => ToolCallSplitter::new(call.tools.clone(), call.tool_names.clone()),
+        false => ToolCallSplitter::new(vec![], vec![]),
     };
     Ok((call, stream, splitter))
 }
@@ -89,25 +86,20 @@ fn start(
 /// offered tool and carry arguments valid against its schema; `required` and a named tool
 /// force a call).
 fn constraint(app: &App, call: &ChatCall) -> Result<Option<Constraint>, ApiError> {
-    let choice = match &call.tool_choice {
-        _ if call.tools.is_empty() || !app.constrain_tools => {
-            return Ok(call.response_format.clone())
-        }
-        ToolChoice::Auto => EngineChoice::Auto,
-        ToolChoice::None => EngineChoice::None,
-        ToolChoice::Required => EngineChoice::Required,
-        ToolChoice::Named(n) => EngineChoice::Named(n.clone()),
-    };
-    match (&call.response_format, &choice) {
-        (Some(_), EngineChoice::Required | EngineChoice::Named(_)) => Err(ApiError::invalid(
+    if call.tools.is_empty() || !app.constrain_tools {
+        return Ok(call.response_format.clone());
+    }
+    let choice = &call.tool_choice;
+    match (&call.response_format, choice) {
+        (Some(_), ToolChoice::Required | ToolChoice::Named(_)) => Err(ApiError::invalid(
             "response_format",
             "a forced tool call and a response_format cannot both hold",
         )),
         // The answer must be that JSON: no call can open.
         (Some(format), _) => Ok(Some(format.clone())),
         // Text only: nothing to constrain.
-        (None, EngineChoice::None) => Ok(None),
-        (None, _) => Ok(app.engine.grammars()?.tool_calls(&call.tools, &choice)?),
+        (None, ToolChoice::None) => Ok(None),
+        (None, _) => Ok(app.engine.grammars()?.tool_calls(&call.tools, choice)?),
     }
 }
 

@@ -3,19 +3,10 @@
 
 use super::error::ApiError;
 use hearth_engine::constraint::Constraint;
-use hearth_engine::{ChatMessage, SamplingParams, ToolCall};
+use hearth_engine::{ChatMessage, SamplingParams, ToolCall, ToolChoice};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::collections::HashSet;
-
-/// Which tool calls a request allows.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ToolChoice {
-    Auto,
-    None,
-    Required,
-    Named(String),
-}
 
 #[derive(Debug, Clone)]
 pub struct ChatCall {

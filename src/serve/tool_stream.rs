@@ -8,12 +8,9 @@
 //! of the same answer is dropped and says the answer is over (a small model, forced to call,
 //! writes the same call again and again).
 
-use hearth_agent::parser::{OutputParser, ParseStatus, QwenToolParser, QwenXmlToolParser};
-use hearth_engine::{ToolCall, ToolFormat};
+use hearth_engine::chat::tool_call::{partial_tag, read_calls, Reading, CLOSE, OPEN};
+use hearth_engine::ToolCall;
 use serde_json::Value;
-
-const OPEN: &str = "<tool_call>";
-const CLOSE: &str = "</tool_call>";
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Piece {
@@ -30,7 +27,6 @@ pub struct ToolCallSplitter {
     /// The tools offered (OpenAI's format); none: everything is text.
     specs: Vec<Value>,
     names: Vec<String>,
-    parser: Box<dyn OutputParser>,
     pending: String,
     in_call: bool,
     /// Nothing but whitespace has come yet.
@@ -46,16 +42,11 @@ pub struct ToolCallSplitter {
 }
 
 impl ToolCallSplitter {
-    /// `specs`: the tools offered, whose calls the model writes in `format`.
-    pub fn new(specs: Vec<Value>, names: Vec<String>, format: ToolFormat) -> Self {
-        let parser: Box<dyn OutputParser> = match format {
-            ToolFormat::Json => Box::new(QwenToolParser),
-            ToolFormat::Xml => Box::new(QwenXmlToolParser),
-        };
+    /// `specs`: the tools offered (their schemas type the XML form's values), `names` theirs.
+    pub fn new(specs: Vec<Value>, names: Vec<String>) -> Self {
         Self {
             specs,
             names,
-            parser,
             pending: String::new(),
             in_call: false,
             at_start: true,
@@ -116,7 +107,7 @@ impl ToolCallSplitter {
                 self.in_call = true;
             } else {
                 // Hold back a tail that could still become `<tool_call>`.
-                let keep = partial_tag_len(&self.pending);
+                let keep = partial_tag(&self.pending, OPEN);
                 let cut = self.pending.len() - keep;
                 let text = self.pending[..cut].to_string();
                 self.text(&mut out, &text);
@@ -137,10 +128,9 @@ impl ToolCallSplitter {
         }
         if self.bare {
             self.bare = false;
-            let parsed = self.parser.parse_with_specs(&rest, &self.specs);
-            if parsed.status == ParseStatus::ValidTool {
-                push_text(&mut out, &parsed.text);
-                for c in parsed.tool_calls {
+            if let Reading::Calls { text, calls } = read_calls(&rest, &self.names, &self.specs) {
+                push_text(&mut out, &text);
+                for c in calls {
                     if !self.repeats(&c) {
                         self.seen.push(c.clone());
                         out.push(Piece::Call(c));
@@ -183,21 +173,24 @@ impl ToolCallSplitter {
             format!("{OPEN}{body}{CLOSE}")
         };
         // (The parser reads a call without its closing tag as far as it goes.)
-        let parsed = self.parser.parse_with_specs(&raw, &self.specs);
-        match (parsed.status, parsed.tool_calls.as_slice()) {
-            (ParseStatus::ValidTool, [call]) if self.repeats(call) => {
+        let reading = read_calls(&raw, &self.names, &self.specs);
+        match reading {
+            Reading::Calls { calls, .. } if calls.len() == 1 && self.repeats(&calls[0]) => {
                 self.repeated = true;
                 None
             }
-            (ParseStatus::ValidTool, [call]) => {
+            Reading::Calls { mut calls, .. } if calls.len() == 1 => {
+                let call = calls.remove(0);
                 self.seen.push(call.clone());
-                Some(Piece::Call(call.clone()))
+                Some(Piece::Call(call))
             }
-            (status, calls) => {
-                let why = match (status, calls.len()) {
-                    (ParseStatus::ParsingError, _) => parsed.error.unwrap_or_default(),
-                    (_, 0) => "the tool call is empty".to_string(),
-                    (_, n) => format!("{n} calls in one <tool_call>"),
+            reading => {
+                let why = match reading {
+                    Reading::Broken(e) => e,
+                    Reading::Calls { calls, .. } if !calls.is_empty() => {
+                        format!("{} calls in one <tool_call>", calls.len())
+                    }
+                    _ => "the tool call is empty".to_string(),
                 };
                 let error = if cut {
                     format!("cut off before </tool_call>: {why}")
@@ -216,16 +209,6 @@ fn push_text(out: &mut Vec<Piece>, text: &str) {
     }
 }
 
-/// The length of the longest tail of `s` that is a proper prefix of `<tool_call>`.
-fn partial_tag_len(s: &str) -> usize {
-    (1..OPEN.len())
-        .rev()
-        .find(|&n| {
-            s.len() >= n && s.is_char_boundary(s.len() - n) && OPEN.starts_with(&s[s.len() - n..])
-        })
-        .unwrap_or(0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,12 +221,12 @@ mod tests {
         ]
     }
 
-    fn splitter(format: ToolFormat) -> ToolCallSplitter {
-        ToolCallSplitter::new(add(), vec!["add".into()], format)
+    fn splitter() -> ToolCallSplitter {
+        ToolCallSplitter::new(add(), vec!["add".into()])
     }
 
     fn run(chunks: &[&str]) -> Vec<Piece> {
-        let mut s = splitter(ToolFormat::Json);
+        let mut s = splitter();
         let mut out: Vec<Piece> = chunks.iter().flat_map(|c| s.push(c)).collect();
         out.extend(s.finish());
         out
@@ -314,7 +297,7 @@ mod tests {
     fn a_repeated_call_ends_the_answer() {
         let call = "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n</tool_call>";
         let other = "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 2}}\n</tool_call>";
-        let mut s = splitter(ToolFormat::Json);
+        let mut s = splitter();
         let mut out = s.push(&format!("{call}\n{other}\n"));
         assert!(!s.repeated());
         out.extend(s.push(&format!("{call}\n<tool_call>\n{{\"na")));
@@ -332,7 +315,7 @@ mod tests {
 
     #[test]
     fn xml_calls_are_typed_by_the_schema() {
-        let mut s = splitter(ToolFormat::Xml);
+        let mut s = splitter();
         let answer = "Adding.\n\n<tool_call>\n<function=add>\n<parameter=a>\n007\n</parameter>\n</function>\n</tool_call>";
         let mut out: Vec<Piece> = answer
             .split_inclusive('\n')
@@ -344,7 +327,7 @@ mod tests {
             matches!(&out[..], [.., Piece::Call(c)] if c.function.arguments == json!({"a": 7})),
             "{out:?}"
         );
-        let mut s = splitter(ToolFormat::Xml);
+        let mut s = splitter();
         let out = s.push("<tool_call>\n<function=add>\n<parameter=a>\nseven\n</parameter>\n</function>\n</tool_call>");
         assert!(
             matches!(&out[..], [Piece::Invalid { error, .. }] if error.contains("not an integer")),
@@ -373,7 +356,7 @@ mod tests {
 
     #[test]
     fn without_tools_everything_is_text() {
-        let mut s = ToolCallSplitter::new(vec![], vec![], ToolFormat::Json);
+        let mut s = ToolCallSplitter::new(vec![], vec![]);
         let out = s.push("<tool_call>{}</tool_call>");
         assert_eq!(text(&out), "<tool_call>{}</tool_call>");
     }

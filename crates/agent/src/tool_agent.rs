@@ -28,18 +28,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc::UnboundedSender;
 
-/// Which tools the model may call in one run.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum ToolChoice {
-    #[default]
-    Auto,
-    /// No tools offered.
-    None,
-    /// The first answer must call a tool; a plain answer is asked again once.
-    Required,
-    /// Only this tool is offered.
-    Named(String),
-}
+/// Which tools the model may call in one run: `None` offers none, a named tool only itself,
+/// and `Required` asks again once when the first answer calls nothing.
+pub use hearth_engine::ToolChoice;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

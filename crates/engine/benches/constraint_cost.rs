@@ -8,7 +8,7 @@
 //! Prints one JSON object; `HEARTH_MASK_STEPS=1` also prints every step's mask time (µs) on
 //! stderr.
 
-use hearth_engine::constraint::ToolChoice;
+use hearth_engine::ToolChoice;
 use hearth_engine::{
     ChatMessage, ChatRequest, Constraint, DeviceSpec, Engine, Event, LoadOptions, SamplingParams,
 };

@@ -25,7 +25,7 @@ pub mod stream;
 pub mod tokenizer;
 
 pub use cache::kv::KvCache;
-pub use chat::{ChatFormat, ChatInput, ChatMessage, ToolCall, ToolFormat};
+pub use chat::{ChatFormat, ChatInput, ChatMessage, ToolCall, ToolChoice, ToolFormat};
 pub use constraint::{Constraint, Grammars};
 pub use device::DeviceSpec;
 pub use engine::Engine;

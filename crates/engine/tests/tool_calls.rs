@@ -4,7 +4,8 @@
 
 mod common;
 
-use hearth_engine::constraint::{tool_call_grammar, TagStyle, ToolChoice, ToolSpec};
+use hearth_engine::constraint::{tool_call_grammar, TagStyle, ToolSpec};
+use hearth_engine::ToolChoice;
 use hearth_engine::{
     Constraint, DTypeSpec, DeviceSpec, Engine, EngineError, Event, FinishReason, GenerateRequest,
     Grammars, LoadOptions, SamplingParams, ToolFormat,

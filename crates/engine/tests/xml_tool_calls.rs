@@ -5,7 +5,7 @@
 mod common;
 
 use common::real_tokenizer;
-use hearth_engine::constraint::ToolChoice;
+use hearth_engine::ToolChoice;
 use hearth_engine::{Constraint, EngineError, Grammars, Tokenizer, ToolFormat};
 use serde_json::{json, Value};
 

@@ -3,7 +3,7 @@
 
 use super::{Llm, LlmEvent, LlmRequest, LlmStream};
 use crate::error::{AgentError, Result};
-use hearth_engine::constraint::ToolChoice;
+use hearth_engine::ToolChoice;
 use hearth_engine::{ChatRequest, Constraint, Engine, Event, FinishReason};
 use std::sync::Arc;
 

@@ -5,7 +5,6 @@ mod code;
 mod json;
 mod mixed;
 mod qwen;
-mod qwen_xml;
 mod react;
 
 pub use code::CodeBlockParser;
@@ -14,6 +13,7 @@ pub use mixed::MixedParser;
 pub use qwen::{QwenToolParser, QwenXmlToolParser};
 pub use react::ReActParser;
 
+pub(crate) use hearth_engine::chat::tool_call::{fenced_blocks, tool_names};
 use hearth_engine::{ChatMessage, ToolCall};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -144,51 +144,4 @@ pub trait OutputParser: Send + Sync {
     fn observation(&self, _result: &str) -> Option<String> {
         None
     }
-}
-
-/// The names of the tools in `specs` (OpenAI's format, or bare).
-pub(crate) fn tool_names(specs: &[Value]) -> Vec<String> {
-    specs
-        .iter()
-        .filter_map(|t| t.get("function").unwrap_or(t).get("name"))
-        .filter_map(Value::as_str)
-        .map(String::from)
-        .collect()
-}
-
-/// The longest suffix of `text` that is a proper prefix of `tag` (its length in bytes).
-pub(crate) fn partial_tag(text: &str, tag: &str) -> usize {
-    (1..tag.len().min(text.len() + 1))
-        .rev()
-        .find(|&n| {
-            text.is_char_boundary(text.len() - n) && tag.starts_with(&text[text.len() - n..])
-        })
-        .unwrap_or(0)
-}
-
-/// The JSON in fenced code blocks (```json … ``` or ``` … ```), in order.
-pub(crate) fn fenced_blocks(text: &str) -> Vec<(&str, &str)> {
-    fenced_spans(text)
-        .into_iter()
-        .map(|(_, lang, body)| (lang, body))
-        .collect()
-}
-
-/// Fenced code blocks, in order: where each lies in `text` (opening fence to closing fence,
-/// both included), its language and its body.
-pub(crate) fn fenced_spans(text: &str) -> Vec<(std::ops::Range<usize>, &str, &str)> {
-    let mut out = vec![];
-    let mut from = 0;
-    while let Some(start) = text[from..].find("```").map(|i| from + i) {
-        let after = &text[start + 3..];
-        let (lang, body_start) = match after.find('\n') {
-            Some(nl) => (after[..nl].trim(), nl + 1),
-            None => break,
-        };
-        let body = &after[body_start..];
-        let Some(end) = body.find("```") else { break };
-        from = start + 3 + body_start + end + 3;
-        out.push((start..from, lang, &body[..end]));
-    }
-    out
 }

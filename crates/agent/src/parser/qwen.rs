@@ -1,13 +1,13 @@
-//! Qwen's tool calls: `<tool_call>{"name": …, "arguments": …}</tool_call>` (one or several),
-//! the XML form of Qwen3-Coder and Qwen3.5 (`<function=name><parameter=p>value</parameter>
-//! </function>`, see `qwen_xml`), arguments sent as a JSON string, and what small models write
-//! without tags — a bare JSON object, or one in a ```json fence, naming a tool they were offered.
-//! Both parsers read both forms; they differ in how they write calls back and ask for them.
+//! Qwen's tool calls as an [`OutputParser`]: JSON in `<tool_call>` tags (Qwen2.5, Qwen3) or
+//! the XML form of Qwen3-Coder and Qwen3.5. The reading itself is the engine's
+//! (`hearth_engine::chat::tool_call`), shared with the server: both parsers read both forms
+//! (and what small models write without tags); they differ in how they write calls back and
+//! ask for them.
 
-use super::qwen_xml::{self, FUNCTION, FUNCTION_END};
-use super::{fenced_blocks, fenced_spans, partial_tag, tool_names, OutputParser, ParsedOutput};
-use hearth_engine::ToolCall;
-use serde_json::{Map, Value};
+use super::{tool_names, OutputParser, ParsedOutput};
+use hearth_engine::chat::tool_call::{self, Reading};
+use hearth_engine::ToolFormat;
+use serde_json::Value;
 
 /// Calls written as JSON in `<tool_call>` tags (Qwen2.5, Qwen3).
 #[derive(Debug, Clone, Default)]
@@ -17,40 +17,6 @@ pub struct QwenToolParser;
 /// tool's schema.
 #[derive(Debug, Clone, Default)]
 pub struct QwenXmlToolParser;
-
-const OPEN: &str = "<tool_call>";
-const CLOSE: &str = "</tool_call>";
-
-/// `{"name": …, "arguments": …}` (or `parameters`) as a call; arguments given as a JSON
-/// string are repaired into the object.
-fn call_from_json(v: &Value) -> Result<ToolCall, String> {
-    let obj = v.as_object().ok_or("a tool call must be a JSON object")?;
-    let name = obj
-        .get("name")
-        .and_then(Value::as_str)
-        .ok_or("the tool call has no \"name\"")?;
-    let args = match obj.get("arguments").or_else(|| obj.get("parameters")) {
-        None | Some(Value::Null) => Value::Object(Map::new()),
-        Some(Value::String(s)) => serde_json::from_str::<Value>(s)
-            .map_err(|e| format!("arguments of `{name}` are not JSON: {e}"))?,
-        Some(v) => v.clone(),
-    };
-    if !args.is_object() {
-        return Err(format!("arguments of `{name}` must be a JSON object"));
-    }
-    Ok(ToolCall::new(name, args))
-}
-
-fn parse_block(body: &str, specs: &[Value]) -> Result<ToolCall, String> {
-    let body = body.trim();
-    if body.starts_with(FUNCTION) {
-        return qwen_xml::parse_function(body, specs);
-    }
-    let json = fenced_blocks(body).first().map(|(_, b)| *b).unwrap_or(body);
-    let v: Value = serde_json::from_str(json.trim())
-        .map_err(|e| format!("tool call is not valid JSON: {e}"))?;
-    call_from_json(&v)
-}
 
 impl OutputParser for QwenToolParser {
     fn correction(&self, error: &str) -> String {
@@ -68,19 +34,11 @@ impl OutputParser for QwenToolParser {
     }
 
     fn format_response(&self, parsed: &ParsedOutput) -> String {
-        let mut out = parsed.text.clone();
-        for c in &parsed.tool_calls {
-            if !out.is_empty() {
-                out.push('\n');
-            }
-            let v = serde_json::json!({"name": c.function.name, "arguments": c.function.arguments});
-            out.push_str(&format!("{OPEN}\n{v}\n{CLOSE}"));
-        }
-        out
+        tool_call::write_calls(ToolFormat::Json, &parsed.text, &parsed.tool_calls)
     }
 
     fn visible_prefix(&self, text: &str) -> usize {
-        visible_prefix(text)
+        tool_call::visible_prefix(text)
     }
 }
 
@@ -99,124 +57,23 @@ impl OutputParser for QwenXmlToolParser {
         parse(raw, &tool_names(specs), specs)
     }
 
-    /// As Qwen3-Coder's template writes an assistant turn with calls.
     fn format_response(&self, parsed: &ParsedOutput) -> String {
-        let mut out = parsed.text.trim().to_string();
-        if !out.is_empty() && !parsed.tool_calls.is_empty() {
-            out.push('\n');
-        }
-        for c in &parsed.tool_calls {
-            out.push_str(&format!(
-                "\n{OPEN}\n{}\n{CLOSE}",
-                qwen_xml::write_function(c)
-            ));
-        }
-        out
+        tool_call::write_calls(ToolFormat::Xml, &parsed.text, &parsed.tool_calls)
     }
 
     fn visible_prefix(&self, text: &str) -> usize {
-        visible_prefix(text)
+        tool_call::visible_prefix(text)
     }
 }
 
 /// Reads `raw`: `tools` are the names offered, `specs` their schemas where known (they type
 /// the XML form's values).
 fn parse(raw: &str, tools: &[String], specs: &[Value]) -> ParsedOutput {
-    if raw.contains(OPEN) || raw.contains(FUNCTION) {
-        let mut calls = vec![];
-        let mut text = String::new();
-        let mut rest = raw;
-        loop {
-            let next = [
-                rest.find(OPEN).map(|i| (i, true)),
-                rest.find(FUNCTION).map(|i| (i, false)),
-            ]
-            .into_iter()
-            .flatten()
-            .min();
-            let Some((at, tagged)) = next else {
-                text.push_str(rest);
-                break;
-            };
-            text.push_str(&rest[..at]);
-            let (body, after) = if tagged {
-                let inner = &rest[at + OPEN.len()..];
-                match inner.find(CLOSE) {
-                    Some(end) => (&inner[..end], &inner[end + CLOSE.len()..]),
-                    None => (inner, ""), // cut off by max tokens: try what is there
-                }
-            } else {
-                let inner = &rest[at..];
-                match inner.find(FUNCTION_END) {
-                    Some(end) => (
-                        &inner[..end + FUNCTION_END.len()],
-                        &inner[end + FUNCTION_END.len()..],
-                    ),
-                    None => (inner, ""),
-                }
-            };
-            match parse_block(body, specs) {
-                Ok(c) => calls.push(c),
-                Err(e) => return ParsedOutput::error(raw, e),
-            }
-            rest = after;
-        }
-        return ParsedOutput::calls(raw, text.trim().to_string(), calls);
+    match tool_call::read_calls(raw, tools, specs) {
+        Reading::Text => ParsedOutput::text(raw),
+        Reading::Calls { text, calls } => ParsedOutput::calls(raw, text, calls),
+        Reading::Broken(e) => ParsedOutput::error(raw, e),
     }
-    // No tags: a bare or fenced JSON object naming an offered tool is a call too.
-    let known = |c: &ToolCall| tools.iter().any(|t| t == &c.function.name);
-    let trimmed = raw.trim();
-    if trimmed.starts_with('{') {
-        // One object, or several one after another (a cut-off last one is dropped); text
-        // after them is kept as the answer's text.
-        let mut objects = serde_json::Deserializer::from_str(trimmed).into_iter::<Value>();
-        let (mut calls, mut end) = (vec![], 0);
-        while let Some(Ok(v)) = objects.next() {
-            let Ok(c) = call_from_json(&v) else { break };
-            calls.push(c);
-            end = objects.byte_offset();
-        }
-        if !calls.is_empty() && calls.iter().all(known) {
-            // (What starts like another object is one cut off by the token limit.)
-            let after = trimmed[end..].trim();
-            let text = if after.starts_with('{') { "" } else { after };
-            return ParsedOutput::calls(raw, text.to_string(), calls);
-        }
-    }
-    // Every ```json (or bare ```) block that is a call of an offered tool; the text around
-    // them, other blocks included, stays the answer's text.
-    let (mut calls, mut text, mut from) = (vec![], String::new(), 0);
-    for (span, lang, body) in fenced_spans(raw) {
-        let call = matches!(lang, "" | "json")
-            .then(|| serde_json::from_str::<Value>(body.trim()).ok())
-            .flatten()
-            .and_then(|v| call_from_json(&v).ok())
-            .filter(known);
-        if let Some(c) = call {
-            text.push_str(&raw[from..span.start]);
-            calls.push(c);
-            from = span.end;
-        }
-    }
-    if !calls.is_empty() {
-        text.push_str(&raw[from..]);
-        return ParsedOutput::calls(raw, text.trim().to_string(), calls);
-    }
-    ParsedOutput::text(raw)
-}
-
-/// How much of a streamed answer is safe to show: not a call, nor what may open one.
-fn visible_prefix(text: &str) -> usize {
-    for tag in [OPEN, FUNCTION] {
-        if let Some(i) = text.find(tag) {
-            return i;
-        }
-    }
-    let t = text.trim_start();
-    if t.starts_with('{') || t.starts_with("```") || t.is_empty() {
-        return 0; // may be a bare or fenced JSON call: wait for the whole answer
-    }
-    text.len() - partial_tag(text, OPEN).max(partial_tag(text, FUNCTION))
 }
 
 #[cfg(test)]

@@ -7,14 +7,14 @@ mod meta_template;
 mod template;
 mod thinking;
 mod tojson;
-mod tool_format;
+pub mod tool_call;
 
 pub use message::{ChatMessage, FunctionCall, ToolCall};
 pub use meta_template::{MetaTemplate, RoleFormat};
 pub use template::{ChatInput, JinjaTemplate};
 pub use thinking::{Piece, ThinkingSplitter};
 pub use tojson::PyJson;
-pub use tool_format::ToolFormat;
+pub use tool_call::{ToolChoice, ToolFormat};
 
 use crate::error::Result;
 

@@ -22,5 +22,5 @@ pub use grammars::Grammars;
 pub use guide::Guide;
 pub use spec::Constraint;
 pub use token_env::TokenEnv;
-pub use tool_call::{tool_call_grammar, TagStyle, ToolChoice};
+pub use tool_call::{tool_call_grammar, TagStyle};
 pub use tool_spec::{Layout, ToolSpec};

@@ -12,23 +12,8 @@
 use super::spec::Constraint;
 use super::tool_spec::{Layout, ToolSpec};
 use super::xml_call::push_xml_calls;
-use crate::chat::ToolFormat;
+use crate::chat::{ToolChoice, ToolFormat};
 use crate::error::{EngineError, Result};
-
-/// Which calls the model may make (OpenAI's `tool_choice`).
-#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ToolChoice {
-    /// Text, then any number of calls of offered tools (or none).
-    #[default]
-    Auto,
-    /// At least one call, from the first token; no text.
-    Required,
-    /// Calls of this tool only, from the first token.
-    Named(String),
-    /// No call can open: text only.
-    None,
-}
 
 /// How the tags that open and close a call are spelled in the vocabulary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,11 +14,11 @@
 //! prints them, `| tojson` for objects and lists); the tool's JSON schema says what it means.
 //! Without a schema a value that reads as JSON is JSON, and any other is a string.
 
-use hearth_engine::ToolCall;
+use crate::chat::ToolCall;
 use serde_json::{Map, Value};
 
-pub(crate) const FUNCTION: &str = "<function=";
-pub(crate) const FUNCTION_END: &str = "</function>";
+pub const FUNCTION: &str = "<function=";
+pub const FUNCTION_END: &str = "</function>";
 const PARAMETER: &str = "<parameter=";
 const PARAMETER_END: &str = "</parameter>";
 
@@ -33,7 +33,7 @@ pub(crate) fn parameters_of<'a>(specs: &'a [Value], name: &str) -> Option<&'a Va
 
 /// `<function=name>…</function>` (the closing tag may be missing: a cut call), typed by the
 /// JSON schema of the tool's parameters where `specs` has it.
-pub(crate) fn parse_function(body: &str, specs: &[Value]) -> Result<ToolCall, String> {
+pub fn parse_function(body: &str, specs: &[Value]) -> Result<ToolCall, String> {
     let rest = body
         .trim()
         .strip_prefix(FUNCTION)
@@ -236,7 +236,7 @@ fn article(types: &str) -> String {
 }
 
 /// A call as the XML templates write it (between the `<tool_call>` tags).
-pub(crate) fn write_function(call: &ToolCall) -> String {
+pub fn write_function(call: &ToolCall) -> String {
     let mut out = format!("{FUNCTION}{}>\n", call.function.name);
     if let Value::Object(args) = &call.function.arguments {
         for (k, v) in args {
