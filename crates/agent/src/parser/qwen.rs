@@ -193,6 +193,9 @@ mod tests {
             "Checking.\n".len()
         );
         assert_eq!(p.visible_prefix("{\"name\": \"calc"), 0);
+        // The start of a fence is held until it is one or is not.
+        assert_eq!(p.visible_prefix("``"), 0);
+        assert_eq!(p.visible_prefix("`x"), 2);
         assert_eq!(
             p.visible_prefix("Paris is the capital."),
             "Paris is the capital.".len()

@@ -142,7 +142,8 @@ pub fn visible_prefix(text: &str) -> usize {
         }
     }
     let t = text.trim_start();
-    if t.starts_with('{') || t.starts_with("```") || t.is_empty() {
+    // (A start that may still become a fence is held too: shown text cannot be taken back.)
+    if t.starts_with('{') || t.starts_with("```") || "```".starts_with(t) {
         return 0; // may be a bare or fenced JSON call: wait for the whole answer
     }
     text.len() - partial_tag(text, OPEN).max(partial_tag(text, FUNCTION))
