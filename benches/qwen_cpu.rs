@@ -1,7 +1,7 @@
 //! Dense Qwen on the CPU: Hearth's engine and candle-transformers' `qwen2::ModelForCausalLM`,
 //! side by side in one run, on the same safetensors checkpoint.
 //!
-//!     python tests/fixtures/generate.py --bench-model ~/.cache/hearth/bench/qwen2.5-0.5b-shape
+//!     python crates/engine/tests/fixtures/generate.py --bench-model ~/.cache/hearth/bench/qwen2.5-0.5b-shape
 //!     RAYON_NUM_THREADS=2 cargo bench --bench qwen_cpu -- ~/.cache/hearth/bench/qwen2.5-0.5b-shape
 //!
 //! Prints a table and writes `benches/results/<date>-dense-cpu.json`.
@@ -157,7 +157,7 @@ fn main() {
         .join(format!("benches/results/{date}-dense-cpu.json"));
     let doc = serde_json::json!({
         "command": format!("RAYON_NUM_THREADS={threads} cargo bench --bench qwen_cpu -- {}", dir.display()),
-        "model": "Qwen2.5-0.5B shape, random weights (tests/fixtures/generate.py --bench-model)",
+        "model": "Qwen2.5-0.5B shape, random weights (crates/engine/tests/fixtures/generate.py --bench-model)",
         "results": rows,
     });
     std::fs::write(&out, serde_json::to_string_pretty(&doc).unwrap()).unwrap();

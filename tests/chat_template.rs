@@ -1,5 +1,5 @@
 //! Rendered chat prompts are byte-identical to transformers' apply_chat_template
-//! (goldens by tests/fixtures/chat_goldens.py, with the real Qwen2.5 and Qwen3 configs, and
+//! (goldens by crates/engine/tests/fixtures/chat_goldens.py, with the real Qwen2.5 and Qwen3 configs, and
 //! the Qwen3-Coder and Qwen3.5 templates that write tool calls as XML).
 
 mod common;

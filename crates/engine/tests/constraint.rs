@@ -64,7 +64,7 @@ fn tiny() -> Result<Engine, EngineError> {
         dtype: DTypeSpec::F32,
         ..Default::default()
     };
-    let path = repo().join("tests/fixtures/tiny-qwen2");
+    let path = repo().join("crates/engine/tests/fixtures/tiny-qwen2");
     Engine::load(&path.to_string_lossy(), &opts)
 }
 

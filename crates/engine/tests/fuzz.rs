@@ -17,7 +17,7 @@ mod fuzz_runner;
 use fuzz_runner::check;
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
 // ---------------------------------------------------------------- stop strings

@@ -21,7 +21,7 @@ fn tiny() -> Result<Engine, EngineError> {
         dtype: DTypeSpec::F32,
         ..Default::default()
     };
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny-qwen2");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-qwen2");
     Engine::load(&path.to_string_lossy(), &opts)
 }
 

@@ -1,7 +1,178 @@
-//! What the engine's tests share: the real Qwen tokenizers, where they are.
+//! What the tests share: the fixtures, their goldens, and the real data (tokenizers, the
+//! 0.5B GGUF, the `openai` client) where the fetch scripts put it. The root package's tests
+//! include this file too.
+#![allow(dead_code)]
 
 use hearth_engine::Tokenizer;
 use std::path::PathBuf;
+
+/// The engine crate's folder, from whichever package's tests include this file.
+fn engine_dir() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    match manifest.join("crates/engine") {
+        nested if nested.is_dir() => nested,
+        _ => manifest,
+    }
+}
+
+/// The repository's root.
+pub fn repo() -> PathBuf {
+    engine_dir().join("../..")
+}
+
+pub fn fixtures() -> PathBuf {
+    engine_dir().join("tests/fixtures")
+}
+
+pub fn tiny(family: &str) -> PathBuf {
+    fixtures().join(format!("tiny-{family}"))
+}
+
+pub struct Golden {
+    pub prompt_ids: Vec<u32>,
+    pub logits_f32: Vec<f32>,
+    pub greedy_f32: Vec<u32>,
+    pub long_prompt_ids: Vec<u32>,
+    pub long_logits_f32: Vec<f32>,
+    pub logits_bf16_weights: Vec<f32>,
+    pub long_logits_bf16_weights: Vec<f32>,
+    pub logits_bf16_native: Vec<f32>,
+}
+
+pub fn golden(family: &str) -> Golden {
+    let path = fixtures().join(format!("golden/tiny-{family}.json"));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let ids = |k: &str| -> Vec<u32> {
+        v[k].as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
+    let floats = |k: &str| -> Vec<f32> {
+        v[k].as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect()
+    };
+    Golden {
+        prompt_ids: ids("prompt_ids"),
+        logits_f32: floats("logits_f32"),
+        greedy_f32: ids("greedy_f32"),
+        long_prompt_ids: ids("long_prompt_ids"),
+        long_logits_f32: floats("long_logits_f32"),
+        logits_bf16_weights: floats("logits_bf16_weights"),
+        long_logits_bf16_weights: floats("long_logits_bf16_weights"),
+        logits_bf16_native: floats("logits_bf16_native"),
+    }
+}
+
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "length mismatch");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+/// Where the fetch scripts put data: `HEARTH_CACHE`, else `~/.cache/hearth`.
+fn cache_dir() -> PathBuf {
+    std::env::var_os("HEARTH_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/hearth")
+        })
+}
+
+/// A test that cannot find its data skips, unless `HEARTH_REQUIRE_DATA` is set (as CI sets
+/// it): then it fails, so that a green run proves the real-data tests ran.
+fn missing(what: String) {
+    if std::env::var_os("HEARTH_REQUIRE_DATA").is_some_and(|v| !v.is_empty() && v != "0") {
+        panic!("{what} (HEARTH_REQUIRE_DATA is set: real-data tests must run)");
+    }
+    eprintln!("SKIPPED: {what}");
+}
+
+/// The real Qwen tokenizers: `HEARTH_TOKENIZERS`, else `../shared/tokenizers` beside the repo,
+/// else where `scripts/fetch-tokenizers.sh` puts them (`$HEARTH_CACHE/tokenizers`).
+pub fn real_tokenizers() -> Option<PathBuf> {
+    let mut candidates = vec![];
+    if let Some(dir) = std::env::var_os("HEARTH_TOKENIZERS") {
+        candidates.push(PathBuf::from(dir));
+    }
+    candidates.push(repo().join("../shared/tokenizers"));
+    candidates.push(cache_dir().join("tokenizers"));
+    let found = candidates.iter().find(|d| {
+        d.join("qwen2.5/tokenizer.json").is_file() && d.join("qwen3/tokenizer.json").is_file()
+    });
+    if found.is_none() {
+        missing(format!(
+            "the real Qwen tokenizers are in none of {candidates:?}; run scripts/fetch-tokenizers.sh"
+        ));
+    }
+    found.cloned()
+}
+
+/// The real Qwen2.5-Coder-0.5B-Instruct Q4_K_M: `HEARTH_TEST_GGUF`, else where
+/// `scripts/fetch-test-models.sh` puts it (`$HEARTH_MODELS`, else `$HEARTH_CACHE/models`).
+pub fn real_gguf() -> Option<PathBuf> {
+    let path = std::env::var_os("HEARTH_TEST_GGUF")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            std::env::var_os("HEARTH_MODELS")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| cache_dir().join("models"))
+                .join("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+        });
+    if path.is_file() {
+        Some(path)
+    } else {
+        missing(format!(
+            "{} is missing; run scripts/fetch-test-models.sh",
+            path.display()
+        ));
+        None
+    }
+}
+
+/// A Python with the official `openai` client: `HEARTH_OPENAI_PYTHON`, else the virtual
+/// environment `scripts/fetch-openai-client.sh` makes (`$HEARTH_CACHE/venv-openai`).
+pub fn openai_python() -> Option<PathBuf> {
+    let python = std::env::var_os("HEARTH_OPENAI_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache_dir().join("venv-openai/bin/python"));
+    let works = std::process::Command::new(&python)
+        .args(["-c", "import openai"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if works {
+        Some(python)
+    } else {
+        missing(format!(
+            "{} cannot import openai; run scripts/fetch-openai-client.sh",
+            python.display()
+        ));
+        None
+    }
+}
+
+/// Prompt tokens and cached prompt tokens of each model answer in a `hearth agent --record`
+/// file, in order.
+pub fn recorded_prefill(
+    record: &std::path::Path,
+) -> Result<Vec<(u64, u64)>, Box<dyn std::error::Error + Send + Sync>> {
+    let mut out = vec![];
+    for line in std::fs::read_to_string(record)?.lines() {
+        let v: serde_json::Value = serde_json::from_str(line)?;
+        if v["type"] == "model_response" {
+            let n = |k: &str| v[k].as_u64().ok_or(format!("no {k} in {line}"));
+            out.push((n("prompt_tokens")?, n("cached_prompt_tokens")?));
+        }
+    }
+    Ok(out)
+}
 
 /// The real tokenizer of `family` (`qwen2.5`, `qwen3`) from `HEARTH_TOKENIZERS`, the shared
 /// folder or the fetch script's cache; `None` (a skip) where it is missing, an error instead
@@ -9,7 +180,7 @@ use std::path::PathBuf;
 pub fn real_tokenizer(family: &str) -> Result<Option<Tokenizer>, Box<dyn std::error::Error>> {
     let dirs = [
         std::env::var_os("HEARTH_TOKENIZERS").map(PathBuf::from),
-        Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/tokenizers")),
+        Some(repo().join("../shared/tokenizers")),
         std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/hearth/tokenizers")),
     ];
     let Some(path) = dirs

@@ -1,5 +1,5 @@
 //! Qwen3-MoE from GGUF: the tiny fixture converted by llama.cpp's own `convert_hf_to_gguf.py`
-//! (tests/fixtures/gguf_convert.py; f32 and Q8_0), whose experts lie in 3-D tensors
+//! (crates/engine/tests/fixtures/gguf_convert.py; f32 and Q8_0), whose experts lie in 3-D tensors
 //! (`ffn_{gate,up,down}_exps`), against the transformers goldens and Hearth on safetensors.
 
 mod common;

@@ -44,7 +44,7 @@ fn answers_the_capital_of_france() {
     assert!(!text.contains("<|im_end|>"), "stop token leaked: {text:?}");
 }
 
-/// Golden by tests/fixtures/gguf_golden.py: llama.cpp (llama-cpp-python 0.3.16), greedy, on an
+/// Golden by crates/engine/tests/fixtures/gguf_golden.py: llama.cpp (llama-cpp-python 0.3.16), greedy, on an
 /// AVX2 machine. Both quantize activations to 8 bits and take the same exact integer block
 /// products, but sum them in different orders (llama.cpp's x86 row dot products in eight f32
 /// lanes; Hearth's 16-row tiles one chain per row), so a near-tie may go either way. Fed

@@ -1,4 +1,4 @@
-//! The Qwen forward pass against Hugging Face transformers (goldens by tests/fixtures/generate.py).
+//! The Qwen forward pass against Hugging Face transformers (goldens by crates/engine/tests/fixtures/generate.py).
 
 mod common;
 

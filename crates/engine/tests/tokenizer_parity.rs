@@ -1,5 +1,5 @@
 //! Ids of the real Qwen2.5 and Qwen3 tokenizers equal Python `tokenizers`' (golden by
-//! tests/fixtures/generate.py); decoding gives the text back; streaming never splits a character.
+//! crates/engine/tests/fixtures/generate.py); decoding gives the text back; streaming never splits a character.
 
 mod common;
 
