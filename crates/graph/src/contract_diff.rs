@@ -11,11 +11,15 @@ use crate::pyvalue::py_eq;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
+/// How much a node's change matters, least to most; a node takes its worst change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ChangeSeverity {
+    /// Description or icon only.
     Nonbreaking,
+    /// Other changes to reads, writes, services, `is_terminal`, `requires_llm` or triggers.
     Behavioral,
+    /// A changed supervisor, a new LLM requirement or a removed write.
     Breaking,
 }
 
@@ -29,17 +33,23 @@ impl ChangeSeverity {
     }
 }
 
+/// What changed in one node present on both sides.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct NodeChange {
+    /// The node's name.
     pub node: String,
+    /// The worst of its changes.
     pub severity: ChangeSeverity,
+    /// One line per change, as agent-contracts prints them (`requires_llm: False -> True`).
     pub details: Vec<String>,
 }
 
+/// The result of [`diff_contracts`]: nodes added, removed and changed.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ContractDiff {
     /// Sorted names.
     pub added: Vec<String>,
+    /// Sorted names.
     pub removed: Vec<String>,
     /// One per changed node, sorted by name.
     pub changes: Vec<NodeChange>,

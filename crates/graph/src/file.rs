@@ -9,17 +9,24 @@ use serde::Deserialize;
 use std::path::Path;
 use std::sync::Arc;
 
+/// A contract file as written: custom slices, known services, nodes, subgraphs and
+/// supervisor settings.
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct ContractFile {
+    /// Custom slices, besides request, response and _internal.
     #[serde(default)]
     pub slices: Vec<String>,
+    /// Services that exist, for the validator's unknown-service check.
     #[serde(default)]
     pub services: Option<Vec<String>>,
+    /// Node contracts.
     #[serde(default)]
     pub nodes: Vec<NodeContract>,
+    /// Subgraph contracts.
     #[serde(default)]
     pub subgraphs: Vec<SubgraphContract>,
+    /// How the file's supervisors route (`[supervisor]`).
     #[serde(default)]
     pub supervisor: SupervisorSettings,
 }
@@ -40,10 +47,13 @@ pub enum ExplicitRoutingKind {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SupervisorSettings {
+    /// `response_type`s that end the run (default `done` and `error`).
     #[serde(default = "terminal_types")]
     pub terminal_response_types: Vec<String>,
+    /// Explicit routing before the rules (default return-to-sender).
     #[serde(default)]
     pub explicit_routing: ExplicitRoutingKind,
+    /// Longest string the LLM router sees untruncated; absent keeps the supervisor's default.
     #[serde(default)]
     pub max_field_length: Option<usize>,
 }
@@ -63,6 +73,7 @@ impl Default for SupervisorSettings {
 }
 
 impl ContractFile {
+    /// Reads a `.toml`, `.yaml`/`.yml` or `.json` file; unknown fields are an error.
     pub fn load(path: &Path) -> Result<Self> {
         let err = |m: String| GraphError::File {
             path: path.display().to_string(),
@@ -77,6 +88,7 @@ impl ContractFile {
         }
     }
 
+    /// A registry of the file's slices, node contracts (without implementations) and subgraphs.
     pub fn registry(&self) -> Result<Registry> {
         let mut r = Registry::new();
         for s in &self.slices {

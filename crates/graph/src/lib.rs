@@ -9,6 +9,8 @@
 //! there is no LangGraph underneath — the runtime walks supervisors and nodes itself;
 //! contracts can also be written in TOML; the validator has extra checks of its own.
 
+#![warn(missing_docs)]
+
 pub mod architecture;
 pub mod binascii;
 pub mod contract;

@@ -41,6 +41,7 @@ fn holds(state: &State, key: &str, expected: &Value, slices: &BTreeSet<String>) 
     }
 }
 
+/// Whether `cond` holds: every `when` pair does and no `when_not` pair does.
 pub fn matches(cond: &TriggerCondition, state: &State, slices: &BTreeSet<String>) -> bool {
     cond.when.iter().all(|(k, v)| holds(state, k, v, slices))
         && !cond
@@ -52,8 +53,11 @@ pub fn matches(cond: &TriggerCondition, state: &State, slices: &BTreeSet<String>
 /// A node whose trigger matched, with the condition that did.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Candidate {
+    /// The node's name.
     pub node: String,
+    /// The matching condition's priority.
     pub priority: i64,
+    /// Index of the condition in the node's `trigger_conditions`.
     pub condition_index: usize,
     /// The condition as agent-contracts prints it: `a=1 AND b=x`, `NOT a=1`, `(always)`.
     pub condition: String,

@@ -23,6 +23,7 @@ pub struct NodeInputs {
 }
 
 impl NodeInputs {
+    /// The slices of `state` that `contract` reads; `policy` decides what an undeclared read does.
     pub fn new(contract: &NodeContract, state: &State, policy: IoPolicy) -> Self {
         let slices = contract
             .reads
@@ -83,10 +84,12 @@ impl NodeInputs {
 /// What a node writes: fields per slice, merged into the state.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodeOutputs {
+    /// Slice name → fields (a JSON object) to merge into it.
     pub writes: Map<String, Value>,
 }
 
 impl NodeOutputs {
+    /// No writes.
     pub fn new() -> Self {
         Self::default()
     }
@@ -142,11 +145,14 @@ impl NodeOutputs {
 /// What a node gets besides its inputs: services by name, and the LLM.
 #[derive(Clone, Default)]
 pub struct NodeConfig {
+    /// Services by name, as contracts list them in `services`.
     pub services: HashMap<String, Arc<dyn Any + Send + Sync>>,
+    /// The LLM, for nodes that need one.
     pub llm: Option<Arc<dyn Llm>>,
 }
 
 impl NodeConfig {
+    /// The service `name` as a `T`; `None` if absent or of another type.
     pub fn service<T: Any + Send + Sync>(&self, name: &str) -> Option<Arc<T>> {
         self.services
             .get(name)
@@ -155,8 +161,10 @@ impl NodeConfig {
     }
 }
 
+/// A graph node: a contract, and code that turns its inputs into outputs.
 #[async_trait]
 pub trait Node: Send + Sync {
+    /// What the node declares; the registry and runtime route and check by it.
     fn contract(&self) -> &NodeContract;
     /// `Err` becomes `response_type = "error"` with the message.
     async fn execute(
@@ -171,11 +179,13 @@ pub trait Node: Send + Sync {
 pub trait Interactive: Send + Sync {
     /// The slice holding the conversation's progress (declared in reads and writes).
     fn context_slice(&self) -> &str;
+    /// The conversation's context so far; by default the context slice, or `{}`.
     fn prepare_context(&self, inputs: &NodeInputs) -> Value {
         inputs
             .get_slice(self.context_slice())
             .unwrap_or_else(|_| json!({}))
     }
+    /// Whether the context holds everything the node needs.
     fn check_completion(&self, context: &Value, inputs: &NodeInputs) -> bool;
     /// Takes the user's answer (`request.action == "answer"`); returns the new context.
     async fn process_answer(
@@ -184,12 +194,14 @@ pub trait Interactive: Send + Sync {
         inputs: &NodeInputs,
         config: &NodeConfig,
     ) -> std::result::Result<Value, String>;
+    /// The next question to ask, as outputs (usually a `response`).
     async fn generate_question(
         &self,
         context: &Value,
         inputs: &NodeInputs,
         config: &NodeConfig,
     ) -> std::result::Result<NodeOutputs, String>;
+    /// The outputs once complete; by default `response_type = "done"` with the context as data.
     fn create_completion_output(&self, context: &Value, _inputs: &NodeInputs) -> NodeOutputs {
         NodeOutputs::new().set(
             RESPONSE,
@@ -200,7 +212,9 @@ pub trait Interactive: Send + Sync {
 
 /// prepare_context → check_completion → process_answer → check_completion → question or done.
 pub struct InteractiveNode<T: Interactive> {
+    /// The node's contract.
     pub contract: NodeContract,
+    /// The question/answer logic.
     pub inner: T,
 }
 
@@ -243,7 +257,9 @@ impl<T: Interactive> Node for InteractiveNode<T> {
 
 /// Any hearth-agent [`Agent`] as a node: `request.message` in, `response` out.
 pub struct AgentNode {
+    /// The node's contract.
     pub contract: NodeContract,
+    /// The agent that answers.
     pub agent: Arc<dyn Agent>,
 }
 

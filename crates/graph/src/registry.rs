@@ -8,6 +8,8 @@ use crate::state::BUILT_IN_SLICES;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+/// Contracts, their implementations, valid slices and subgraphs: what the graph is built and
+/// validated from.
 #[derive(Clone, Default)]
 pub struct Registry {
     contracts: Vec<NodeContract>,
@@ -17,6 +19,7 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// A registry with only the built-in slices.
     pub fn new() -> Self {
         Self {
             slices: BUILT_IN_SLICES.iter().map(|s| s.to_string()).collect(),
@@ -29,6 +32,7 @@ impl Registry {
         self.slices.insert(name.into());
     }
 
+    /// Built-in and registered slice names.
     pub fn valid_slices(&self) -> &BTreeSet<String> {
         &self.slices
     }
@@ -58,6 +62,7 @@ impl Registry {
         Ok(())
     }
 
+    /// Registers a node and its contract (checked as in `add_contract`).
     pub fn add_node(&mut self, node: Arc<dyn Node>) -> Result<()> {
         self.add_contract(node.contract().clone())?;
         if let Some(last) = self.nodes.last_mut() {
@@ -66,6 +71,7 @@ impl Registry {
         Ok(())
     }
 
+    /// Registers a subgraph; its id must be unique and not a node's.
     pub fn add_subgraph(&mut self, subgraph: SubgraphContract) -> Result<()> {
         if self.contract(&subgraph.subgraph_id).is_some() {
             return Err(GraphError::Invalid(format!(
@@ -87,23 +93,28 @@ impl Registry {
         Ok(())
     }
 
+    /// Every contract, in registration order.
     pub fn contracts(&self) -> &[NodeContract] {
         &self.contracts
     }
 
+    /// The contract of node `name`.
     pub fn contract(&self, name: &str) -> Option<&NodeContract> {
         self.contracts.iter().find(|c| c.name == name)
     }
 
+    /// The implementation of node `name`; `None` for a bare contract.
     pub fn node(&self, name: &str) -> Option<&Arc<dyn Node>> {
         let i = self.contracts.iter().position(|c| c.name == name)?;
         self.nodes[i].as_ref()
     }
 
+    /// Every subgraph, in registration order.
     pub fn subgraphs(&self) -> &[SubgraphContract] {
         &self.subgraphs
     }
 
+    /// The subgraph `id`.
     pub fn subgraph(&self, id: &str) -> Option<&SubgraphContract> {
         self.subgraphs.iter().find(|s| s.subgraph_id == id)
     }

@@ -15,69 +15,108 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
 
+/// One request to the graph; its fields become the `request` slice.
 #[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
 pub struct RequestContext {
+    /// The session; its slices are saved after the run and restored on resume.
     pub session_id: String,
+    /// What the user does, e.g. `answer` to reply to a question.
     pub action: Option<String>,
+    /// Parameters of the action.
     pub params: Option<Value>,
+    /// The user's text.
     pub message: Option<String>,
+    /// An attached image.
     pub image: Option<String>,
     /// Restore the session's saved slices first.
     pub resume_session: bool,
 }
 
+/// What a trace step did.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum StepKind {
+    /// Ran a node.
     Node,
+    /// Entered (or was refused) a subgraph.
     Subgraph,
+    /// The supervisor decided `done`; its caller goes on.
     StopLocal,
+    /// The whole run ended (a terminal node, a budget or a refused subgraph).
     StopGlobal,
+    /// The supervisor ran out of iterations.
     Fallback,
 }
 
+/// One step of a run, for the trace.
 #[derive(Debug, Clone, Serialize)]
 pub struct TraceStep {
+    /// Number of decisions so far in the run.
     pub step: usize,
+    /// Subgraph nesting depth; 0 is the entry supervisor.
     pub depth: usize,
+    /// The deciding supervisor.
     pub supervisor: String,
+    /// What happened.
     pub kind: StepKind,
+    /// The node or subgraph, if any.
     pub target: Option<String>,
+    /// Why the supervisor chose it; `None` for stops.
     pub decision: Option<DecisionTrace>,
 }
 
+/// What a run produced: the response, the trace and the final state.
 #[derive(Debug, Clone, Serialize)]
 pub struct ExecutionResult {
+    /// The request's session.
     pub session_id: String,
+    /// `response.response_type` at the end.
     pub response_type: Option<String>,
+    /// `response.response_message` at the end.
     pub response_message: Option<String>,
+    /// `response.response_data` at the end.
     pub response_data: Option<Value>,
+    /// Supervisor decisions taken.
     pub steps: usize,
     /// Why the run ended early: max_depth_exceeded, max_steps_exceeded, cycle_detected,
     /// allowlist_violation, max_iterations.
     pub termination: Option<String>,
+    /// Every step, in order.
     pub trace: Vec<TraceStep>,
+    /// The state after the run (not serialised).
     #[serde(skip)]
     pub state: State,
 }
 
+/// Kinds of progress event a streamed run reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum StreamEventType {
+    /// A node starts.
     NodeStart,
+    /// A node finished.
     NodeEnd,
+    /// A status message, e.g. entering a subgraph.
     Status,
+    /// A step began (`step`, `max_steps`).
     Progress,
+    /// The non-empty `response` after a node ran.
     Data,
+    /// A node or the run failed.
     Error,
+    /// The run finished; the last event unless the run failed.
     Done,
 }
 
+/// A progress event of a streamed run.
 #[derive(Debug, Clone, Serialize)]
 pub struct StreamEvent {
+    /// What happened.
     #[serde(rename = "type")]
     pub kind: StreamEventType,
+    /// The node it concerns, if any.
     pub node_name: Option<String>,
+    /// Details, a JSON object.
     pub data: Value,
 }
 
@@ -95,19 +134,25 @@ impl StreamEvent {
     }
 }
 
+/// Application code around a run: prepare the state before it, observe the result after.
 #[async_trait]
 pub trait RuntimeHooks: Send + Sync {
+    /// Adjusts the state before the first supervisor runs; by default unchanged.
     async fn prepare_state(&self, state: State, _request: &RequestContext) -> State {
         state
     }
+    /// Called after the session is saved; by default does nothing.
     async fn after_execution(&self, _state: &State, _result: &ExecutionResult) {}
 }
 
 /// Subgraph budgets (agent-contracts' defaults).
 #[derive(Debug, Clone, Copy)]
 pub struct Budgets {
+    /// Deepest subgraph nesting.
     pub max_depth: usize,
+    /// Most supervisor decisions in one run.
     pub max_steps: usize,
+    /// Most times one subgraph may be entered in one run.
     pub max_reentry: usize,
 }
 
@@ -121,16 +166,25 @@ impl Default for Budgets {
     }
 }
 
+/// Runs a registry's graph for requests, keeping sessions in a store.
 pub struct Runtime {
+    /// Contracts and node implementations.
     pub registry: Registry,
+    /// Supervisors by name.
     pub supervisors: HashMap<String, Supervisor>,
+    /// The supervisor runs start at (default: the first one registered).
     pub entry: String,
+    /// Where sessions are saved.
     pub store: Arc<dyn SessionStore>,
     /// Slices restored on resume (default `_internal`).
     pub restore_slices: Vec<String>,
+    /// What undeclared reads and writes do.
     pub policy: IoPolicy,
+    /// Called before and after each run, in order.
     pub hooks: Vec<Arc<dyn RuntimeHooks>>,
+    /// Services and LLM passed to every node.
     pub config: NodeConfig,
+    /// Subgraph and step limits.
     pub budgets: Budgets,
 }
 
@@ -192,6 +246,7 @@ impl Runtime {
         })
     }
 
+    /// Runs one request to the end, without events.
     pub async fn execute(&self, request: RequestContext) -> Result<ExecutionResult> {
         self.run(request, None).await
     }

@@ -8,6 +8,7 @@ use crate::binascii::{b64decode, pad};
 use crate::pyvalue::{is_py_space, py_str, py_strip};
 use serde_json::Value;
 
+/// Default longest string the router sees whole; longer ones are truncated.
 pub const DEFAULT_MAX_FIELD_LENGTH: usize = 10_000;
 /// Longer strings are not inspected at all.
 pub const MAX_INPUT_LENGTH: usize = 10_000_000;
@@ -46,6 +47,8 @@ pub fn sanitize(v: &Value, max_field_length: usize) -> Value {
     }
 }
 
+/// One string as the LLM router may see it: data URIs, JWTs, binary links, base64, hex and
+/// oversized input become placeholders; long text is truncated.
 pub fn sanitize_str(raw: &str, max_field_length: usize) -> String {
     let len = raw.chars().count();
     if len > MAX_INPUT_LENGTH {

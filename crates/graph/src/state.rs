@@ -4,9 +4,13 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+/// The request slice: session id, action, params, message, image.
 pub const REQUEST: &str = "request";
+/// The response slice: response type, message and data.
 pub const RESPONSE: &str = "response";
+/// The runtime's own slice: turn count, next node, errors.
 pub const INTERNAL: &str = "_internal";
+/// Slices every registry has.
 pub const BUILT_IN_SLICES: &[&str] = &[REQUEST, RESPONSE, INTERNAL];
 
 /// What happens on reads and writes a contract did not declare.
@@ -30,12 +34,15 @@ impl Default for IoPolicy {
     }
 }
 
+/// The graph's state: named slices, each a JSON object.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct State {
+    /// Slice name → its object.
     pub slices: Map<String, Value>,
 }
 
 impl State {
+    /// The built-in slices, empty.
     pub fn new() -> Self {
         let mut s = Self::default();
         for name in BUILT_IN_SLICES {
@@ -44,11 +51,13 @@ impl State {
         s
     }
 
+    /// The slice `name`, or null if absent.
     pub fn slice(&self, name: &str) -> &Value {
         static EMPTY: Value = Value::Null;
         self.slices.get(name).unwrap_or(&EMPTY)
     }
 
+    /// The slice `name` to modify, created (or replaced by `{}` if not an object) first.
     pub fn slice_mut(&mut self, name: &str) -> &mut Map<String, Value> {
         let v = self
             .slices
@@ -73,10 +82,12 @@ impl State {
         Some(v)
     }
 
+    /// `slice.field`, if present.
     pub fn get(&self, slice: &str, field: &str) -> Option<&Value> {
         self.slices.get(slice)?.get(field)
     }
 
+    /// Sets `slice.field`, creating the slice if needed.
     pub fn set(&mut self, slice: &str, field: &str, value: Value) {
         self.slice_mut(slice).insert(field.into(), value);
     }
@@ -96,22 +107,27 @@ impl State {
     }
 
     // _internal
+    /// `_internal.turn_count`: requests so far (0 if unset).
     pub fn turn_count(&self) -> u64 {
         self.get(INTERNAL, "turn_count")
             .and_then(Value::as_u64)
             .unwrap_or(0)
     }
+    /// `_internal.is_first_turn` (true if unset).
     pub fn is_first_turn(&self) -> bool {
         self.get(INTERNAL, "is_first_turn")
             .and_then(Value::as_bool)
             .unwrap_or(true)
     }
+    /// `_internal.active_mode`.
     pub fn active_mode(&self) -> Option<String> {
         self.str_of(INTERNAL, "active_mode")
     }
+    /// `_internal.next_node`: a target for explicit routing.
     pub fn next_node(&self) -> Option<String> {
         self.str_of(INTERNAL, "next_node")
     }
+    /// Sets `_internal.next_node`, or null to clear it.
     pub fn set_next_node(&mut self, node: Option<&str>) {
         self.set(
             INTERNAL,
@@ -119,45 +135,57 @@ impl State {
             node.map(Value::from).unwrap_or(Value::Null),
         );
     }
+    /// `_internal.error`: the last node failure.
     pub fn error(&self) -> Option<String> {
         self.str_of(INTERNAL, "error")
     }
+    /// Counts a new request: bumps `turn_count`, clears `is_first_turn`.
     pub fn increment_turn(&mut self) {
         let n = self.turn_count() + 1;
         self.set(INTERNAL, "turn_count", n.into());
         self.set(INTERNAL, "is_first_turn", false.into());
     }
+    /// Records a node failure in `_internal.error`.
     pub fn set_error(&mut self, message: &str) {
         self.set(INTERNAL, "error", message.into());
     }
+    /// Removes `_internal.error`.
     pub fn clear_error(&mut self) {
         self.slice_mut(INTERNAL).remove("error");
     }
 
     // request
+    /// `request.session_id`.
     pub fn session_id(&self) -> Option<String> {
         self.str_of(REQUEST, "session_id")
     }
+    /// `request.action`.
     pub fn action(&self) -> Option<String> {
         self.str_of(REQUEST, "action")
     }
+    /// `request.params`.
     pub fn params(&self) -> Option<&Value> {
         self.get(REQUEST, "params")
     }
+    /// `request.message`.
     pub fn message(&self) -> Option<String> {
         self.str_of(REQUEST, "message")
     }
+    /// `request.image`.
     pub fn image(&self) -> Option<String> {
         self.str_of(REQUEST, "image")
     }
 
     // response
+    /// `response.response_type`.
     pub fn response_type(&self) -> Option<String> {
         self.str_of(RESPONSE, "response_type")
     }
+    /// `response.response_data`.
     pub fn response_data(&self) -> Option<&Value> {
         self.get(RESPONSE, "response_data")
     }
+    /// `response.response_message`.
     pub fn response_message(&self) -> Option<String> {
         self.str_of(RESPONSE, "response_message")
     }

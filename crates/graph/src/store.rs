@@ -9,12 +9,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
+/// Saves and restores a session's slices between requests.
 pub trait SessionStore: Send + Sync {
+    /// The slices saved for `session_id`, or `None` if there are none.
     fn load(&self, session_id: &str) -> Result<Option<Map<String, Value>>>;
+    /// Replaces the session's saved slices.
     fn save(&self, session_id: &str, slices: &Map<String, Value>) -> Result<()>;
+    /// Forgets the session.
     fn delete(&self, session_id: &str) -> Result<()>;
 }
 
+/// Sessions in memory, lost on exit (tests).
 #[derive(Default)]
 pub struct MemoryStore {
     sessions: Mutex<HashMap<String, Map<String, Value>>>,
@@ -49,6 +54,7 @@ fn poisoned() -> GraphError {
     }
 }
 
+/// Sessions in Hearth's SQLite session database (table `hearth_sessions`).
 pub struct SqliteStore {
     path: PathBuf,
     conn: Mutex<Connection>,

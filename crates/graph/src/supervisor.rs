@@ -18,21 +18,31 @@ use std::sync::Arc;
 
 pub use crate::contract::CALL_SUBGRAPH;
 
+/// Which routing step decided.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DecisionKind {
+    /// `response_type` is terminal: done.
     TerminalState,
+    /// The explicit-routing handler named a valid target.
     ExplicitRouting,
+    /// The best matching trigger.
     RuleMatch,
+    /// The LLM chose (or gave an invalid answer and the best rule was taken).
     LlmDecision,
+    /// No rule matched (and no LLM answer): the previous node, else done.
     Fallback,
 }
 
+/// Where a supervisor routes next.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "kind", content = "target")]
 pub enum Decision {
+    /// Run this node.
     Node(String),
+    /// Enter this subgraph.
     Subgraph(String),
+    /// This supervisor is finished.
     Done,
 }
 
@@ -58,15 +68,20 @@ impl Decision {
     }
 }
 
+/// A decision and how it was reached.
 #[derive(Debug, Clone, Serialize)]
 pub struct DecisionTrace {
     /// The target (`done`, `call_subgraph::<id>` or a node), as agent-contracts' `selected_node`.
     pub selected_node: String,
+    /// The target, parsed.
     pub decision: Decision,
+    /// The step that decided.
     pub decision_type: DecisionKind,
     /// Every node whose trigger matched, best first.
     pub matched_rules: Vec<Candidate>,
+    /// The LLM decided.
     pub llm_used: bool,
+    /// The LLM's reasoning, or why its answer was replaced.
     pub llm_reasoning: Option<String>,
 }
 
@@ -106,17 +121,23 @@ pub fn return_to_sender(state: &State) -> Option<String> {
     None
 }
 
+/// Routes among the nodes whose contracts name it.
 #[derive(Clone)]
 pub struct Supervisor {
+    /// The name contracts use in `supervisor`.
     pub name: String,
+    /// The LLM router; `None` routes by rules only.
     pub llm: Option<Arc<dyn Llm>>,
     /// `response_type`s that end the run (agent-contracts reads them from its config, empty
     /// by default; Hearth's runtime sets `done` and `error`).
     pub terminal_response_types: BTreeSet<String>,
     /// agent-contracts has none by default; Hearth's runtime sets [`return_to_sender`].
     pub explicit_routing: Option<ExplicitRouting>,
+    /// Decisions per visit before the run ends with `max_iterations`.
     pub max_iterations: usize,
+    /// Longest string the LLM router sees untruncated.
     pub max_field_length: usize,
+    /// What the LLM router sees; `None` shows request, response and _internal.
     pub context_builder: Option<ContextBuilder>,
     /// Subgraph ids this supervisor may call (`call_subgraph::<id>` in `_internal.next_node`).
     pub subgraphs: BTreeSet<String>,
@@ -160,6 +181,8 @@ impl Supervisor {
             .is_some_and(|c| c.supervisor == self.name)
     }
 
+    /// The next target for `state`, with the step that chose it and the matched rules.
+    /// `previous` is the node that ran last (suggested to the LLM, and the fallback).
     pub fn decide_with_trace<'a>(
         &'a self,
         state: &'a State,

@@ -16,24 +16,34 @@ use crate::state::REQUEST;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
+/// How serious a finding is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
+    /// The contracts are wrong.
     Error,
+    /// Probably a mistake; an error when strict.
     Warning,
+    /// Worth knowing.
     Info,
 }
 
+/// One problem the validator found.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Finding {
+    /// How serious it is.
     pub severity: Severity,
     /// What is wrong, e.g. `unknown_slice_read`, `no_trigger_conditions`, `shared_writers`.
     pub kind: String,
+    /// The node concerned, if any.
     pub node: Option<String>,
+    /// The subgraph concerned, if any.
     pub subgraph: Option<String>,
+    /// The slice concerned, if any.
     pub slice: Option<String>,
     /// A check of Hearth's that agent-contracts does not make.
     pub extra: bool,
+    /// The agent-contracts message.
     pub message: String,
 }
 
@@ -63,6 +73,7 @@ impl Finding {
     }
 }
 
+/// All findings of one validation.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ValidationResult {
     /// Errors, then warnings, then info, each in the order the checks ran.
@@ -70,10 +81,12 @@ pub struct ValidationResult {
 }
 
 impl ValidationResult {
+    /// Any finding is an error.
     pub fn has_errors(&self) -> bool {
         self.findings.iter().any(|f| f.severity == Severity::Error)
     }
 
+    /// How many findings have severity `s`.
     pub fn count(&self, s: Severity) -> usize {
         self.findings.iter().filter(|f| f.severity == s).count()
     }
@@ -108,10 +121,13 @@ impl std::fmt::Display for ValidationResult {
     }
 }
 
+/// Static checks of a registry's contracts, configured by its fields.
 pub struct Validator<'a> {
+    /// The registry to check.
     pub registry: &'a Registry,
     /// Services that exist; `None` skips the service check.
     pub known_services: Option<BTreeSet<String>>,
+    /// Warnings become errors (`STRICT: …`).
     pub strict: bool,
     /// The supervisor runs start at (others must be reachable through subgraphs).
     pub entry: String,
@@ -120,6 +136,7 @@ pub struct Validator<'a> {
 }
 
 impl<'a> Validator<'a> {
+    /// Checks `registry`: extra checks on, entry `main`, not strict, no service check.
     pub fn new(registry: &'a Registry) -> Self {
         Self {
             registry,
@@ -130,6 +147,7 @@ impl<'a> Validator<'a> {
         }
     }
 
+    /// Runs every check; findings come as errors, then warnings, then info.
     pub fn validate(&self) -> ValidationResult {
         let mut errors = vec![];
         let mut warnings = vec![];
