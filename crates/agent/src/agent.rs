@@ -13,8 +13,11 @@ use async_trait::async_trait;
 use serde_json::{Map, Value};
 use std::sync::Arc;
 
+/// An agent: a named step over a session's messages, with optional memory, hooks and
+/// sub-agents.
 #[async_trait]
 pub trait Agent: Send + Sync {
+    /// The agent's name, as hooks see it and as the sender of its own messages.
     fn name(&self) -> &str;
 
     /// The agent's memory, if it keeps one.
@@ -88,6 +91,7 @@ pub trait Agent: Send + Sync {
         out
     }
 
+    /// Restores a session from [`Agent::state_dict`]'s output, sub-agents by their dotted keys.
     fn load_state_dict(&self, session: &str, state: &Map<String, Value>) -> Result<()> {
         if let (Some(m), Some(v)) = (self.memory(), state.get("memory")) {
             m.with(session, |mem| mem.load(v))
@@ -126,17 +130,26 @@ pub trait Agent: Send + Sync {
 
 /// lagent's `Agent`: an LLM, a system template, memory, an aggregator and an output parser.
 pub struct LlmAgent {
+    /// Sender name of its messages.
     pub name: String,
+    /// The model it asks.
     pub llm: Arc<dyn Llm>,
+    /// The system message, if any.
     pub template: Option<String>,
+    /// One memory per session.
     pub memory: MemoryManager,
+    /// Turns memory into the model's messages.
     pub aggregator: Box<dyn Aggregator>,
+    /// Reads each answer into `formatted`; its stop words join the request's.
     pub parser: Option<Box<dyn OutputParser>>,
+    /// Run around each call.
     pub hooks: Hooks,
+    /// Defaults for every model call; its `session` is the KV cache released on reset.
     pub request: LlmRequest,
 }
 
 impl LlmAgent {
+    /// An agent with an empty memory, the [`DefaultAggregator`] and no parser.
     pub fn new(name: impl Into<String>, llm: Arc<dyn Llm>, template: Option<&str>) -> Self {
         Self {
             name: name.into(),
@@ -265,7 +278,9 @@ impl LlmAgent {
 
 /// Agents in a row, each reading the previous one's output; `exit_at` stops early.
 pub struct Sequential {
+    /// The pipeline's name.
     pub name: String,
+    /// (field name, agent) pairs, run in order; the field name prefixes their state keys.
     pub agents: Vec<(String, Box<dyn Agent>)>,
     /// Stops after the agent whose output this accepts.
     pub exit_at: Option<ExitTest>,
@@ -306,7 +321,9 @@ impl Agent for Sequential {
 /// Agents held in a list (state keys `0.memory`, `1.memory`, …); calling it runs them all on
 /// the same input and returns the last answer.
 pub struct AgentList {
+    /// The list's name.
     pub name: String,
+    /// The agents, run in order.
     pub agents: Vec<Box<dyn Agent>>,
 }
 
@@ -336,7 +353,9 @@ impl Agent for AgentList {
 /// Agents by name (state keys `<name>.memory`); calling it routes to the agent named by the
 /// last message's `receiver`.
 pub struct AgentMap {
+    /// The map's name.
     pub name: String,
+    /// Agents by the name a message's `receiver` gives.
     pub agents: std::collections::BTreeMap<String, Box<dyn Agent>>,
 }
 

@@ -5,6 +5,7 @@ use crate::parser::{OutputParser, ParseStatus, ParsedOutput};
 use hearth_engine::ChatMessage;
 use serde_json::Value;
 
+/// Builds the chat messages of one model call from an agent's memory.
 pub trait Aggregator: Send + Sync {
     /// `name` is the agent's own sender name; `system` its instruction.
     fn aggregate(

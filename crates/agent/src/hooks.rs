@@ -7,6 +7,8 @@ use crate::tool::ToolResult;
 use hearth_engine::ToolCall;
 use std::sync::{Arc, Mutex, Weak};
 
+/// Code run around an agent's calls and its tool calls; each method passes its input on
+/// unchanged by default.
 pub trait Hook: Send + Sync {
     /// Called before the input is recorded; may return replacement inputs.
     fn before_agent(
@@ -54,10 +56,12 @@ pub struct HookHandle {
 }
 
 impl Hooks {
+    /// No hooks.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Adds a hook after the others; the handle removes it again.
     pub fn add(&self, hook: Arc<dyn Hook>) -> HookHandle {
         let mut list = self.list.lock().unwrap_or_else(|p| p.into_inner());
         let id = list.next_id;
@@ -75,6 +79,7 @@ impl Hooks {
         list.hooks.iter().map(|(_, h)| h.clone()).collect()
     }
 
+    /// How many hooks there are.
     pub fn len(&self) -> usize {
         self.list
             .lock()
@@ -83,6 +88,7 @@ impl Hooks {
             .len()
     }
 
+    /// Whether there are no hooks.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -20,9 +20,11 @@ const MAX_FILE_BYTES: u64 = 2 << 20;
 pub struct Passage {
     /// The file, relative to the folder.
     pub file: PathBuf,
+    /// The passage: paragraphs of the file.
     pub text: String,
 }
 
+/// A folder's text files as passages ranked with BM25: [`Knowledge`] for the tool loop.
 pub struct FolderKnowledge {
     root: PathBuf,
     passages: Vec<Passage>,
@@ -146,10 +148,12 @@ impl FolderKnowledge {
         }
     }
 
+    /// The folder.
     pub fn root(&self) -> &Path {
         &self.root
     }
 
+    /// Every passage, files in path order.
     pub fn passages(&self) -> &[Passage] {
         &self.passages
     }

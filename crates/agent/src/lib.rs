@@ -18,6 +18,8 @@
 //! rather than registered callables; there is no separate async twin of each class, since
 //! every entry point is async and `call_blocking` covers synchronous callers.
 
+#![warn(missing_docs)]
+
 pub mod agent;
 pub mod aggregator;
 pub mod error;

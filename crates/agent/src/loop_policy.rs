@@ -5,6 +5,7 @@
 use hearth_engine::ToolCall;
 use serde_json::Value;
 
+/// What the tool loop does with calls it should not run, and what it tells the model then.
 #[derive(Debug, Clone)]
 pub struct LoopPolicy {
     /// Corrections a run may give for calls it cannot take (unknown tools, tools withheld).
@@ -45,6 +46,7 @@ impl LoopPolicy {
         fresh
     }
 
+    /// The correction for a call to `name`, which is none of `tools`.
     pub fn unknown_tool(&self, name: &str, tools: &[String]) -> String {
         format!(
             "There is no tool named `{name}`. The tools are: {}. Call one of them, or answer in plain words.",
@@ -52,14 +54,17 @@ impl LoopPolicy {
         )
     }
 
+    /// The correction for a tool call made while the tools are withheld.
     pub fn tools_withheld(&self) -> &'static str {
         "Do not call tools now. Answer the original question in plain words, using the tool results above."
     }
 
+    /// What the model is told when it asks only for calls already made.
     pub fn repeated_calls(&self) -> &'static str {
         "You already have the tool results above. Do not call tools again: answer the original question now."
     }
 
+    /// What the model is told when a required tool call is missing.
     pub fn call_required(&self) -> &'static str {
         "Call one of the tools to do this."
     }

@@ -6,6 +6,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
+/// The messages of one session, in order.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Memory {
     messages: Vec<AgentMessage>,
@@ -14,6 +15,7 @@ pub struct Memory {
 }
 
 impl Memory {
+    /// An empty memory whose `get` returns at most `recent_n` messages unless told otherwise.
     pub fn new(recent_n: Option<usize>) -> Self {
         Self {
             messages: vec![],
@@ -42,6 +44,7 @@ impl Memory {
             .collect()
     }
 
+    /// Appends a message.
     pub fn add(&mut self, message: AgentMessage) {
         self.messages.push(message);
     }
@@ -56,18 +59,22 @@ impl Memory {
         });
     }
 
+    /// Number of messages.
     pub fn len(&self) -> usize {
         self.messages.len()
     }
 
+    /// Whether it holds no message.
     pub fn is_empty(&self) -> bool {
         self.messages.is_empty()
     }
 
+    /// The messages as a JSON array.
     pub fn save(&self) -> Value {
         serde_json::to_value(&self.messages).unwrap_or(Value::Array(vec![]))
     }
 
+    /// Replaces the messages with those of a [`Memory::save`] array.
     pub fn load(&mut self, saved: &Value) -> Result<(), String> {
         self.messages =
             serde_json::from_value(saved.clone()).map_err(|e| format!("memory: {e}"))?;
@@ -83,6 +90,7 @@ pub struct MemoryManager {
 }
 
 impl MemoryManager {
+    /// No sessions yet; each memory made keeps a window of `recent_n` messages.
     pub fn new(recent_n: Option<usize>) -> Self {
         Self {
             sessions: Mutex::new(BTreeMap::new()),
@@ -99,10 +107,12 @@ impl MemoryManager {
         f(memory)
     }
 
+    /// The session's messages, within its window.
     pub fn get(&self, session: &str) -> Vec<AgentMessage> {
         self.with(session, |m| m.get(None, None))
     }
 
+    /// Appends a message to the session's memory.
     pub fn add(&self, session: &str, message: AgentMessage) {
         self.with(session, |m| m.add(message));
     }
@@ -116,6 +126,7 @@ impl MemoryManager {
             .is_some()
     }
 
+    /// Whether the session has a memory.
     pub fn has(&self, session: &str) -> bool {
         self.sessions
             .lock()

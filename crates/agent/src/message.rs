@@ -31,18 +31,31 @@ macro_rules! int_enum {
 int_enum!(
     /// lagent's `AgentStatusCode`.
     AgentStatusCode {
+        /// The message is complete.
         End = 0,
+        /// The message is still streaming.
         StreamIng = 1,
+        /// The server failed.
         ServerErr = -1,
+        /// The session has been closed.
         SessionClosed = -2,
+        /// The request is too long for the session.
         SessionOutOfLimit = -3,
+        /// An argument of the request is invalid.
         SessionInvalidArg = -4,
+        /// The session is ready for inference.
         SessionReady = 2,
+        /// A tool call starts.
         PluginStart = 3,
+        /// A tool call has ended.
         PluginEnd = 4,
+        /// A tool call's result is back.
         PluginReturn = 5,
+        /// Code (for the interpreter) starts.
         Coding = 6,
+        /// The code has ended.
         CodeEnd = 7,
+        /// The code's result is back.
         CodeReturn = 8,
     }
 );
@@ -50,10 +63,15 @@ int_enum!(
 int_enum!(
     /// The status of a tool result (lagent's `ActionStatusCode`).
     ActionStatusCode {
+        /// The tool ran and gave its output.
         Success = 0,
+        /// The tool is still running.
         Ing = 1,
+        /// An HTTP request of the tool failed.
         HttpError = -1000,
+        /// The arguments are invalid (not JSON, or not valid against the schema).
         ArgsError = -1001,
+        /// The tool failed otherwise: unknown, timed out, panicked, or gave an error.
         ApiError = -1002,
     }
 );
@@ -61,6 +79,7 @@ int_enum!(
 /// A message in an agent's memory: who sent it, what it says, and what a parser made of it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AgentMessage {
+    /// Who sent it: `user`, an agent's name, or a tool's name.
     #[serde(default = "user")]
     pub sender: String,
     /// Text or any JSON.
@@ -68,12 +87,17 @@ pub struct AgentMessage {
     /// The output parser's reading of `content` (tool calls, status), if any.
     #[serde(default)]
     pub formatted: Option<Value>,
+    /// Anything else (a tool result's call id, a run's stop reason).
     #[serde(default)]
     pub extra_info: Option<Value>,
+    /// What kind of message it is (`type` in JSON), e.g.
+    /// [`TOOL_RESULT`](crate::aggregator::TOOL_RESULT); `None` for an ordinary one.
     #[serde(rename = "type", default)]
     pub kind: Option<String>,
+    /// The agent it is addressed to ([`AgentMap`](crate::agent::AgentMap) routes by it).
     #[serde(default)]
     pub receiver: Option<String>,
+    /// Whether it is still streaming or complete.
     #[serde(default = "end")]
     pub stream_state: AgentStatusCode,
 }
@@ -87,6 +111,7 @@ fn end() -> AgentStatusCode {
 }
 
 impl AgentMessage {
+    /// A complete message from `sender`, with nothing parsed.
     pub fn new(sender: impl Into<String>, content: impl Into<Value>) -> Self {
         Self {
             sender: sender.into(),

@@ -24,25 +24,35 @@ pub const RECORDING_VERSION: u32 = 1;
 /// What the agent was: enough to build it again for a replay.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AgentConfig {
+    /// The agent's name.
     pub name: String,
+    /// The start of its system prompt.
     pub persona: String,
+    /// Instructions after the persona.
     #[serde(default)]
     pub instructions: Option<String>,
+    /// Model calls a run may make.
     pub max_iterations: usize,
+    /// Messages of history kept verbatim.
     pub history_window: usize,
     /// The tools' schemas, as offered to the model.
     pub tools: Vec<Value>,
+    /// Default answer length.
     #[serde(default)]
     pub max_tokens: Option<usize>,
+    /// Default sampling.
     #[serde(default)]
     pub sampling: Option<SamplingParams>,
+    /// Default stop words.
     #[serde(default)]
     pub stop: Option<Vec<String>>,
+    /// Default thinking switch.
     #[serde(default)]
     pub enable_thinking: Option<bool>,
 }
 
 impl AgentConfig {
+    /// The configuration of `agent` as it is now.
     pub fn of(agent: &ToolAgent) -> Self {
         Self {
             name: agent.name.clone(),
@@ -75,11 +85,15 @@ impl AgentConfig {
 /// The first line of a recording.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunHeader {
+    /// The format version ([`RECORDING_VERSION`]).
     pub version: u32,
     /// The model's name as its [`Llm`] gives it.
     pub model: String,
+    /// The message the run answered.
     pub task: String,
+    /// The session it ran in.
     pub session: String,
+    /// The agent's configuration.
     pub agent: AgentConfig,
     /// The agent's state dict for the session before the run (memory, summary).
     pub state: Map<String, Value>,
@@ -117,43 +131,70 @@ impl RunHeader {
 pub enum Entry {
     /// Boxed: the header is large and there is one per recording.
     Run(Box<RunHeader>),
+    /// A request to the model.
     ModelRequest {
+        /// The model call's number in the run, from 1.
         step: usize,
+        /// The prompt's messages.
         messages: Vec<ChatMessage>,
+        /// Tool schemas offered.
         #[serde(default)]
         tools: Vec<Value>,
+        /// Answer length asked for.
         #[serde(default)]
         max_tokens: Option<usize>,
+        /// Sampling asked for.
         #[serde(default)]
         sampling: Option<SamplingParams>,
+        /// Stop words.
         #[serde(default)]
         stop: Option<Vec<String>>,
+        /// Thinking switch.
         #[serde(default)]
         enable_thinking: Option<bool>,
     },
+    /// The model's whole answer to request `step`.
     ModelResponse {
+        /// The request answered.
         step: usize,
+        /// The answer.
         text: String,
+        /// The reasoning before it.
         #[serde(default, skip_serializing_if = "String::is_empty")]
         reasoning: String,
+        /// Why it stopped (`stop`, `length`, `cancelled`).
         finish: String,
+        /// Tokens of the prompt.
         prompt_tokens: usize,
+        /// Prompt tokens found in the KV cache.
         cached_prompt_tokens: usize,
+        /// Tokens of the answer.
         completion_tokens: usize,
+        /// Milliseconds from the request to the end of the answer.
         duration_ms: u64,
     },
+    /// The model failed on request `step`.
     ModelError {
+        /// The request that failed.
         step: usize,
+        /// The error.
         message: String,
+        /// Milliseconds from the request to the failure.
         duration_ms: u64,
     },
+    /// A tool call about to run.
     ToolCall {
+        /// The call.
         call: ToolCall,
     },
+    /// A tool call's result.
     ToolResult {
+        /// The result.
         result: ToolResult,
     },
+    /// The run's outcome, the last line.
     End {
+        /// What the run came to.
         run: ToolAgentRun,
     },
 }
@@ -188,6 +229,7 @@ pub struct Recorder {
 }
 
 impl Recorder {
+    /// Records in memory only.
     pub fn in_memory() -> Self {
         Self {
             sink: Arc::new(Mutex::new(Sink {
@@ -218,6 +260,8 @@ impl Recorder {
         agent.hooks.add(Arc::new(self.clone()));
     }
 
+    /// Adds an entry (and writes it, flushed, to the file); a failed write is kept for
+    /// [`Recorder::check`].
     pub fn write(&self, entry: Entry) {
         let mut guard = self.sink.lock().unwrap_or_else(|p| p.into_inner());
         let sink = &mut *guard;
@@ -240,6 +284,7 @@ impl Recorder {
         sink.steps
     }
 
+    /// Every entry recorded so far.
     pub fn entries(&self) -> Vec<Entry> {
         self.sink
             .lock()
@@ -281,6 +326,7 @@ pub struct RecordingLlm {
 }
 
 impl RecordingLlm {
+    /// Passes requests to `inner`, recording them and their answers in `recorder`.
     pub fn new(inner: Arc<dyn Llm>, recorder: Recorder) -> Self {
         Self { inner, recorder }
     }
@@ -354,13 +400,16 @@ impl Llm for RecordingLlm {
 /// A recording read back.
 #[derive(Debug, Clone)]
 pub struct Recording {
+    /// The file read.
     pub path: PathBuf,
+    /// The first line.
     pub header: RunHeader,
     /// Every line after the header.
     pub entries: Vec<Entry>,
 }
 
 impl Recording {
+    /// Reads the recording at `path`: a header of a format this build reads, then entries.
     pub fn read(path: &Path) -> Result<Self> {
         let err = |m: String| AgentError::Recording {
             path: path.display().to_string(),

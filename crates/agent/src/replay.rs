@@ -21,6 +21,7 @@ pub struct ReplayLlm {
 }
 
 impl ReplayLlm {
+    /// Gives the model answers and errors of `recording`.
     pub fn new(recording: &Recording) -> Self {
         let answers = recording
             .entries
@@ -159,10 +160,13 @@ pub struct Divergence {
     pub index: usize,
     /// The recorded entry there (`model request 3`, …), or `end of recording`.
     pub recorded: String,
+    /// The replay's entry there, or `end of replay`.
     pub replayed: String,
     /// The first differing field (`messages[2].content`) and both values.
     pub path: String,
+    /// The recorded value at `path` (the whole entry where one side has ended).
     pub recorded_value: Option<Value>,
+    /// The replayed value at `path` (the whole entry where one side has ended).
     pub replayed_value: Option<Value>,
 }
 
@@ -291,8 +295,11 @@ pub fn first_difference(recorded: &[Entry], replayed: &[Entry]) -> Option<Diverg
 /// A replay's outcome: the run, its own entries, and the first divergence, if any.
 #[derive(Debug, Clone)]
 pub struct ReplayOutcome {
+    /// The replayed run.
     pub run: ToolAgentRun,
+    /// The replay's entries, after the header.
     pub entries: Vec<Entry>,
+    /// The first difference from the recording; `None` when they agree.
     pub divergence: Option<Divergence>,
 }
 

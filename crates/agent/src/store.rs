@@ -27,11 +27,13 @@ const GRAPH_TABLE: &str = "hearth_sessions";
 /// A session as it was last saved.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SavedSession {
+    /// The agent's state dict.
     pub state: Map<String, Value>,
     /// Completed turns saved so far.
     pub turns: u64,
 }
 
+/// Named agent sessions in one SQLite file (see the module docs).
 pub struct SessionStore {
     path: PathBuf,
     conn: Arc<Mutex<Connection>>,
@@ -150,6 +152,7 @@ impl SessionStore {
         })
     }
 
+    /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -162,6 +165,7 @@ impl SessionStore {
         self.conn.lock().map_err(|_| self.err("lock poisoned"))
     }
 
+    /// The session saved under `name`, if any.
     pub fn load(&self, name: &str) -> Result<Option<SavedSession>> {
         let conn = self.lock()?;
         let row: Option<(String, i64)> = conn
@@ -245,6 +249,7 @@ impl SessionStore {
         Ok(kv.flatten())
     }
 
+    /// Deletes a saved session; false if there was none.
     pub fn delete(&self, name: &str) -> Result<bool> {
         let conn = self.lock()?;
         let n = conn
@@ -317,6 +322,7 @@ impl SessionStore {
 }
 
 impl SessionClaim {
+    /// The session held.
     pub fn name(&self) -> &str {
         &self.name
     }

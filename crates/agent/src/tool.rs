@@ -12,9 +12,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Something the model can call: a name, a description, an argument schema and an async call.
 #[async_trait]
 pub trait Tool: Send + Sync {
+    /// The name the model calls it by.
     fn name(&self) -> &str;
+    /// What it does, as the model reads it.
     fn description(&self) -> &str;
     /// JSON schema of the arguments object.
     fn parameters(&self) -> Value;
@@ -35,16 +38,22 @@ pub fn schema_of<T: schemars::JsonSchema>() -> Value {
 /// What a tool call came to.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolResult {
+    /// The call's id, if it had one.
     pub id: Option<String>,
+    /// The tool called.
     pub name: String,
+    /// The arguments (a JSON string decoded into the object it encodes).
     pub arguments: Value,
+    /// Success, or what went wrong.
     pub status: ActionStatusCode,
     /// The tool's output, or the error message.
     pub content: String,
+    /// How long the call took, in milliseconds.
     pub duration_ms: u64,
 }
 
 impl ToolResult {
+    /// Whether the tool succeeded.
     pub fn ok(&self) -> bool {
         self.status == ActionStatusCode::Success
     }
@@ -59,6 +68,7 @@ impl ToolResult {
     }
 }
 
+/// Tools by name; runs calls with argument checks and a timeout (30 s by default).
 #[derive(Clone)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<dyn Tool>>,
@@ -75,31 +85,38 @@ impl Default for ToolRegistry {
 }
 
 impl ToolRegistry {
+    /// An empty registry.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// How long a call may run before it fails.
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
     }
 
+    /// Adds a tool, replacing one of the same name.
     pub fn add(&mut self, tool: Arc<dyn Tool>) {
         self.tools.insert(tool.name().to_string(), tool);
     }
 
+    /// Removes a tool; false if there was none.
     pub fn remove(&mut self, name: &str) -> bool {
         self.tools.remove(name).is_some()
     }
 
+    /// Tool names, sorted.
     pub fn names(&self) -> Vec<String> {
         self.tools.keys().cloned().collect()
     }
 
+    /// Whether there are no tools.
     pub fn is_empty(&self) -> bool {
         self.tools.is_empty()
     }
 
+    /// The tool named `name`.
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
         self.tools.get(name)
     }

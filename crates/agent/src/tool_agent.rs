@@ -32,6 +32,7 @@ use tokio::sync::mpsc::UnboundedSender;
 /// and `Required` asks again once when the first answer calls nothing.
 pub use hearth_engine::ToolChoice;
 
+/// Why a run ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StopReason {
@@ -45,30 +46,58 @@ pub enum StopReason {
     Error,
 }
 
+/// What a run of the tool loop came to.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolAgentRun {
+    /// The answer; for a run that did not finish, the model's last text.
     pub answer: String,
+    /// Why it ended.
     pub stop_reason: StopReason,
+    /// Every tool call made, with its result, in order.
     pub tool_calls: Vec<ToolResult>,
     /// Model calls made.
     pub iterations: usize,
+    /// What failed, with [`StopReason::Error`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 
+/// What a run reports as it goes (in JSON, tagged by `type`).
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ToolAgentEvent {
-    TextDelta { text: String },
-    Reasoning { text: String },
-    ToolCallsStart { calls: Vec<ToolCall> },
-    ToolResult { result: ToolResult },
+    /// Answer text that can no longer become a tool call.
+    TextDelta {
+        /// The new text.
+        text: String,
+    },
+    /// Reasoning text of the model.
+    Reasoning {
+        /// The new text.
+        text: String,
+    },
+    /// Tool calls about to run, concurrently.
+    ToolCallsStart {
+        /// The calls, as the hooks left them.
+        calls: Vec<ToolCall>,
+    },
+    /// A tool call's result, as the hooks left it.
+    ToolResult {
+        /// The result.
+        result: ToolResult,
+    },
+    /// Every call of the round has its result.
     ToolCallsComplete,
-    Done { run: ToolAgentRun },
+    /// The run is over.
+    Done {
+        /// What it came to.
+        run: ToolAgentRun,
+    },
 }
 
 /// Snippets relevant to a message (retrieval), added to the prompt.
 pub trait Knowledge: Send + Sync {
+    /// Up to `k` snippets for `query`, best first.
     fn retrieve(&self, query: &str, k: usize) -> Vec<String>;
 }
 
@@ -89,23 +118,35 @@ impl Knowledge for FixedKnowledge {
 pub struct RunOptions {
     /// Tools available for this run only.
     pub extra_tools: Vec<Arc<dyn Tool>>,
+    /// Which tools the model may call.
     pub tool_choice: ToolChoice,
 }
 
+/// An agent that runs the tool loop (see the module docs).
 pub struct ToolAgent {
+    /// Sender name of its answers; also names its KV cache sessions.
     pub name: String,
+    /// The model.
     pub llm: Arc<dyn Llm>,
+    /// The tools offered on every run.
     pub tools: ToolRegistry,
+    /// Reads tool calls from answers; by default in the format the model writes.
     pub parser: Box<dyn OutputParser>,
     /// Builds each prompt from the system prompt, the history and the turn so far.
     pub aggregator: Box<dyn Aggregator>,
+    /// What to do with unknown, withheld and repeated calls.
     pub policy: LoopPolicy,
+    /// The start of the system prompt.
     pub persona: String,
+    /// Added to the system prompt after the persona.
     pub instructions: Option<String>,
+    /// Model calls a run may make (default 10).
     pub max_iterations: usize,
     /// Messages of history kept verbatim; older ones are summarised.
     pub history_window: usize,
+    /// Where snippets for each message come from.
     pub knowledge: Option<Arc<dyn Knowledge>>,
+    /// Each session's messages.
     pub memory: MemoryManager,
     /// Defaults for every model call (sampling, max tokens).
     pub request: LlmRequest,

@@ -7,6 +7,7 @@ use hearth_engine::ToolChoice;
 use hearth_engine::{ChatRequest, Constraint, Engine, Event, FinishReason};
 use std::sync::Arc;
 
+/// Hearth's [`Engine`] in this process, as an [`Llm`].
 #[derive(Clone)]
 pub struct LocalLlm {
     engine: Arc<Engine>,
@@ -15,6 +16,7 @@ pub struct LocalLlm {
 }
 
 impl LocalLlm {
+    /// The engine, answering up to 512 tokens, tool calls constrained.
     pub fn new(engine: Arc<Engine>) -> Self {
         Self {
             engine,
@@ -56,6 +58,7 @@ impl LocalLlm {
         self
     }
 
+    /// The engine it runs on.
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
     }

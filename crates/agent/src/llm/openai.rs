@@ -11,6 +11,7 @@ use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
+/// A model behind an OpenAI-compatible `/chat/completions` endpoint.
 #[derive(Clone)]
 pub struct OpenAiLlm {
     client: reqwest::Client,
@@ -64,6 +65,7 @@ impl OpenAiLlm {
             .map_err(|e| AgentError::Llm(format!("cannot build the HTTP client: {e}")))
     }
 
+    /// Replaces the API key read from the environment; `None` or empty sends none.
     pub fn with_api_key(mut self, key: Option<String>) -> Self {
         self.api_key = key.filter(|k| !k.is_empty());
         self
@@ -82,11 +84,13 @@ impl OpenAiLlm {
         self
     }
 
+    /// The answer length when a request does not set one (default 512).
     pub fn with_max_tokens(mut self, n: usize) -> Self {
         self.max_tokens = n;
         self
     }
 
+    /// The model name sent with each request.
     pub fn model(&self) -> &str {
         &self.model
     }

@@ -5,6 +5,7 @@ use crate::error::{AgentError, Result};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
+/// An [`Llm`] giving scripted answers in order, for tests of agent logic.
 #[derive(Clone, Default)]
 pub struct ScriptedLlm {
     answers: Arc<Mutex<VecDeque<String>>>,
@@ -13,6 +14,7 @@ pub struct ScriptedLlm {
 }
 
 impl ScriptedLlm {
+    /// Gives `answers`, one per call; a call after the last fails.
     pub fn new<S: Into<String>>(answers: impl IntoIterator<Item = S>) -> Self {
         Self {
             answers: Arc::new(Mutex::new(answers.into_iter().map(Into::into).collect())),

@@ -4,8 +4,10 @@ use super::{fenced_blocks, OutputParser, ParsedOutput};
 use hearth_engine::ToolCall;
 use serde_json::json;
 
+/// Fenced Python code blocks (`python`, `py` or untagged) as calls to a code tool.
 #[derive(Debug, Clone)]
 pub struct CodeBlockParser {
+    /// The tool the code goes to (default `python`).
     pub tool: String,
 }
 

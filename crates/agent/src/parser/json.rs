@@ -4,8 +4,11 @@ use super::{fenced_blocks, OutputParser, ParsedOutput};
 use crate::schema;
 use serde_json::Value;
 
+/// An answer that must be one JSON value (bare or fenced) valid against `schema`; the value
+/// goes in [`ParsedOutput::data`].
 #[derive(Debug, Clone)]
 pub struct JsonParser {
+    /// The JSON schema the answer must follow.
     pub schema: Value,
 }
 

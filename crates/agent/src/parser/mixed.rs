@@ -3,7 +3,9 @@
 use super::{OutputParser, ParseStatus, ParsedOutput};
 use serde_json::Value;
 
+/// Several parsers tried in order; the first that reads a tool call wins.
 pub struct MixedParser {
+    /// The parsers, in order.
     pub parsers: Vec<Box<dyn OutputParser>>,
 }
 

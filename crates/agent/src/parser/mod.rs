@@ -22,8 +22,11 @@ use serde_json::Value;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(into = "i32", try_from = "i32")]
 pub enum ParseStatus {
+    /// Plain text: no tool call.
     NoTool,
+    /// Tool calls were read.
     ValidTool,
+    /// A tool call could not be read.
     ParsingError,
 }
 
@@ -49,16 +52,20 @@ impl TryFrom<i32> for ParseStatus {
     }
 }
 
+/// What an output parser made of an answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ParsedOutput {
+    /// Whether it holds tool calls, or one that could not be read.
     pub status: ParseStatus,
     /// The text outside any tool call: the answer, or the thought before the calls.
     pub text: String,
+    /// The calls read, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
     /// Structured data (the JSON parser's result).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<Value>,
+    /// Why the answer could not be read (with [`ParseStatus::ParsingError`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// The answer as the model wrote it.
@@ -66,6 +73,7 @@ pub struct ParsedOutput {
 }
 
 impl ParsedOutput {
+    /// A plain-text reading: no calls, the text trimmed.
     pub fn text(raw: &str) -> Self {
         Self {
             status: ParseStatus::NoTool,
@@ -77,6 +85,7 @@ impl ParsedOutput {
         }
     }
 
+    /// A reading with tool calls; `text` is what stands outside them.
     pub fn calls(raw: &str, text: String, tool_calls: Vec<ToolCall>) -> Self {
         Self {
             status: ParseStatus::ValidTool,
@@ -86,6 +95,7 @@ impl ParsedOutput {
         }
     }
 
+    /// A failed reading; the raw answer is kept as its text.
     pub fn error(raw: &str, error: impl Into<String>) -> Self {
         Self {
             status: ParseStatus::ParsingError,
@@ -95,6 +105,7 @@ impl ParsedOutput {
     }
 }
 
+/// Reads one format of model answers into tool calls or data, and describes it to the model.
 pub trait OutputParser: Send + Sync {
     /// Reads an answer; `tools` are the names the model was offered.
     fn parse(&self, text: &str, tools: &[String]) -> ParsedOutput;

@@ -4,6 +4,7 @@ use super::{OutputParser, ParsedOutput};
 use hearth_engine::{ChatMessage, ToolCall};
 use serde_json::{json, Value};
 
+/// ReAct's `Thought:` / `Action:` / `Action Input:` lines, ended by `Final Answer:`.
 #[derive(Debug, Clone, Default)]
 pub struct ReActParser;
 

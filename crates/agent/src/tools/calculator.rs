@@ -6,9 +6,12 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::Value;
 
+/// A calculator's result: an exact integer or a float.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Number {
+    /// An exact integer.
     Int(i128),
+    /// A float (decimals, inexact division, roots).
     Float(f64),
 }
 
@@ -274,6 +277,7 @@ pub fn evaluate(expression: &str) -> Result<Number, String> {
     Ok(v)
 }
 
+/// The `calculator` tool: [`evaluate`] on its `expression` argument.
 pub struct Calculator;
 
 #[derive(Deserialize, schemars::JsonSchema)]

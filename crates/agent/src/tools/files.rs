@@ -15,6 +15,7 @@ pub struct Workspace {
 const MAX_READ: usize = 64 * 1024;
 
 impl Workspace {
+    /// The workspace at `root`, which must be a directory.
     pub fn new(root: &Path) -> Result<Self, String> {
         let root = root
             .canonicalize()
@@ -62,7 +63,9 @@ impl Workspace {
     }
 }
 
+/// The `list_files` tool: a directory's entries, directories ending in `/`.
 pub struct ListFiles(pub Workspace);
+/// The `read_file` tool: a text file, at most 64 KiB of it.
 pub struct ReadFile(pub Workspace);
 
 fn path_arg(args: &Value) -> &str {

@@ -13,11 +13,14 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 
+/// The `python` tool: runs a program in a sandboxed interpreter subprocess.
 pub struct Python {
+    /// The interpreter run (default `python3`).
     pub interpreter: String,
     /// The program's working directory and HOME, and (where a sandbox is available) the only
     /// directory it may write to or read outside the system directories.
     pub workspace: PathBuf,
+    /// How long a program may run (default 10 s); its CPU-time limit is a second more.
     pub timeout: Duration,
     /// Bytes of output that come back, stdout and stderr together.
     pub max_output: usize,
@@ -36,6 +39,7 @@ impl Default for Python {
 }
 
 impl Python {
+    /// `python3` in `workspace`: 10 s, 16 KiB of output, 1 GiB of memory, 64 MiB files.
     pub fn new(workspace: PathBuf) -> Self {
         Self {
             interpreter: "python3".into(),

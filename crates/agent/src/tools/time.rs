@@ -4,6 +4,7 @@ use crate::tool::Tool;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
+/// The `current_time` tool: the local date and time, and the weekday.
 pub struct CurrentTime;
 
 #[async_trait]
