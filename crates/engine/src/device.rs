@@ -4,12 +4,17 @@ use crate::error::{EngineError, Result};
 use candle_core::Device;
 use std::str::FromStr;
 
+/// Where a model runs, as a user names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DeviceSpec {
+    /// CUDA GPU 0 if it opens, else Metal, else the CPU.
     #[default]
     Auto,
+    /// The CPU.
     Cpu,
+    /// The CUDA GPU of this ordinal.
     Cuda(usize),
+    /// The Apple GPU.
     Metal,
 }
 

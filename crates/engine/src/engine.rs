@@ -23,6 +23,7 @@ pub use crate::loader::{
     ModelInfo,
 };
 
+/// A handle to a model served by its worker thread; once it is dropped, the worker finishes its requests and exits.
 pub struct Engine {
     commands: std::sync::mpsc::Sender<Command>,
     tokenizer: Tokenizer,
@@ -154,10 +155,12 @@ impl Engine {
         &self.config
     }
 
+    /// The model's tokenizer.
     pub fn tokenizer(&self) -> &Tokenizer {
         &self.tokenizer
     }
 
+    /// What was loaded: name, family, context length, chat defaults.
     pub fn info(&self) -> &ModelInfo {
         &self.info
     }

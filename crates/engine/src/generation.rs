@@ -24,7 +24,9 @@ pub trait LanguageModel: Send {
         Ok(Tensor::stack(&rows, 0)?)
     }
 
+    /// An empty cache for one sequence.
     fn new_cache(&self) -> KvCache;
+    /// The context length: how many positions a sequence may hold.
     fn max_positions(&self) -> usize;
 
     /// Where the model's caches live.
@@ -51,10 +53,14 @@ impl LanguageModel for crate::model::Qwen {
     }
 }
 
+/// One generation: a tokenized prompt and how to continue it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GenerateRequest {
+    /// The prompt's token ids.
     pub prompt: Vec<u32>,
+    /// Most tokens to generate.
     pub max_tokens: usize,
+    /// How to pick each next token.
     pub sampling: SamplingParams,
     /// Token ids that end generation; `None` takes the model's (eos, `<|im_end|>`, …).
     pub stop_token_ids: Option<Vec<u32>>,
@@ -72,6 +78,7 @@ pub struct GenerateRequest {
 }
 
 impl GenerateRequest {
+    /// A request with default sampling and no stops, session or constraint.
     pub fn new(prompt: Vec<u32>, max_tokens: usize) -> Self {
         Self {
             prompt,
@@ -85,17 +92,21 @@ impl GenerateRequest {
     }
 }
 
+/// Why a generation ended.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum FinishReason {
     /// A stop token (eos, `<|im_end|>`, …) was sampled; it is not part of the text.
     StopToken {
+        /// The token sampled.
         id: u32,
     },
     /// A stop string matched; it is not part of the text.
     StopString {
+        /// The stop string that matched.
         text: String,
     },
+    /// `max_tokens` were generated.
     MaxTokens,
     /// The sequence reached the model's context length (`max_position_embeddings`).
     ContextFull,
@@ -106,44 +117,69 @@ pub enum FinishReason {
     Ended,
 }
 
+/// Token counts of a finished generation.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct Usage {
+    /// Tokens in the prompt.
     pub prompt_tokens: usize,
     /// Prompt tokens found in the session's cache and not run again.
     pub cached_prompt_tokens: usize,
+    /// Tokens generated.
     pub completion_tokens: usize,
 }
 
+/// Wall-clock times (seconds) and rates (tokens per second) of a finished generation.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct Timings {
     /// Time the engine took to load the model.
     pub load_s: f64,
     /// From the request's arrival to its first generated token (queueing included).
     pub first_token_s: f64,
+    /// Time spent running the prompt.
     pub prefill_s: f64,
+    /// Prompt tokens run per second (cached ones excluded).
     pub prefill_tok_s: f64,
+    /// From the first generated token to the end.
     pub decode_s: f64,
+    /// Decoding steps per second.
     pub decode_tok_s: f64,
 }
 
+/// What the last event of a successful generation reports.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Summary {
+    /// Why it ended.
     pub reason: FinishReason,
+    /// Token counts.
     pub usage: Usage,
+    /// Times and rates.
     pub timings: Timings,
 }
 
+/// What a generation streams back, in order.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Event {
     /// A sampled token id (stop tokens excluded).
-    Token { id: u32 },
+    Token {
+        /// The token id.
+        id: u32,
+    },
     /// New text: whole UTF-8 characters only.
-    Text { text: String },
+    Text {
+        /// The text.
+        text: String,
+    },
     /// Reasoning (`<think>…</think>`), from the chat layer of a model that thinks.
-    Reasoning { text: String },
+    Reasoning {
+        /// The reasoning text.
+        text: String,
+    },
     /// The last event of a successful generation.
     Finished(Summary),
     /// Generation failed; no event follows.
-    Error { message: String },
+    Error {
+        /// What went wrong.
+        message: String,
+    },
 }

@@ -5,6 +5,8 @@
 //! an [`EventStream`]. The KV cache ([`KvCache`]) is an explicit per-sequence object, so a
 //! session can keep it between requests and reuse the shared prefix.
 
+#![warn(missing_docs)]
+
 pub mod cache;
 pub mod chat;
 pub mod constraint;

@@ -24,10 +24,14 @@ use std::time::{Duration, Instant};
 /// Weight dtype: `auto` is bf16 on GPUs and the checkpoint's own dtype on the CPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DTypeSpec {
+    /// bf16 on GPUs, the checkpoint's `torch_dtype` on the CPU.
     #[default]
     Auto,
+    /// 32-bit floats.
     F32,
+    /// bfloat16.
     Bf16,
+    /// IEEE half precision.
     F16,
 }
 
@@ -48,6 +52,7 @@ impl std::str::FromStr for DTypeSpec {
 }
 
 impl DTypeSpec {
+    /// The dtype to load in, given the checkpoint's `torch_dtype` and the device.
     pub fn resolve(self, checkpoint: Option<&str>, device: &candle_core::Device) -> DType {
         match self {
             Self::F32 => DType::F32,
@@ -63,10 +68,14 @@ impl DTypeSpec {
     }
 }
 
+/// How to load a model: device, dtype, hub access, chat format, scheduler, CPU kernels.
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
+    /// Where the model runs.
     pub device: DeviceSpec,
+    /// The weights' dtype (ignored for GGUF files, which stay quantized).
     pub dtype: DTypeSpec,
+    /// Hugging Face Hub access: revision, cache, offline mode.
     pub hub: HubOptions,
     /// Chat format: `model` (the checkpoint's own template), a built-in meta-template
     /// (`chatml`, `internlm2`), or a `.jinja` / meta-template `.toml` file. Default: the model
@@ -108,12 +117,19 @@ fn choose_cpu_level(asked: Option<crate::kernels::CpuLevel>) -> Result<()> {
 /// What a loaded model is, for users and benchmark tables.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ModelInfo {
+    /// The directory, GGUF file or `repo@revision` the model came from.
     pub origin: String,
+    /// The model family's name.
     pub family: String,
+    /// Number of parameters.
     pub parameters: usize,
+    /// The weights' dtype (`bf16`, `f32`, …), or `gguf`.
     pub dtype: String,
+    /// The device's name.
     pub device: String,
+    /// The context length (`max_position_embeddings`).
     pub max_positions: usize,
+    /// Token ids that end generation.
     pub stop_token_ids: Vec<u32>,
     /// Stop strings every chat request gets unless it sets its own.
     pub stop_strings: Vec<String>,
@@ -125,6 +141,7 @@ pub struct ModelInfo {
     pub thinks: bool,
     /// How the model writes tool calls (its chat template shows it).
     pub tool_format: crate::chat::ToolFormat,
+    /// Seconds the load took.
     pub load_s: f64,
     /// What the model's numbers depend on: its weight files (path, size, modification time),
     /// dtype, device and CPU kernels. A KV cache saved by one process is reused by another
@@ -134,16 +151,23 @@ pub struct ModelInfo {
 
 /// A loaded model and everything the engine serves it with.
 pub struct LoadedModel {
+    /// The model.
     pub model: Qwen,
+    /// Its configuration.
     pub config: QwenConfig,
+    /// Its tokenizer.
     pub tokenizer: Tokenizer,
+    /// What it is, for users and benchmark tables.
     pub info: ModelInfo,
+    /// Its chat format; `None` when it has no template.
     pub chat: Option<ChatFormat>,
+    /// The device it was loaded on.
     pub device: Device,
     /// Bytes of the weights as stored (for benchmark tables).
     pub size_bytes: usize,
     /// The weights' type as llama-bench names it: f32, bf16, … or the GGUF file type.
     pub file_type: String,
+    /// How long the load took.
     pub load_time: Duration,
 }
 
@@ -319,6 +343,7 @@ pub enum Checkpoint {
 }
 
 impl Checkpoint {
+    /// Where the checkpoint came from: its directory, `repo@revision`, or GGUF path.
     pub fn origin(&self) -> String {
         match self {
             Self::Dense(f) => f.origin.clone(),

@@ -5,18 +5,23 @@ use crate::error::{EngineError, Result};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+/// How to pick each next token; the default is greedy.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(default)]
 pub struct SamplingParams {
     /// 0 means greedy.
     pub temperature: f32,
+    /// Keep only the `top_k` most likely tokens.
     pub top_k: Option<usize>,
+    /// Keep the most likely tokens whose probabilities sum to `top_p`.
     pub top_p: Option<f32>,
+    /// Drop tokens less likely than `min_p` times the most likely one.
     pub min_p: Option<f32>,
     /// 1.0 means none; HF semantics (positive logits divided, negative multiplied).
     pub repetition_penalty: f32,
     /// How many of the most recent tokens the penalty looks at.
     pub repetition_window: usize,
+    /// Seed of the random generator: the same seed gives the same tokens.
     pub seed: u64,
 }
 
@@ -35,10 +40,12 @@ impl Default for SamplingParams {
 }
 
 impl SamplingParams {
+    /// Always the most likely token (the default).
     pub fn greedy() -> Self {
         Self::default()
     }
 
+    /// Refuses out-of-range values, naming the field.
     pub fn validate(&self) -> Result<()> {
         if !self.temperature.is_finite() || self.temperature < 0.0 {
             return Err(EngineError::invalid(
@@ -74,17 +81,20 @@ impl SamplingParams {
         Ok(())
     }
 
+    /// Whether sampling reduces to argmax (temperature 0 or `top_k` 1).
     pub fn is_greedy(&self) -> bool {
         self.temperature == 0.0 || self.top_k == Some(1)
     }
 }
 
+/// Picks tokens with [`SamplingParams`] and its own seeded random generator.
 pub struct Sampler {
     params: SamplingParams,
     rng: StdRng,
 }
 
 impl Sampler {
+    /// A sampler for `params`, once they validate.
     pub fn new(params: SamplingParams) -> Result<Self> {
         params.validate()?;
         Ok(Self {
@@ -93,6 +103,7 @@ impl Sampler {
         })
     }
 
+    /// The parameters it samples with.
     pub fn params(&self) -> &SamplingParams {
         &self.params
     }

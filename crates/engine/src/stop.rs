@@ -7,23 +7,32 @@ use crate::error::{EngineError, Result};
 /// Stop strings a request may carry, and the bytes of each: every token is scanned against
 /// all of them on the scheduler's thread, which every sequence shares (OpenAI allows 4).
 pub const MAX_STOP_STRINGS: usize = 64;
+/// Longest stop string, in bytes.
 pub const MAX_STOP_BYTES: usize = 1024;
 
+/// A scanner of generated text for a request's stop strings.
 #[derive(Debug, Clone, Default)]
 pub struct StopStrings {
     stops: Vec<String>,
     pending: String,
 }
 
+/// What [`StopStrings::push`] lets through.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StopScan {
     /// Text that is safe to show.
     Emit(String),
     /// A stop string matched: show `emit` (what came before it), then stop.
-    Stopped { emit: String, matched: String },
+    Stopped {
+        /// Text before the stop string.
+        emit: String,
+        /// The stop string that matched.
+        matched: String,
+    },
 }
 
 impl StopStrings {
+    /// A scanner for `stops`; refuses empty, too many or too long stop strings.
     pub fn new(stops: Vec<String>) -> Result<Self> {
         if let Some(i) = stops.iter().position(String::is_empty) {
             return Err(EngineError::invalid(
@@ -52,10 +61,12 @@ impl StopStrings {
         })
     }
 
+    /// Whether there are no stop strings.
     pub fn is_empty(&self) -> bool {
         self.stops.is_empty()
     }
 
+    /// Adds generated text; returns what can be shown now, holding back a possible stop string's start.
     pub fn push(&mut self, text: &str) -> StopScan {
         self.pending.push_str(text);
         // The earliest match wins; on a tie the longer stop string.

@@ -25,6 +25,7 @@ impl EventStream {
         self.ended.store(true, Ordering::Relaxed);
     }
 
+    /// The next event; `None` once the generation has ended.
     pub async fn next(&mut self) -> Option<Event> {
         self.rx.recv().await
     }
@@ -45,13 +46,17 @@ impl tokio_stream::Stream for EventStream {
 /// A chat request: messages, tools, and per-call overrides of the model's defaults.
 #[derive(Debug, Clone, Default)]
 pub struct ChatRequest {
+    /// The conversation so far.
     pub messages: Vec<ChatMessage>,
+    /// Tool definitions (JSON schemas) offered to the model.
     pub tools: Option<Vec<Value>>,
+    /// Most tokens to generate.
     pub max_tokens: usize,
     /// `None` takes the model's defaults.
     pub sampling: Option<SamplingParams>,
     /// `None` takes the model's stop strings; `Some` replaces them for this call.
     pub stop: Option<Vec<String>>,
+    /// Turns the model's thinking on or off; `None` leaves it to the template.
     pub enable_thinking: Option<bool>,
     /// Keep the KV cache of this conversation between calls.
     pub session: Option<String>,
@@ -76,6 +81,7 @@ impl ChatStream {
         self.events.end();
     }
 
+    /// The next event; `None` once the answer has ended.
     pub async fn next(&mut self) -> Option<Event> {
         loop {
             if let Some(e) = self.ready.pop_front() {
@@ -86,6 +92,7 @@ impl ChatStream {
         }
     }
 
+    /// [`ChatStream::next`] for callers outside an async runtime.
     pub fn blocking_next(&mut self) -> Option<Event> {
         loop {
             if let Some(e) = self.ready.pop_front() {

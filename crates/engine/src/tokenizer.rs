@@ -3,6 +3,7 @@
 use crate::error::{EngineError, Result};
 use std::path::{Path, PathBuf};
 
+/// A model's tokenizer, with the file it came from for error messages.
 #[derive(Clone)]
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
@@ -16,6 +17,7 @@ impl std::fmt::Debug for Tokenizer {
 }
 
 impl Tokenizer {
+    /// Loads a `tokenizer.json`.
     pub fn from_file(path: &Path) -> Result<Self> {
         if !path.is_file() {
             return Err(EngineError::MissingFile {
@@ -33,6 +35,7 @@ impl Tokenizer {
         })
     }
 
+    /// Wraps a tokenizer built elsewhere (from a GGUF file, say); `origin` names it in errors.
     pub fn from_tokenizers(inner: tokenizers::Tokenizer, origin: &str) -> Self {
         Self {
             inner,
@@ -61,14 +64,17 @@ impl Tokenizer {
             })
     }
 
+    /// The id of a token written as text (`<|im_end|>`), if the vocabulary has it.
     pub fn token_id(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)
     }
 
+    /// Vocabulary size, added tokens included.
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
     }
 
+    /// The underlying `tokenizers` tokenizer.
     pub fn inner(&self) -> &tokenizers::Tokenizer {
         &self.inner
     }
@@ -92,6 +98,7 @@ pub struct StreamDecoder {
 const MAX_HELD: usize = 8;
 
 impl StreamDecoder {
+    /// A decoder with no tokens yet.
     pub fn new() -> Self {
         Self::default()
     }

@@ -40,6 +40,7 @@ impl KvCache {
         self
     }
 
+    /// Bytes one position takes over all layers (keys and values); 0 where unknown.
     pub fn position_bytes(&self) -> usize {
         self.position_bytes
     }
@@ -151,10 +152,12 @@ impl KvCache {
         self.len
     }
 
+    /// Whether no position is held.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// Most positions the cache may hold (the model's context length).
     pub fn max_len(&self) -> usize {
         self.max_len
     }
@@ -164,6 +167,7 @@ impl KvCache {
         self.len = self.len.min(len);
     }
 
+    /// Forgets every position; the buffers are kept for reuse.
     pub fn clear(&mut self) {
         self.len = 0;
     }

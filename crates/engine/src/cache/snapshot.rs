@@ -24,8 +24,12 @@ const VERSION: u32 = 1;
 /// keys and values `[1, kv_heads, tokens, head_dim]`.
 #[derive(Debug)]
 pub struct KvSnapshot {
+    /// The [`ModelInfo::fingerprint`](crate::loader::ModelInfo::fingerprint) of the model that
+    /// computed it.
     pub fingerprint: String,
+    /// The token ids whose keys and values it holds.
     pub tokens: Vec<u32>,
+    /// Keys and values of each layer.
     pub layers: Vec<(Tensor, Tensor)>,
 }
 
@@ -62,6 +66,7 @@ fn tensor_bytes(t: &Tensor) -> Result<Vec<u8>> {
 }
 
 impl KvSnapshot {
+    /// The snapshot as bytes, in the layout that [`crate::cache::snapshot`] describes.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let Some((k0, _)) = self.layers.first() else {
             return Err(bad("a cache without layers"));

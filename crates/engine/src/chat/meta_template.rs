@@ -9,9 +9,11 @@ use serde::Deserialize;
 use std::collections::HashMap;
 use std::path::Path;
 
+/// How one role's messages are marked.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RoleFormat {
+    /// The role it applies to (`user`, `assistant`, …).
     pub role: String,
     /// Begin marker when the message has no sender name.
     #[serde(default)]
@@ -19,6 +21,7 @@ pub struct RoleFormat {
     /// Begin marker when it has one; `{name}` is replaced by it.
     #[serde(default)]
     pub begin_with_name: Option<String>,
+    /// Marker after the message.
     #[serde(default)]
     pub end: String,
     /// Sender names shown differently (InternLM2: `plugin` → `<|plugin|>`).
@@ -26,9 +29,11 @@ pub struct RoleFormat {
     pub names: HashMap<String, String>,
 }
 
+/// A meta-template: role markers, stop strings and a generation prefix.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct MetaTemplate {
+    /// The template's name.
     pub name: String,
     /// The role the model speaks as; its begin marker is the generation prefix.
     #[serde(default = "assistant")]
@@ -39,6 +44,7 @@ pub struct MetaTemplate {
     /// Stop strings that end the model's turn.
     #[serde(default)]
     pub stop: Vec<String>,
+    /// The markers of each role.
     pub roles: Vec<RoleFormat>,
 }
 
@@ -47,6 +53,7 @@ fn assistant() -> String {
 }
 
 impl MetaTemplate {
+    /// Parses and checks a meta-template's TOML; `origin` names it in errors.
     pub fn from_toml(text: &str, origin: &Path) -> Result<Self> {
         let t: Self = toml::from_str(text)
             .map_err(|e| EngineError::config(origin, "(meta-template)", e.to_string()))?;
@@ -71,6 +78,7 @@ impl MetaTemplate {
         Ok(t)
     }
 
+    /// Reads and parses a meta-template file.
     pub fn from_file(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| EngineError::io(path, e))?;
         Self::from_toml(&text, path)

@@ -24,10 +24,12 @@ use crate::error::Result;
 pub enum ChatFormat {
     /// The model's own `chat_template` (tokenizer_config.json or GGUF metadata).
     Jinja(JinjaTemplate),
+    /// A lagent-style meta-template (`chatml`, `internlm2`, or a `.toml` file).
     Meta(MetaTemplate),
 }
 
 impl ChatFormat {
+    /// The prompt for `input`: the conversation, tools, and the generation prompt if asked.
     pub fn render(&self, input: &ChatInput<'_>) -> Result<String> {
         match self {
             Self::Jinja(t) => t.render(input),

@@ -13,9 +13,11 @@ use serde_json::{Map, Value};
 /// Everything a chat template is rendered with.
 #[derive(Debug, Clone, Default)]
 pub struct ChatInput<'a> {
+    /// The conversation.
     pub messages: &'a [ChatMessage],
     /// JSON schemas of the tools, as given (OpenAI's `{"type": "function", …}` or bare).
     pub tools: Option<&'a [Value]>,
+    /// End with the opening of the model's turn, so that it answers next.
     pub add_generation_prompt: bool,
     /// Passed only when set: templates test `enable_thinking is defined`.
     pub enable_thinking: Option<bool>,
@@ -23,6 +25,7 @@ pub struct ChatInput<'a> {
     pub extra: Map<String, Value>,
 }
 
+/// A compiled Jinja chat template and the special tokens it is rendered with.
 pub struct JinjaTemplate {
     env: Environment<'static>,
     source: String,
@@ -69,10 +72,12 @@ impl JinjaTemplate {
         })
     }
 
+    /// The template's source text.
     pub fn source(&self) -> &str {
         &self.source
     }
 
+    /// Renders `input` into the prompt, as `apply_chat_template` would.
     pub fn render(&self, input: &ChatInput<'_>) -> Result<String> {
         validate(input)?;
         let mut ctx = self.special_tokens.clone();

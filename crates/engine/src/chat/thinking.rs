@@ -3,9 +3,12 @@
 const OPEN: &str = "<think>";
 const CLOSE: &str = "</think>";
 
+/// A piece of streamed text: reasoning or answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Piece {
+    /// Inside `<think>…</think>`.
     Reasoning(String),
+    /// The answer.
     Answer(String),
 }
 
@@ -29,6 +32,7 @@ pub struct ThinkingSplitter {
 }
 
 impl ThinkingSplitter {
+    /// A splitter for one answer; `starts_in_reasoning` when the prompt ends in `<think>`.
     pub fn new(starts_in_reasoning: bool) -> Self {
         Self {
             state: if starts_in_reasoning {
@@ -41,6 +45,7 @@ impl ThinkingSplitter {
         }
     }
 
+    /// Adds streamed text; returns the pieces that are certain now.
     pub fn push(&mut self, text: &str) -> Vec<Piece> {
         self.pending.push_str(text);
         let mut out = vec![];

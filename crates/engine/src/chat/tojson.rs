@@ -5,12 +5,18 @@
 use serde_json::Value;
 use std::fmt::Write;
 
+/// Options of Python's `json.dumps`.
 #[derive(Debug, Clone)]
 pub struct PyJson {
+    /// Spaces per nesting level; `None` writes everything on one line.
     pub indent: Option<usize>,
+    /// Separator between items (`", "`).
     pub item_sep: String,
+    /// Separator between a key and its value (`": "`).
     pub key_sep: String,
+    /// Escape non-ASCII characters as `\uXXXX`.
     pub ensure_ascii: bool,
+    /// Write object keys in sorted order.
     pub sort_keys: bool,
 }
 
@@ -36,6 +42,7 @@ impl PyJson {
         }
     }
 
+    /// `v` as `json.dumps` writes it with these options.
     pub fn dumps(&self, v: &Value) -> String {
         let mut out = String::new();
         self.write(&mut out, v, 0);

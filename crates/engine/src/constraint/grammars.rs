@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 /// Constraints kept compiled (an agent's tools come back every turn).
 const COMPILED: usize = 32;
 
+/// The grammar compiler of one model; turns [`Constraint`]s into [`Guide`]s.
 pub struct Grammars {
     factory: ParserFactory,
     env: Arc<TokenEnv>,
@@ -67,6 +68,7 @@ impl Grammars {
         self
     }
 
+    /// The format tool calls are constrained in.
     pub fn tool_format(&self) -> ToolFormat {
         self.tool_format
     }

@@ -8,6 +8,7 @@ use crate::error::{EngineError, Result};
 use llguidance::Matcher;
 use std::sync::Arc;
 
+/// The grammar state of one constrained sequence.
 pub struct Guide {
     /// Boxed: a matcher is large, and requests move through channels.
     matcher: Box<Matcher>,

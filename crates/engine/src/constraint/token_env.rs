@@ -72,6 +72,7 @@ impl TokenEnv {
         })
     }
 
+    /// The vocabulary as a byte trie, for llguidance.
     pub fn trie(&self) -> &TokTrie {
         &self.trie
     }

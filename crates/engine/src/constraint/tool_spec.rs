@@ -24,7 +24,9 @@ const FREE_WHITESPACE: &str = r"(?: |\n {0,24})";
 /// An offered tool: its name and the JSON schema of its arguments.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolSpec {
+    /// The tool's name.
     pub name: String,
+    /// JSON schema of its arguments.
     pub parameters: Value,
 }
 

@@ -15,17 +15,26 @@ pub(crate) const K_WORDS: usize = 144;
 /// The weight block types with kernels here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BlockType {
+    /// 32 4-bit values and an f16 scale.
     Q4_0,
+    /// 32 5-bit values and an f16 scale.
     Q5_0,
+    /// 32 8-bit values and an f16 scale.
     Q8_0,
+    /// K-quant: 256 4-bit values in 8 sub-blocks, 6-bit scales and minimums.
     Q4K,
+    /// K-quant: 256 6-bit values in 16 sub-blocks, 8-bit scales.
     Q6K,
+    /// 32 4-bit values, an f16 scale and an f16 minimum.
     Q4_1,
+    /// 32 5-bit values, an f16 scale and an f16 minimum.
     Q5_1,
+    /// K-quant: as [`BlockType::Q4K`] with a fifth bit per value.
     Q5K,
 }
 
 impl BlockType {
+    /// The block type of a GGUF tensor type, if it has kernels here.
     pub fn of(dtype: GgmlDType) -> Option<Self> {
         Some(match dtype {
             GgmlDType::Q4_0 => Self::Q4_0,
@@ -48,6 +57,7 @@ impl BlockType {
         }
     }
 
+    /// Bytes per block.
     pub fn block_bytes(self) -> usize {
         match self {
             Self::Q4_0 => 18, // f16 scale, 16 bytes of nibbles
@@ -65,7 +75,9 @@ impl BlockType {
 /// One row of activations quantized to 8 bits: per block a scale, the values, and (Q8_K) the
 /// sums of each 16 values, which the K-quants' minimums and offsets need.
 pub struct Q8Row {
+    /// Per block: the scale.
     pub d: Vec<f32>,
+    /// The values, 8 bits each.
     pub qs: Vec<i8>,
     /// Q8_K: sums of each 16 values.
     pub bsums: Vec<i16>,

@@ -32,6 +32,7 @@ impl CpuLevel {
         CpuLevel::Avx512,
     ];
 
+    /// The level's `HEARTH_CPU` name.
     pub fn name(self) -> &'static str {
         match self {
             Self::Portable => "portable",
@@ -148,9 +149,13 @@ pub fn runnable() -> Vec<CpuLevel> {
 /// Why a level cannot be used: an unknown name, or features this CPU lacks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CpuLevelError {
+    /// Not a level name.
     Unknown(String),
+    /// A level whose CPU features are missing.
     Unsupported {
+        /// The level asked for.
         level: CpuLevel,
+        /// The features this CPU lacks.
         missing: Vec<&'static str>,
     },
 }

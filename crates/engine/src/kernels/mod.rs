@@ -3,13 +3,13 @@
 //!
 //! - [`blocks`]: GGUF block formats and the 8-bit activation rows, shared by every ISA's file;
 //!   [`quantize`]: activations quantised to Q8_K at a level.
-//! - [`portable`], `neon`, `avx2`, `avx512`: weight rows' dot products, one file per
+//! - `portable`, `neon`, `avx2`, `avx512`: weight rows' dot products, one file per
 //!   instruction set.
 //! - [`tiles`]: Q4_0/Q5_0/Q8_0/Q4_1/Q5_1 in 16-row tiles and their AVX-512 VNNI and AVX2
 //!   kernels; `tiles_q4k` (Q4_K and Q5_K), `tiles_q6k`: the K-quants'; `tile_layout`: what
 //!   they share (the tile's height, prefetching, the row-group driver).
 //! - [`quant_matmul`]: which kernel each block type takes at a level, and the parallel driver.
-//! - [`dense`]: f32/bf16/f16 weights; [`attention`]: attention, rotary embedding, SwiGLU.
+//! - `dense`: f32/bf16/f16 weights; `attention`: attention, rotary embedding, SwiGLU.
 
 pub(crate) mod attention;
 #[cfg(target_arch = "x86_64")]

@@ -201,9 +201,13 @@ pub fn kernel_path() -> &'static str {
 /// GGUF order or, where `interleaved`, in tiles of 16 rows (see [`super::tiles`]).
 #[derive(Clone, Copy)]
 pub struct QuantMatrix<'a> {
+    /// The block type.
     pub kind: BlockType,
+    /// The blocks, row after row (or tile after tile).
     pub data: &'a [u8],
+    /// Number of rows.
     pub rows: usize,
+    /// Whether the rows are interleaved into tiles of 16.
     pub interleaved: bool,
 }
 

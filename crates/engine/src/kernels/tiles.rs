@@ -74,9 +74,13 @@ const fn block_parts(t: BlockType) -> (usize, Option<usize>) {
 
 /// A Q4_0/Q5_0/Q8_0 weight matrix `[rows, cols]` in tiles, as the model keeps it.
 pub struct TileMatrix {
+    /// The block type.
     pub kind: BlockType,
+    /// Rows of the matrix.
     pub rows: usize,
+    /// Columns of the matrix.
     pub cols: usize,
+    /// The tiles' bytes.
     pub data: Vec<u8>,
 }
 

@@ -7,35 +7,49 @@ use crate::sampling::SamplingParams;
 use serde::Deserialize;
 use std::path::Path;
 
+/// A built-in model card: a short name for a hub checkpoint and how to serve it.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ModelCard {
+    /// The short name users pass (`qwen3-8b`).
     pub name: String,
+    /// One line for listings.
     #[serde(default)]
     pub description: String,
+    /// The Hugging Face repository.
     pub hub_id: String,
+    /// The repository revision; default `main`.
     #[serde(default = "main")]
     pub revision: String,
+    /// The model family (`qwen2`, `qwen3`, `qwen3_moe`).
     pub family: String,
     /// `safetensors` or `gguf`.
     pub format: String,
+    /// The repository files the model needs; for `gguf`, the first is the model file.
     pub files: Vec<String>,
     /// `model` for the checkpoint's own chat template, else a meta-template in `templates/`.
     pub template: String,
     /// Stop words: special tokens become stop ids, other text stop strings.
     #[serde(default)]
     pub stop: Vec<String>,
+    /// Sampling defaults recommended for the model.
     #[serde(default)]
     pub sampling: CardSampling,
 }
 
+/// A card's sampling defaults; each set field overrides the engine's.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct CardSampling {
+    /// Softmax temperature.
     pub temperature: Option<f32>,
+    /// Nucleus sampling mass.
     pub top_p: Option<f32>,
+    /// Keep only the `top_k` most likely tokens.
     pub top_k: Option<usize>,
+    /// Drop tokens below `min_p` times the top probability.
     pub min_p: Option<f32>,
+    /// Penalty on tokens already in the context.
     pub repetition_penalty: Option<f32>,
 }
 
@@ -69,6 +83,7 @@ const META_TEMPLATES: &[(&str, &str)] =
     embedded!["templates" / "chatml.toml", "templates" / "internlm2.toml"];
 
 impl ModelCard {
+    /// Parses and checks a card's TOML; `origin` names it in errors.
     pub fn parse(text: &str, origin: &Path) -> Result<Self> {
         let card: Self = toml::from_str(text)
             .map_err(|e| EngineError::config(origin, "(model card)", e.to_string()))?;

@@ -19,9 +19,11 @@ pub enum Family {
 }
 
 impl Family {
+    /// The architectures supported, for messages.
     pub const SUPPORTED: &'static str =
         "Qwen2ForCausalLM (Qwen2, Qwen2.5), Qwen3ForCausalLM (Qwen3), Qwen3MoeForCausalLM (Qwen3-MoE)";
 
+    /// The family of a config's `architectures` entry or `model_type`.
     pub fn from_architecture(arch: &str) -> Option<Self> {
         match arch {
             "Qwen2ForCausalLM" | "qwen2" => Some(Self::Qwen2),
@@ -31,6 +33,7 @@ impl Family {
         }
     }
 
+    /// The family's `model_type` name.
     pub fn name(self) -> &'static str {
         match self {
             Self::Qwen2 => "qwen2",
@@ -49,6 +52,7 @@ impl Family {
 /// experts, and how big each expert is.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MoeConfig {
+    /// Experts in each sparse layer.
     pub num_experts: usize,
     /// Experts each token is routed to (top-k).
     pub experts_per_token: usize,
@@ -71,26 +75,42 @@ impl MoeConfig {
     }
 }
 
+/// The hyperparameters of a Qwen-family model, checked on read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QwenConfig {
+    /// The architecture the model follows.
     pub family: Family,
+    /// Tokens in the embedding table.
     pub vocab_size: usize,
+    /// Width of the residual stream.
     pub hidden_size: usize,
+    /// Hidden size of the dense SwiGLU feed-forward block.
     pub intermediate_size: usize,
+    /// Decoder layers.
     pub num_hidden_layers: usize,
+    /// Query heads.
     pub num_attention_heads: usize,
+    /// Key/value heads (grouped-query attention).
     pub num_key_value_heads: usize,
+    /// Width of one attention head.
     pub head_dim: usize,
+    /// Context length: most positions a sequence may hold.
     pub max_position_embeddings: usize,
+    /// Base of the rotary position embedding's frequencies.
     pub rope_theta: f64,
+    /// Epsilon of the RMSNorms.
     pub rms_norm_eps: f64,
+    /// Whether the output projection reuses the embedding table.
     pub tie_word_embeddings: bool,
     /// Bias on q/k/v (always on Qwen2; `attention_bias` on Qwen3, where o_proj gets one too).
     pub qkv_bias: bool,
+    /// Bias on o_proj (`attention_bias` on Qwen3).
     pub o_bias: bool,
     /// The dtype the checkpoint was saved in, if the config says.
     pub torch_dtype: Option<String>,
+    /// Beginning-of-sequence token, if the config names one.
     pub bos_token_id: Option<u32>,
+    /// End-of-sequence tokens (`eos_token_id`, one or a list).
     pub eos_token_ids: Vec<u32>,
     /// Experts, for the mixture-of-experts families.
     pub moe: Option<MoeConfig>,
@@ -322,6 +342,7 @@ impl Declared {
 }
 
 impl QwenConfig {
+    /// Reads and checks a `config.json`.
     pub fn from_file(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => EngineError::MissingFile {
@@ -333,6 +354,7 @@ impl QwenConfig {
         Self::from_json_str(&text, path)
     }
 
+    /// Parses a `config.json`'s text; `path` names it in errors.
     pub fn from_json_str(text: &str, path: &Path) -> Result<Self> {
         let v: Value = serde_json::from_str(text).map_err(|e| EngineError::Config {
             path: path.to_path_buf(),
@@ -342,6 +364,7 @@ impl QwenConfig {
         Self::from_value(&v, path)
     }
 
+    /// Reads a parsed `config.json`; `path` names it in errors.
     pub fn from_value(v: &Value, path: &Path) -> Result<Self> {
         let f = Fields { path, v };
         let arch = match f.get("architectures") {

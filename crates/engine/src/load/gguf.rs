@@ -18,6 +18,7 @@ use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+/// An open GGUF file: its metadata and tensor index, with the tensor data read on demand.
 pub struct GgufFile {
     path: PathBuf,
     content: Content,
@@ -51,6 +52,7 @@ const SUPPORTED: &[GgmlDType] = &[
 ];
 
 impl GgufFile {
+    /// Opens a GGUF file and reads its header, metadata and tensor index.
     pub fn open(path: &Path) -> Result<Self> {
         let file = File::open(path).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => EngineError::MissingFile {
@@ -106,6 +108,7 @@ impl GgufFile {
         Ok(me)
     }
 
+    /// The file's path.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -205,6 +208,7 @@ impl GgufFile {
             .collect()
     }
 
+    /// `general.architecture` (`qwen2`, `qwen3`, `qwen3moe`).
     pub fn architecture(&self) -> Result<&str> {
         self.meta_str("general.architecture")
     }
@@ -221,6 +225,7 @@ impl GgufFile {
         self.content.metadata.contains_key(key)
     }
 
+    /// The Qwen configuration the metadata describes.
     pub fn config(&self) -> Result<QwenConfig> {
         let arch = self.architecture()?;
         let family = match arch {
@@ -451,6 +456,7 @@ impl GgufFile {
         ))
     }
 
+    /// The chat template (`tokenizer.chat_template`), if the file has one.
     pub fn chat_template(&self) -> Option<String> {
         self.meta_str("tokenizer.chat_template")
             .ok()
@@ -546,6 +552,7 @@ impl GgufFile {
             .unwrap_or(usize::MAX)
     }
 
+    /// The file's tensors as weights on `device`.
     pub fn weights(self: &Arc<Self>, device: &Device) -> GgufWeights {
         GgufWeights {
             file: self.clone(),

@@ -11,9 +11,13 @@ use std::path::{Path, PathBuf};
 pub struct ModelFiles {
     /// What the user asked for (a directory or a repo id), for messages.
     pub origin: String,
+    /// `config.json`.
     pub config: PathBuf,
+    /// `generation_config.json`, if present.
     pub generation_config: Option<PathBuf>,
+    /// `tokenizer.json`.
     pub tokenizer: PathBuf,
+    /// `tokenizer_config.json`, if present.
     pub tokenizer_config: Option<PathBuf>,
     /// `chat_template.jinja`, where transformers ≥ 4.43 saves the template (it wins over
     /// `tokenizer_config.json`'s, as in transformers).
@@ -25,21 +29,25 @@ pub struct ModelFiles {
 /// How to reach the hub.
 #[derive(Debug, Clone, Default)]
 pub struct HubOptions {
+    /// Revision (branch, tag or commit) to fetch; default `main`.
     pub revision: Option<String>,
     /// Use only the cache (also set by `HF_HUB_OFFLINE=1`).
     pub offline: bool,
     /// Overrides the cache directory (else `HF_HUB_CACHE`, `HF_HOME/hub`, `~/.cache/huggingface/hub`).
     pub cache_dir: Option<PathBuf>,
+    /// Show download progress bars.
     pub progress: bool,
 }
 
 impl HubOptions {
+    /// Whether `HF_HUB_OFFLINE` asks for offline mode.
     pub fn offline_from_env() -> bool {
         std::env::var("HF_HUB_OFFLINE")
             .map(|v| matches!(v.trim(), "1" | "true" | "TRUE" | "yes" | "ON" | "on"))
             .unwrap_or(false)
     }
 
+    /// The hub cache directory in use.
     pub fn cache_dir(&self) -> PathBuf {
         if let Some(dir) = &self.cache_dir {
             return dir.clone();

@@ -15,8 +15,11 @@ use std::sync::Arc;
 /// of the CPU kernels ([`crate::kernels::tiles`]).
 #[derive(Debug, Clone)]
 pub enum Matrix {
+    /// A dense tensor in the model's dtype.
     Dense(Tensor),
+    /// GGUF blocks, as candle's quantized tensor.
     Quantized(Arc<QTensor>),
+    /// Blocks interleaved in 16-row tiles for the CPU kernels.
     Tiles(Arc<TileMatrix>),
 }
 
@@ -31,10 +34,13 @@ impl Matrix {
     }
 }
 
+/// Tensors by Hugging Face name, checked against the shapes the model expects.
 pub trait WeightSource {
+    /// The device tensors are put on.
     fn device(&self) -> &Device;
     /// The storage dtype of dense weights (f32 for quantized files, whose blocks stay as is).
     fn dtype(&self) -> DType;
+    /// Whether the source holds tensor `name`.
     fn contains(&self, name: &str) -> bool;
     /// A dense tensor (norms, biases, …) in `dtype`.
     fn tensor(&self, name: &str, shape: &[usize], dtype: DType) -> Result<Tensor>;
@@ -47,6 +53,7 @@ pub trait WeightSource {
     }
 }
 
+/// Safetensors weights: memory-mapped files, looked up by tensor name across shards.
 pub struct Weights {
     files: Vec<(PathBuf, MmapedSafetensors)>,
     /// Tensor name → index into `files`.

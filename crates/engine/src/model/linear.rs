@@ -1,7 +1,7 @@
 //! A linear layer, `y = x · Wᵀ + b`, that keeps its weight as stored: dense in its dtype, or in
 //! quantized GGUF blocks.
 //!
-//! Dense: on the CPU, activations are f32 and few-row products go to [`crate::kernels::dense`],
+//! Dense: on the CPU, activations are f32 and few-row products go to `crate::kernels::dense`,
 //! which reads bf16/f16 weights directly; longer prefills use candle's gemm on an f32 view of
 //! the weight. On GPUs candle's matmul runs in the model dtype. Quantized: on the CPU, Hearth's
 //! block kernels ([`crate::kernels`]; Q4_0/Q5_0/Q8_0/Q4_1/Q5_1 and Q4_K/Q5_K/Q6_K rearranged at
@@ -31,6 +31,7 @@ use std::sync::Arc;
 /// decoding does.
 const ROW_KERNEL_MAX_ROWS: usize = 16;
 
+/// A linear layer `x·Wᵀ + b` over dense, quantized or tiled weights, possibly several fused.
 #[derive(Debug, Clone)]
 pub struct Linear {
     parts: Vec<Part>,
@@ -81,6 +82,7 @@ fn rows_are_sequences() -> bool {
 }
 
 impl Linear {
+    /// A layer of one dense `weight` (`[out, in]`) and an optional bias.
     pub fn new(weight: Tensor, bias: Option<Tensor>) -> Result<Self> {
         let weight = weight.contiguous()?;
         dense_on_huge_pages(&weight)?;

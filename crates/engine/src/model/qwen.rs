@@ -60,6 +60,7 @@ impl Module for FeedForward {
     }
 }
 
+/// A Qwen2, Qwen3 or Qwen3-MoE causal language model, its KV cache kept outside ([`KvCache`]).
 #[derive(Debug, Clone)]
 pub struct Qwen {
     cfg: QwenConfig,
@@ -83,6 +84,7 @@ pub fn activation_dtype(weight_dtype: DType, device: &Device) -> DType {
 }
 
 impl Qwen {
+    /// Builds the model of `cfg` from the weights of `w`.
     pub fn load(cfg: &QwenConfig, w: &dyn WeightSource) -> Result<Self> {
         Self::load_with_progress(cfg, w, &|_, _| {})
     }
@@ -142,10 +144,12 @@ impl Qwen {
         })
     }
 
+    /// The model's configuration.
     pub fn config(&self) -> &QwenConfig {
         &self.cfg
     }
 
+    /// The device the model runs on.
     pub fn device(&self) -> &Device {
         &self.device
     }

@@ -19,11 +19,16 @@ pub struct SchedulerOptions {
     pub max_waiting: Option<usize>,
 }
 
+/// The scheduler's settings, resolved for a device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SchedulerConfig {
+    /// Sequences decoded together at most.
     pub max_seqs: usize,
+    /// Prompt tokens run per step in all.
     pub prefill_chunk: usize,
+    /// Bytes all KV caches may hold together.
     pub kv_budget_bytes: usize,
+    /// Requests waiting or running at most.
     pub max_waiting: usize,
 }
 

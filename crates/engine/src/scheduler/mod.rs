@@ -68,13 +68,17 @@ pub(crate) struct SessionCache {
 /// What the scheduler holds at one moment.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct SchedulerStats {
+    /// Requests not running now: queued, or preempted to wait for room.
     pub waiting: usize,
+    /// Sequences in the decoding batch.
     pub running: usize,
     /// Idle caches kept: sessions, and finished requests kept for their prefix.
     pub idle_caches: usize,
     /// Bytes all caches hold now, and the most they have held.
     pub kv_bytes: usize,
+    /// The most bytes the caches have held at once.
     pub peak_kv_bytes: usize,
+    /// Bytes the caches may hold ([`SchedulerConfig::kv_budget_bytes`]).
     pub kv_budget_bytes: usize,
     /// Idle caches evicted to stay under the budget, since the start.
     pub evictions: usize,

@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+/// How a model writes its tool calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ToolFormat {
@@ -24,6 +25,7 @@ impl ToolFormat {
         }
     }
 
+    /// `json` or `xml`.
     pub fn name(self) -> &'static str {
         match self {
             Self::Json => "json",

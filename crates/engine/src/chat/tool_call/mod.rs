@@ -19,6 +19,7 @@ use serde_json::Value;
 
 /// The tags around one call, in both formats.
 pub const OPEN: &str = "<tool_call>";
+/// The closing tag of a call (see [`OPEN`]).
 pub const CLOSE: &str = "</tool_call>";
 
 /// What an answer holds.
@@ -27,7 +28,12 @@ pub enum Reading {
     /// No call: the answer is text.
     Text,
     /// Calls, and the text outside them (trimmed).
-    Calls { text: String, calls: Vec<ToolCall> },
+    Calls {
+        /// Text outside the calls.
+        text: String,
+        /// The calls, in order.
+        calls: Vec<ToolCall>,
+    },
     /// A call that cannot be read: why.
     Broken(String),
 }

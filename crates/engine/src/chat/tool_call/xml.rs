@@ -17,7 +17,9 @@
 use crate::chat::ToolCall;
 use serde_json::{Map, Value};
 
+/// Opens a call's function: `<function=NAME>`.
 pub const FUNCTION: &str = "<function=";
+/// Closes a call's function.
 pub const FUNCTION_END: &str = "</function>";
 const PARAMETER: &str = "<parameter=";
 const PARAMETER_END: &str = "</parameter>";
