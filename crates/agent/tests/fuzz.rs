@@ -12,9 +12,7 @@ use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
-#[path = "../../../tests/support/fuzz_runner.rs"]
-mod fuzz_runner;
-use fuzz_runner::check;
+use hearth_fuzz::check;
 
 /// Text built from the pieces the parsers look for, mixed with arbitrary characters.
 fn model_text() -> impl Strategy<Value = String> {

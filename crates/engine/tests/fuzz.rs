@@ -12,9 +12,7 @@ use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
 
-#[path = "../../../tests/support/fuzz_runner.rs"]
-mod fuzz_runner;
-use fuzz_runner::check;
+use hearth_fuzz::check;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")

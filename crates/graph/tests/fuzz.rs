@@ -10,9 +10,7 @@ use serde::Serialize;
 use serde_json::Value;
 use std::path::Path;
 
-#[path = "../../../tests/support/fuzz_runner.rs"]
-mod fuzz_runner;
-use fuzz_runner::check;
+use hearth_fuzz::check;
 
 /// Loads `text` as `hearth graph validate` does and runs everything it runs. `Err` is the
 /// loader's or the registry's error message.

@@ -1,6 +1,7 @@
-//! The property runner every crate's `tests/fuzz.rs` shares (included by path): a bounded
+//! The property runner every crate's `tests/fuzz.rs` shares: a bounded
 //! number of cases from `HEARTH_FUZZ_CASES`, a time limit per case, and a count the fuzz script
 //! reads.
+#![warn(missing_docs)]
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
