@@ -10,6 +10,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use hearth_engine::chat::tool_call::CLOSE;
 use hearth_engine::{
     ChatRequest, ChatStream, Constraint, EngineError, Event, Summary, ToolCall, ToolChoice,
 };
@@ -51,7 +52,7 @@ fn start(
     stop.extend(call.stop.iter().cloned());
     if offered && !call.parallel_tool_calls {
         // One call: the answer ends at its closing tag (the call is read without it).
-        stop.push("</tool_call>".into());
+        stop.push(CLOSE.into());
     }
     let stream = app
         .engine

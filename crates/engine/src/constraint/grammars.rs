@@ -7,6 +7,7 @@ use super::spec::Constraint;
 use super::token_env::TokenEnv;
 use super::tool_call::{tool_call_grammar, TagStyle};
 use super::tool_spec::{Layout, ToolSpec};
+use crate::chat::tool_call::{CLOSE, OPEN};
 use crate::chat::ToolChoice;
 use crate::chat::ToolFormat;
 use crate::error::{EngineError, Result};
@@ -92,7 +93,7 @@ impl Grammars {
     pub fn tag_style(&self) -> TagStyle {
         let trie = self.env.trie();
         let special = |tag: &str| trie.token_id_at_bytes(&[b"\xff", tag.as_bytes()].concat());
-        if special("<tool_call>").is_some() && special("</tool_call>").is_some() {
+        if special(OPEN).is_some() && special(CLOSE).is_some() {
             TagStyle::SpecialTokens
         } else {
             TagStyle::Text

@@ -18,14 +18,3 @@ pub enum ToolChoice {
     /// No call: the model answers in text, and the tools are left out of the prompt.
     None,
 }
-
-impl ToolChoice {
-    /// Whether the tool named `name` is offered under this choice.
-    pub fn offers(&self, name: &str) -> bool {
-        match self {
-            Self::Auto | Self::Required => true,
-            Self::Named(n) => n == name,
-            Self::None => false,
-        }
-    }
-}

@@ -18,7 +18,7 @@ pub enum ToolFormat {
 impl ToolFormat {
     /// The format a chat template shows its calls in: XML where it writes `<function=`.
     pub fn of_template(source: &str) -> Self {
-        if source.contains("<function=") {
+        if source.contains(super::xml::FUNCTION) {
             Self::Xml
         } else {
             Self::Json
