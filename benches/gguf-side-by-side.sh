@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Hearth, llama.cpp's llama-bench and candle-transformers' quantized_qwen2 on the same GGUF
-# files and thread count, in one go. llama.cpp comes from the source bundled in the PyPI sdist
-# of llama-cpp-python (fetched through PyPI's simple index, sha256-checked, never built by
-# pip), built once into a cache outside the repository (~6 min on 2 cores; needs cmake,
-# e.g. `pip install cmake`).
+# files and thread count, in one go (candle only for the Qwen2 files it runs). llama.cpp comes
+# from scripts/llama-cpp.sh (built once into a cache outside the repository, ~6 min on 2 cores;
+# needs cmake, e.g. `pip install cmake`).
 # Writes benches/results/<date>-cpu[-LEVEL][-runN].json and prints a markdown table with ratios.
 #
 #   benches/gguf-side-by-side.sh [--cpu avx2|portable] [--depth N] [threads] model.gguf [more.gguf ...]
@@ -26,43 +25,13 @@ while true; do
     *) break ;;
   esac
 done
+case $level in native|avx2|portable) ;; *) echo "--cpu: expected avx2 or portable, got $level" >&2; exit 2 ;; esac
 threads=${1:-2}; shift
 [ $# -gt 0 ] || set -- "$("$repo/scripts/fetch-test-models.sh")"
-cache=${HEARTH_CACHE:-$HOME/.cache/hearth}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/hearth-target}
 
-build=build
-cmake_cpu=(-DGGML_NATIVE=ON)
-case $level in
-  native) ;;
-  avx2) build=build-avx2
-        cmake_cpu=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
-                   -DGGML_AVX512=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF) ;;
-  portable) build=build-portable
-        cmake_cpu=(-DGGML_NATIVE=OFF -DGGML_AVX=OFF -DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF -DGGML_AVX512=OFF) ;;
-  *) echo "--cpu: expected avx2 or portable, got $level" >&2; exit 2 ;;
-esac
 [ "$level" = native ] || export HEARTH_CPU=$level
-llama=$cache/llama.cpp/$build/bin/llama-bench
-if [ ! -f "$cache/llama.cpp/CMakeLists.txt" ]; then
-  tmp=$(mktemp -d)
-  python3 - "$tmp/sdist.tar.gz" <<'PY'
-import hashlib, re, sys, urllib.request
-html = urllib.request.urlopen("https://pypi.org/simple/llama-cpp-python/").read().decode()
-url = re.search(r'href="([^"]*llama_cpp_python-0\.3\.16\.tar\.gz)#sha256=([0-9a-f]+)', html)
-data = urllib.request.urlopen(url.group(1)).read()
-if hashlib.sha256(data).hexdigest() != url.group(2):
-    sys.exit("sha256 mismatch for the llama-cpp-python sdist")
-open(sys.argv[1], "wb").write(data)
-PY
-  mkdir -p "$cache/llama.cpp"
-  tar xzf "$tmp/sdist.tar.gz" -C "$tmp"
-  cp -r "$tmp"/llama_cpp_python-0.3.16/vendor/llama.cpp/. "$cache/llama.cpp/"
-fi
-if [ ! -x "$llama" ]; then
-  (cd "$cache/llama.cpp" && cmake -B "$build" -DCMAKE_BUILD_TYPE=Release "${cmake_cpu[@]}" -DLLAMA_BUILD_TESTS=OFF -DLLAMA_CURL=OFF >&2 \
-     && cmake --build "$build" -j"$threads" --target llama-bench >&2)
-fi
+llama=$("$repo/scripts/llama-cpp.sh" --cpu "$level" llama-bench)/llama-bench
 (cd "$repo" && cargo build --release >&2 && cargo bench --no-run --bench candle_quantized >&2)
 hearth=$CARGO_TARGET_DIR/release/hearth
 candle=$(ls -t "$CARGO_TARGET_DIR"/release/deps/candle_quantized-* | grep -v '\.d$' | head -1)
@@ -88,8 +57,10 @@ for m in models:
     h = json.loads(h)
     l, l_rss = peak_rss_kib([llama, "-m", m, "-p", "32,512", "-n", "64", "-t", threads, "-r", "5", "-o", "json"])
     l = json.loads(l)
-    c = json.loads(subprocess.run([candle, m, "32", "64", "3"], capture_output=True, text=True, check=True,
-                                  env={"RAYON_NUM_THREADS": threads}).stdout)
+    c = subprocess.run([candle, m, "32", "64", "3"], capture_output=True, text=True,
+                       env={"RAYON_NUM_THREADS": threads})
+    # candle-transformers' example runs Qwen2 files only (not qwen3, qwen3moe).
+    c = json.loads(c.stdout) if c.returncode == 0 else []
     # The read bandwidth and the weights one token reads, from a run of its own (the
     # measurement's buffer would count in the peak RSS above).
     roof = json.loads(subprocess.run([hearth, "bench", "-m", m, "-p", "0", "-n", "16", "-t", threads, "-r", "1",

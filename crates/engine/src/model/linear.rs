@@ -77,7 +77,7 @@ pub fn rows_as_sequences<T>(step: impl FnOnce() -> T) -> T {
     step()
 }
 
-fn rows_are_sequences() -> bool {
+pub(crate) fn rows_are_sequences() -> bool {
     ROWS_ARE_SEQUENCES.with(Cell::get)
 }
 
@@ -148,6 +148,36 @@ impl Linear {
             })
             .sum();
         parts + self.bias.as_ref().map_or(0, tensor_bytes)
+    }
+}
+
+impl Linear {
+    /// `x · Wᵀ` for `m` rows of f32 on the CPU, straight from and into slices, with the
+    /// kernels and sums [`Module::forward`] takes for the same rows on the CPU (so the same
+    /// results, bit for bit): for callers that run many small products side by side, the
+    /// experts of a mixture-of-experts layer. `sequences`: every row is a sequence of its own
+    /// (see [`rows_as_sequences`]; the flag is the caller's, as this may run on another
+    /// thread). `None` where this layer takes candle's ops: a bias, a GPU, a type without
+    /// Hearth's kernels, an f32 weight whose prompt goes to gemm.
+    pub(crate) fn cpu_product(
+        &self,
+        x: &[f32],
+        m: usize,
+        sequences: bool,
+    ) -> Result<Option<Vec<f32>>> {
+        if self.bias.is_some() || m == 0 || !x.len().is_multiple_of(m) {
+            return Ok(None);
+        }
+        let k = x.len() / m;
+        if let [Part::Dense(w)] = self.parts.as_slice() {
+            if w.dims2()?.1 != k {
+                return Ok(None);
+            }
+            return with_dense_rows(w, m, sequences, |rows, n| matmul_t(x, m, k, rows, n));
+        }
+        with_quant_mats(&self.parts, k, |mats| {
+            crate::kernels::quant_matmul::matmul_t(x, m, k, mats)
+        })
     }
 }
 
@@ -234,6 +264,22 @@ fn quantized_rows(parts: &[Part], x: &Tensor) -> Result<Option<Tensor>> {
     }
     let k = x.dim(D::Minus1)?;
     let m = x.elem_count() / k;
+    let product = with_quant_mats(parts, k, |mats| {
+        let n = mats.iter().map(|w| w.rows).sum();
+        with_cpu_rows(x, n, |xv| {
+            crate::kernels::quant_matmul::matmul_t(xv, m, k, mats)
+        })
+    })?;
+    Ok(product.transpose()?.flatten())
+}
+
+/// `f` on every part as a matrix of Hearth's quantized kernels for rows of `k` values, or
+/// `None` where some part is not one (dense, or a type without kernels).
+fn with_quant_mats<R>(
+    parts: &[Part],
+    k: usize,
+    f: impl FnOnce(&[QuantMatrix<'_>]) -> R,
+) -> Result<Option<R>> {
     // Per part: its tiles, or its GGUF blocks (borrowed from candle's CPU storage).
     let mut found = Vec::with_capacity(parts.len());
     for part in parts {
@@ -242,7 +288,7 @@ fn quantized_rows(parts: &[Part], x: &Tensor) -> Result<Option<Tensor>> {
                 found.push(Err(t));
                 continue;
             }
-            Part::Quantized(_, w) => w,
+            Part::Quantized(_, w) if w.device().is_cpu() => w,
             _ => return Ok(None),
         };
         let Some(kind) = BlockType::of(w.dtype()) else {
@@ -266,20 +312,35 @@ fn quantized_rows(parts: &[Part], x: &Tensor) -> Result<Option<Tensor>> {
             },
         })
         .collect();
-    let n = mats.iter().map(|w| w.rows).sum();
-    with_cpu_rows(x, n, |xv| {
-        crate::kernels::quant_matmul::matmul_t(xv, m, k, &mats)
-    })
+    Ok(Some(f(&mats)))
 }
 
 fn cpu_rows(weight: &Tensor, x: &Tensor) -> Result<Option<Tensor>> {
-    let (n, k) = weight.dims2()?;
+    if !x.device().is_cpu() || x.dtype() != DType::F32 {
+        return Ok(None);
+    }
+    let k = weight.dim(1)?;
     let m = x.elem_count() / k;
+    let product = with_dense_rows(weight, m, rows_are_sequences(), |rows, n| {
+        with_cpu_rows(x, n, |xv| matmul_t(xv, m, k, rows, n))
+    })?;
+    Ok(product.transpose()?.flatten())
+}
+
+/// `f` on a dense CPU weight's rows and their count, where `m` activation rows take the row
+/// kernel (see [`ROW_KERNEL_MAX_ROWS`]; `sequences`: every row is a sequence of its own).
+fn with_dense_rows<R>(
+    weight: &Tensor,
+    m: usize,
+    sequences: bool,
+    f: impl FnOnce(WeightRows<'_>, usize) -> R,
+) -> Result<Option<R>> {
+    let n = weight.dim(0)?;
     let max_rows = match weight.dtype() {
         DType::F16 | DType::BF16 => usize::MAX,
         _ => ROW_KERNEL_MAX_ROWS,
     };
-    if !x.device().is_cpu() || x.dtype() != DType::F32 || (m > max_rows && !rows_are_sequences()) {
+    if !weight.device().is_cpu() || (m > max_rows && !sequences) {
         return Ok(None);
     }
     let (ws, wl) = weight.storage_and_layout();
@@ -292,7 +353,7 @@ fn cpu_rows(weight: &Tensor, x: &Tensor) -> Result<Option<Tensor>> {
         DType::F16 => WeightRows::F16(&ws.as_slice::<half::f16>()?[w0..w1]),
         _ => return Ok(None),
     };
-    with_cpu_rows(x, n, |xv| matmul_t(xv, m, k, rows, n))
+    Ok(Some(f(rows, n)))
 }
 
 /// `f` on the values of `t` as one f32 slice, without a copy; `None` unless `t` is f32 and

@@ -40,6 +40,21 @@ impl Mlp {
             intermediate,
         })
     }
+
+    /// The block on `m` rows of f32 on the CPU, from and into slices, as [`Module::forward`]
+    /// computes it there (see [`Linear::cpu_product`]); `None` where it takes candle's ops.
+    pub(crate) fn cpu_forward(
+        &self,
+        x: &[f32],
+        m: usize,
+        sequences: bool,
+    ) -> CResult<Option<Vec<f32>>> {
+        let Some(gate_up) = self.gate_up.cpu_product(x, m, sequences)? else {
+            return Ok(None);
+        };
+        let h = silu_mul(&gate_up, self.intermediate);
+        self.down.cpu_product(&h, m, sequences)
+    }
 }
 
 impl Module for Mlp {

@@ -3,7 +3,9 @@
 //! own), and their outputs are summed, weighted by the router's probabilities.
 //!
 //! Tokens are grouped by expert, so a prompt runs one matrix product per chosen expert over all
-//! the tokens routed to it, and a decoding step reads only the chosen experts' weights. Each
+//! the tokens routed to it, and a decoding step reads only the chosen experts' weights; a
+//! batched step's sequences share that pass. On the CPU the chosen experts run side by side on
+//! the pool's threads (each product split across them too), straight from slices. Each
 //! token's sum runs over its experts in expert order whatever else shares the step, so a row
 //! computes the same alone, in a prompt or in a batch.
 
@@ -11,8 +13,9 @@ use super::mlp::Mlp;
 use crate::error::{EngineError, Result};
 use crate::load::config::MoeConfig;
 use crate::load::weights::WeightSource;
-use crate::model::linear::Linear;
+use crate::model::linear::{rows_are_sequences, with_cpu_f32, Linear};
 use candle_core::{DType, Module, Result as CResult, Tensor, D};
+use rayon::prelude::*;
 
 #[derive(Debug, Clone)]
 pub struct Moe {
@@ -61,6 +64,50 @@ impl Moe {
         let expert = self.experts.first().map_or(0, Mlp::weight_bytes);
         self.router.bytes() + self.top_k * expert
     }
+
+    /// The experts on the CPU in f32 (`x`: `[tokens, hidden]`): every chosen expert at once
+    /// over the rows routed to it, then each token's weighted sum in expert order, as the
+    /// tensor path sums it. `None` where some expert takes candle's ops.
+    fn cpu_experts(&self, x: &Tensor, groups: &[Routed]) -> CResult<Option<Vec<f32>>> {
+        if !x.device().is_cpu() || x.dtype() != DType::F32 {
+            return Ok(None);
+        }
+        let (tokens, hidden) = x.dims2()?;
+        // The step's flag, read here: the experts run on other threads.
+        let sequences = rows_are_sequences();
+        let x = x.contiguous()?;
+        let ys = with_cpu_f32(&x, |xs| {
+            groups
+                .par_iter()
+                .zip(&self.experts)
+                .with_max_len(1)
+                .map(|(routed, expert)| {
+                    if routed.tokens.is_empty() {
+                        return Ok(Some(Vec::new()));
+                    }
+                    let mut rows = Vec::with_capacity(routed.tokens.len() * hidden);
+                    for &t in &routed.tokens {
+                        rows.extend_from_slice(&xs[t as usize * hidden..][..hidden]);
+                    }
+                    expert.cpu_forward(&rows, routed.tokens.len(), sequences)
+                })
+                .collect::<CResult<Option<Vec<Vec<f32>>>>>()
+        })?;
+        let Some(ys) = ys.transpose()?.flatten() else {
+            return Ok(None);
+        };
+        let mut out = vec![0f32; tokens * hidden];
+        for (routed, y) in groups.iter().zip(&ys) {
+            let rows = routed.tokens.iter().zip(&routed.weights);
+            for ((&t, &w), y) in rows.zip(y.chunks_exact(hidden)) {
+                let o = &mut out[t as usize * hidden..][..hidden];
+                for (o, &v) in o.iter_mut().zip(y) {
+                    *o += v * w;
+                }
+            }
+        }
+        Ok(Some(out))
+    }
 }
 
 impl Module for Moe {
@@ -69,15 +116,38 @@ impl Module for Moe {
         let hidden = x.dim(D::Minus1)?;
         let tokens = x.elem_count() / hidden.max(1);
         let x = x.reshape((tokens, hidden))?;
-        let logits = self
-            .router
+        let logits = self.router_logits(&x)?;
+        let groups = route(&logits, self.experts.len(), self.top_k, self.norm_topk_prob);
+        if let Some(out) = self.cpu_experts(&x, &groups)? {
+            return Tensor::from_vec(out, dims, x.device());
+        }
+        self.tensor_experts(&x, &groups)?.reshape(dims)
+    }
+}
+
+impl Moe {
+    /// The router's logits, `[tokens, experts]` flat. On the CPU every row takes the one-row
+    /// kernel (GGUF files keep the router in f32, whose prompts would otherwise go to gemm):
+    /// a token's experts and weights must not depend on the prompt around it.
+    fn router_logits(&self, x: &Tensor) -> CResult<Vec<f32>> {
+        let tokens = x.dim(0)?;
+        let x = x.contiguous()?;
+        let rows = with_cpu_f32(&x, |xs| self.router.cpu_product(xs, tokens, true))?;
+        if let Some(logits) = rows.transpose()?.flatten() {
+            return Ok(logits);
+        }
+        self.router
             .forward(&x)?
             .to_dtype(DType::F32)?
             .flatten_all()?
-            .to_vec1::<f32>()?;
-        let groups = route(&logits, self.experts.len(), self.top_k, self.norm_topk_prob);
+            .to_vec1::<f32>()
+    }
+
+    /// The experts with candle's ops, one after another (GPUs, and weights without Hearth's
+    /// kernels): the same sums as [`Moe::cpu_experts`].
+    fn tensor_experts(&self, x: &Tensor, groups: &[Routed]) -> CResult<Tensor> {
         let mut out = x.zeros_like()?;
-        for (expert, routed) in self.experts.iter().zip(&groups) {
+        for (expert, routed) in self.experts.iter().zip(groups) {
             if routed.tokens.is_empty() {
                 continue;
             }
@@ -90,7 +160,7 @@ impl Module for Moe {
                 .broadcast_mul(&weights)?;
             out = out.index_add(&idx, &y, 0)?;
         }
-        out.reshape(dims)
+        Ok(out)
     }
 }
 
@@ -152,6 +222,118 @@ fn route(logits: &[f32], experts: usize, top_k: usize, norm: bool) -> Vec<Routed
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::tiles::{self, TileMatrix};
+    use crate::kernels::BlockType;
+    use crate::load::weights::Matrix;
+    use candle_core::quantized::{GgmlDType, QTensor};
+    use candle_core::Device;
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    /// Random experts as a Q4_K_M file holds them: Q4_K gate and up (in tiles where this CPU
+    /// has their kernels), Q8_0 down, an f32 router.
+    struct Quantized(HashMap<String, Matrix>);
+
+    impl WeightSource for Quantized {
+        fn device(&self) -> &Device {
+            &Device::Cpu
+        }
+        fn dtype(&self) -> DType {
+            DType::F32
+        }
+        fn contains(&self, name: &str) -> bool {
+            self.0.contains_key(name)
+        }
+        fn tensor(&self, name: &str, _: &[usize], _: DType) -> Result<Tensor> {
+            Err(EngineError::invalid("tensor", name))
+        }
+        fn matrix(&self, name: &str, _: &[usize]) -> Result<Matrix> {
+            self.0
+                .get(name)
+                .cloned()
+                .ok_or_else(|| EngineError::invalid("matrix", name))
+        }
+    }
+
+    fn random(rows: usize, cols: usize, seed: usize) -> Tensor {
+        let v: Vec<f32> = (0..rows * cols)
+            .map(|i| (((i * 7919 + seed * 104_729) % 1009) as f32 / 504.5 - 1.0) * 0.3)
+            .collect();
+        Tensor::from_vec(v, (rows, cols), &Device::Cpu).unwrap()
+    }
+
+    fn quantized(w: &Tensor, dtype: GgmlDType) -> Matrix {
+        let q = QTensor::quantize(w, dtype).unwrap();
+        let (rows, cols) = w.dims2().unwrap();
+        let kind = BlockType::of(dtype).unwrap();
+        if tiles::supported(kind, rows) {
+            let data = tiles::interleave(kind, &q.data().unwrap(), rows, cols);
+            return Matrix::Tiles(Arc::new(TileMatrix {
+                kind,
+                rows,
+                cols,
+                data,
+            }));
+        }
+        Matrix::Quantized(Arc::new(q))
+    }
+
+    const HIDDEN: usize = 256;
+
+    fn tiny_moe() -> Moe {
+        let cfg = MoeConfig {
+            num_experts: 8,
+            experts_per_token: 3,
+            expert_intermediate_size: 256,
+            norm_topk_prob: true,
+            decoder_sparse_step: 1,
+            mlp_only_layers: vec![],
+        };
+        let mut m = HashMap::new();
+        m.insert("l.gate.weight".into(), Matrix::Dense(random(8, HIDDEN, 1)));
+        for e in 0..8 {
+            let inter = cfg.expert_intermediate_size;
+            let p = format!("l.experts.{e}");
+            let gate = random(inter, HIDDEN, 10 + e);
+            let up = random(inter, HIDDEN, 20 + e);
+            let down = random(HIDDEN, inter, 30 + e);
+            m.insert(format!("{p}.gate_proj.weight"), quantized(&gate, GgmlDType::Q4K));
+            m.insert(format!("{p}.up_proj.weight"), quantized(&up, GgmlDType::Q4K));
+            m.insert(format!("{p}.down_proj.weight"), quantized(&down, GgmlDType::Q8_0));
+        }
+        Moe::load(&Quantized(m), "l", HIDDEN, &cfg).unwrap()
+    }
+
+    fn groups(moe: &Moe, x: &Tensor) -> Vec<Routed> {
+        let logits = moe.router_logits(x).unwrap();
+        route(&logits, moe.experts.len(), moe.top_k, moe.norm_topk_prob)
+    }
+
+    /// The CPU path (experts side by side, from slices) gives the tensor path's sums bit for
+    /// bit, and each token's row is what that token gives alone: in a prompt, in a batched
+    /// step (every row a sequence) and decoding.
+    #[test]
+    fn the_cpu_experts_equal_the_tensor_path_and_each_row_alone() {
+        let moe = tiny_moe();
+        let x = random(37, HIDDEN, 99);
+        for tokens in [1, 3, 37] {
+            let x = x.narrow(0, 0, tokens).unwrap();
+            let g = groups(&moe, &x);
+            let fast = moe.cpu_experts(&x, &g).unwrap().expect("the CPU path");
+            let slow = moe.tensor_experts(&x, &g).unwrap();
+            let slow = slow.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            assert_eq!(fast, slow, "{tokens} tokens");
+            let batched = crate::model::linear::rows_as_sequences(|| moe.forward(&x).unwrap());
+            let batched = batched.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            for t in 0..tokens {
+                let alone = moe.forward(&x.narrow(0, t, 1).unwrap()).unwrap();
+                let alone = alone.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                let row = &fast[t * HIDDEN..][..HIDDEN];
+                assert_eq!(row, alone.as_slice(), "token {t} of {tokens}");
+                assert_eq!(&batched[t * HIDDEN..][..HIDDEN], row, "batched token {t}");
+            }
+        }
+    }
 
     #[test]
     fn routes_to_the_top_k_with_renormalised_weights() {

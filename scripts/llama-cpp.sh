@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# llama.cpp from the source bundled in the llama-cpp-python 0.3.16 sdist (fetched through PyPI's
+# simple index, sha256-checked, never built by pip), built once per CPU level into a cache
+# outside the repository (needs cmake, e.g. `pip install cmake`). Prints the folder of the
+# built programs; the source folder (with convert_hf_to_gguf.py and gguf-py) is its grandparent.
+#
+#   scripts/llama-cpp.sh [--cpu native|avx2|portable] TARGET...   e.g. llama-bench llama-quantize
+#
+# --cpu avx2 builds with GGML_NATIVE=OFF and only AVX2/FMA/F16C (build-avx2), so an AVX-512
+# machine can race llama.cpp at the AVX2 level; --cpu portable without any vector extension.
+set -euo pipefail
+level=native
+if [ "${1:-}" = --cpu ]; then level=$2; shift 2; fi
+[ $# -gt 0 ] || { echo "usage: $0 [--cpu native|avx2|portable] TARGET..." >&2; exit 2; }
+cache=${HEARTH_CACHE:-$HOME/.cache/hearth}
+src=$cache/llama.cpp
+build=build
+cmake_cpu=(-DGGML_NATIVE=ON)
+case $level in
+  native) ;;
+  avx2) build=build-avx2
+        cmake_cpu=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+                   -DGGML_AVX512=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF) ;;
+  portable) build=build-portable
+        cmake_cpu=(-DGGML_NATIVE=OFF -DGGML_AVX=OFF -DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF -DGGML_AVX512=OFF) ;;
+  *) echo "--cpu: expected native, avx2 or portable, got $level" >&2; exit 2 ;;
+esac
+if [ ! -f "$src/CMakeLists.txt" ]; then
+  tmp=$(mktemp -d)
+  python3 - "$tmp/sdist.tar.gz" <<'PY'
+import hashlib, re, sys, urllib.request
+html = urllib.request.urlopen("https://pypi.org/simple/llama-cpp-python/").read().decode()
+url = re.search(r'href="([^"]*llama_cpp_python-0\.3\.16\.tar\.gz)#sha256=([0-9a-f]+)', html)
+data = urllib.request.urlopen(url.group(1)).read()
+if hashlib.sha256(data).hexdigest() != url.group(2):
+    sys.exit("sha256 mismatch for the llama-cpp-python sdist")
+open(sys.argv[1], "wb").write(data)
+PY
+  mkdir -p "$src"
+  tar xzf "$tmp/sdist.tar.gz" -C "$tmp"
+  cp -r "$tmp"/llama_cpp_python-0.3.16/vendor/llama.cpp/. "$src/"
+  rm -rf "$tmp"
+fi
+missing=()
+for t in "$@"; do [ -x "$src/$build/bin/$t" ] || missing+=("$t"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  (cd "$src" && cmake -B "$build" -DCMAKE_BUILD_TYPE=Release "${cmake_cpu[@]}" -DLLAMA_BUILD_TESTS=OFF -DLLAMA_CURL=OFF >&2 \
+     && cmake --build "$build" -j"${JOBS:-2}" --target "${missing[@]}" >&2)
+fi
+echo "$src/$build/bin"
