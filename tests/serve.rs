@@ -633,3 +633,72 @@ async fn hearth_agent_runs_on_a_served_model() -> TestResult {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--model"));
     Ok(())
 }
+
+/// A model whose template writes XML calls (Qwen3-Coder's) streams each call as it is written:
+/// the name first, then its arguments a parameter at a time, adding up to the arguments of the
+/// same answer asked for whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xml_tool_calls_stream_their_arguments_as_they_are_written() -> TestResult {
+    let tmp = tempfile::tempdir()?;
+    for entry in std::fs::read_dir(common::tiny("qwen3"))? {
+        let p = entry?.path();
+        std::fs::copy(&p, tmp.path().join(p.file_name().ok_or("a file name")?))?;
+    }
+    let coder = common::fixtures().join("templates/Qwen3-Coder.jinja");
+    std::fs::copy(coder, tmp.path().join("chat_template.jinja"))?;
+    // Room for the template's long tool prompt (the fixture's positions are rotary: any fit).
+    let config = tmp.path().join("config.json");
+    let mut c: Value = serde_json::from_str(&std::fs::read_to_string(&config)?)?;
+    c["max_position_embeddings"] = json!(2048);
+    std::fs::write(&config, c.to_string())?;
+    let s = Server::start_model(tmp.path(), &[])?;
+    let mut body = hello(200);
+    body["temperature"] = json!(1.0);
+    body["seed"] = json!(3);
+    body["tool_choice"] = json!("required");
+    body["tools"] = json!([{"type": "function", "function": {"name": "add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "required": ["a", "b"], "additionalProperties": false}}}]);
+    let (status, whole) = post(&s, "/v1/chat/completions", body.clone()).await?;
+    assert_eq!(status, 200, "{whole}");
+    let calls = whole["choices"][0]["message"]["tool_calls"]
+        .as_array()
+        .ok_or(format!("no calls: {whole}"))?
+        .clone();
+    body["stream"] = json!(true);
+    let events = sse(&s, body).await?;
+    // Per call index: its name, and the argument pieces in order.
+    let mut streamed: Vec<(String, Vec<String>)> = vec![];
+    for e in events.iter().filter(|e| *e != "[DONE]") {
+        let v: Value = serde_json::from_str(e)?;
+        for d in v["choices"][0]["delta"]["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let i = d["index"].as_u64().ok_or("a call delta without an index")? as usize;
+            if let Some(name) = d["function"]["name"].as_str() {
+                assert_eq!(i, streamed.len(), "{e}");
+                assert!(d["id"].is_string(), "{e}");
+                streamed.push((name.to_string(), vec![]));
+            }
+            let piece = d["function"]["arguments"].as_str().ok_or("no arguments")?;
+            if !piece.is_empty() {
+                streamed[i].1.push(piece.to_string());
+            }
+        }
+    }
+    assert_eq!(streamed.len(), calls.len(), "{events:?}");
+    for ((name, pieces), call) in streamed.iter().zip(&calls) {
+        assert_eq!(name, &call["function"]["name"]);
+        assert_eq!(
+            pieces.concat(),
+            call["function"]["arguments"].as_str().unwrap_or_default()
+        );
+        // `a` went out before `b` was written.
+        assert!(pieces.len() >= 2, "{pieces:?}");
+        let args: Value = serde_json::from_str(&pieces.concat())?;
+        assert!(args["a"].is_i64() && args["b"].is_i64(), "{args}");
+    }
+    Ok(())
+}

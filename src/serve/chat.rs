@@ -150,6 +150,23 @@ impl Reply {
         })
     }
 
+    /// The first delta of a call streamed as it is written: its id and name, no arguments yet.
+    fn call_open(&mut self, name: &str) -> Value {
+        let index = self.calls;
+        self.calls += 1;
+        json!({
+            "index": index,
+            "id": format!("call_{}", RequestId::next()),
+            "type": "function",
+            "function": {"name": name, "arguments": ""},
+        })
+    }
+
+    /// The next piece of the arguments of the call [`Reply::call_open`] opened last.
+    fn call_args(&self, args: &str) -> Value {
+        json!({"index": self.calls.saturating_sub(1), "function": {"arguments": args}})
+    }
+
     fn finish(&self, summary: &Summary) -> &'static str {
         finish_reason(&summary.reason, self.calls > 0)
     }
@@ -168,7 +185,9 @@ async fn whole(
             match p {
                 Piece::Text(t) => content.push_str(&t),
                 Piece::Invalid { error, raw } => invalid.push(json!({"error": error, "raw": raw})),
-                Piece::Call(c) => {
+                // Streamed calls come whole at their end.
+                Piece::CallOpen { .. } | Piece::CallArgs(_) => {}
+                Piece::Call(c) | Piece::CallEnd(c) => {
                     let mut call = reply.call_json(&c);
                     // `index` belongs to streamed deltas only.
                     if let Some(o) = call.as_object_mut() {
@@ -242,6 +261,10 @@ fn streamed(mut reply: Reply, mut stream: ChatStream, mut splitter: ToolCallSpli
                     let delta = match p {
                         Piece::Text(t) => json!({"content": t}),
                         Piece::Call(c) => json!({"tool_calls": [reply.call_json(&c)]}),
+                        Piece::CallOpen { name } => json!({"tool_calls": [reply.call_open(&name)]}),
+                        Piece::CallArgs(args) => json!({"tool_calls": [reply.call_args(&args)]}),
+                        // Every piece of it has gone out.
+                        Piece::CallEnd(_) => continue,
                         Piece::Invalid { error, raw } => {
                             json!({"invalid_tool_calls": [{"error": error, "raw": raw}]})
                         }

@@ -1,13 +1,16 @@
 //! Splits a streamed answer into text and tool calls as it arrives: text is passed on at
-//! once, except what could be the start of a `<tool_call>` tag; a call is held until its
-//! closing tag and then parsed whole (JSON, or the XML of Qwen3-Coder and Qwen3.5 typed by the
-//! tool's schema), so a client never sees half a call, nor a broken one as text. Small models
+//! once, except what could be the start of a `<tool_call>` tag. A JSON call is held until its
+//! closing tag and then parsed whole; an XML call (Qwen3-Coder, Qwen3.5) goes out as it is
+//! written: its name once its `<function=…>` tag is read, then each parameter, typed by the
+//! tool's schema, once it closes, as pieces of the arguments' JSON that add up to exactly the
+//! string the whole call would carry. Neither ever reaches the client as text. Small models
 //! often write the call without tags, as the whole answer (`{"name": …}` or a ```json fence,
 //! as llama.cpp's Hermes parser also accepts): an answer that starts that way is held to its
 //! end and read as calls if it names offered tools. A call that only repeats an earlier one
 //! of the same answer is dropped and says the answer is over (a small model, forced to call,
 //! writes the same call again and again).
 
+use hearth_engine::chat::tool_call::xml::{parse_function_so_far, FUNCTION, PARAMETER_END};
 use hearth_engine::chat::tool_call::{partial_tag, read_calls, Reading, CLOSE, OPEN};
 use hearth_engine::ToolCall;
 use serde_json::Value;
@@ -15,7 +18,16 @@ use serde_json::Value;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Piece {
     Text(String),
+    /// A whole call at once.
     Call(ToolCall),
+    /// A call going out as it is written: its function …
+    CallOpen {
+        name: String,
+    },
+    /// … the next piece of its arguments' JSON …
+    CallArgs(String),
+    /// … and the call, read whole, once its arguments have all gone out.
+    CallEnd(ToolCall),
     /// A call that could not be read (or was cut off): why, and what the model wrote.
     Invalid {
         error: String,
@@ -39,6 +51,17 @@ pub struct ToolCallSplitter {
     /// Whitespace after a call, held until text follows it (a line break that only ends the
     /// calls is not content).
     gap: String,
+    /// How much of the call being written has gone out.
+    open: Sent,
+}
+
+/// How much of a streamed call has gone out.
+#[derive(Debug, Default)]
+struct Sent {
+    /// Its function's name.
+    named: bool,
+    /// Its first `params` parameters.
+    params: usize,
 }
 
 impl ToolCallSplitter {
@@ -54,6 +77,7 @@ impl ToolCallSplitter {
             seen: vec![],
             repeated: false,
             gap: String::new(),
+            open: Sent::default(),
         }
     }
 
@@ -90,6 +114,7 @@ impl ToolCallSplitter {
         loop {
             if self.in_call {
                 let Some(end) = self.pending.find(CLOSE) else {
+                    self.stream_call(&mut out);
                     break;
                 };
                 let body = self.pending[..end].to_string();
@@ -105,6 +130,7 @@ impl ToolCallSplitter {
                 self.text(&mut out, &text);
                 self.pending.drain(..start + OPEN.len());
                 self.in_call = true;
+                self.open = Sent::default();
             } else {
                 // Hold back a tail that could still become `<tool_call>`.
                 let keep = partial_tag(&self.pending, OPEN);
@@ -165,8 +191,70 @@ impl ToolCallSplitter {
         })
     }
 
-    /// A call body parsed as the model's format; what does not parse is an invalid call.
-    fn call(&mut self, body: &str, cut: bool) -> Option<Piece> {
+    /// A call body parsed as the model's format; what does not parse is an invalid call. A
+    /// call partly gone out ends with the rest of its arguments.
+    fn call(&mut self, body: &str, cut: bool) -> Vec<Piece> {
+        let open = std::mem::take(&mut self.open);
+        let piece = self.read_call(body, cut);
+        match piece {
+            Some(Piece::Call(call)) if open.named => {
+                let mut out = vec![];
+                push_params(&mut out, &call, open.params, true);
+                out.push(Piece::CallEnd(call));
+                out
+            }
+            piece => piece.into_iter().collect(),
+        }
+    }
+
+    /// An XML call being written: its name and every parameter closed so far that has not yet
+    /// gone out. Held back: a call that so far only repeats an earlier one (it may be a
+    /// repeat, which ends the answer unsent), a tool not offered and what does not parse (both
+    /// come out invalid at the call's end).
+    fn stream_call(&mut self, out: &mut Vec<Piece>) {
+        let body = &self.pending;
+        if !body.trim_start().starts_with(FUNCTION) {
+            return;
+        }
+        let cut = match body.rfind(PARAMETER_END) {
+            Some(i) => i + PARAMETER_END.len(),
+            None => match body.find('>') {
+                Some(i) => i + 1,
+                None => return,
+            },
+        };
+        let Ok(call) = parse_function_so_far(&body[..cut], &self.specs) else {
+            return;
+        };
+        if !self.names.contains(&call.function.name) {
+            return;
+        }
+        if !self.open.named {
+            if self.could_repeat(&call) {
+                return;
+            }
+            out.push(Piece::CallOpen {
+                name: call.function.name.clone(),
+            });
+            self.open.named = true;
+        }
+        self.open.params = push_params(out, &call, self.open.params, false);
+    }
+
+    /// Whether `call`, as far as it is written, matches an earlier call of the answer.
+    fn could_repeat(&self, call: &ToolCall) -> bool {
+        let Some(so_far) = call.function.arguments.as_object() else {
+            return false;
+        };
+        self.seen.iter().any(|c| {
+            c.function.name == call.function.name
+                && so_far
+                    .iter()
+                    .all(|(k, v)| c.function.arguments.get(k) == Some(v))
+        })
+    }
+
+    fn read_call(&mut self, body: &str, cut: bool) -> Option<Piece> {
         let raw = if cut {
             format!("{OPEN}{body}")
         } else {
@@ -201,6 +289,26 @@ impl ToolCallSplitter {
             }
         }
     }
+}
+
+/// The parameters of `call` from the `from`-th on, as pieces of its arguments' JSON (written
+/// as `serde_json` writes the whole object, so the pieces add up to `arguments.to_string()`),
+/// and the closing brace where `last`. Returns the parameters gone out.
+fn push_params(out: &mut Vec<Piece>, call: &ToolCall, from: usize, last: bool) -> usize {
+    let empty = serde_json::Map::new();
+    let args = call.function.arguments.as_object().unwrap_or(&empty);
+    let mut json = String::new();
+    for (i, (k, v)) in args.iter().enumerate().skip(from) {
+        json.push(if i == 0 { '{' } else { ',' });
+        json.push_str(&format!("{}:{v}", Value::String(k.clone())));
+    }
+    if last {
+        json.push_str(if args.is_empty() { "{}" } else { "}" });
+    }
+    if !json.is_empty() {
+        out.push(Piece::CallArgs(json));
+    }
+    args.len().max(from)
 }
 
 fn push_text(out: &mut Vec<Piece>, text: &str) {
@@ -324,7 +432,7 @@ mod tests {
         out.extend(s.finish());
         assert_eq!(text(&out).trim(), "Adding.");
         assert!(
-            matches!(&out[..], [.., Piece::Call(c)] if c.function.arguments == json!({"a": 7})),
+            matches!(&out[..], [.., Piece::CallEnd(c)] if c.function.arguments == json!({"a": 7})),
             "{out:?}"
         );
         let mut s = splitter();
@@ -333,6 +441,129 @@ mod tests {
             matches!(&out[..], [Piece::Invalid { error, .. }] if error.contains("not an integer")),
             "{out:?}"
         );
+    }
+
+    fn pair() -> Vec<Value> {
+        vec![
+            json!({"type": "function", "function": {"name": "edit", "parameters": {
+            "type": "object", "properties": {"path": {"type": "string"}, "line": {"type": "integer"},
+            "text": {"type": "string"}}, "required": ["path", "text"]}}}),
+        ]
+    }
+
+    /// What a streamed call sends: its name, then pieces of its arguments that add up to the
+    /// whole call's arguments string.
+    fn streamed(out: &[Piece]) -> Vec<(String, String, ToolCall)> {
+        let mut calls = vec![];
+        let mut open: Option<(String, String)> = None;
+        for p in out {
+            match p {
+                Piece::CallOpen { name } => open = Some((name.clone(), String::new())),
+                Piece::CallArgs(a) => open.as_mut().expect("arguments of an open call").1 += a,
+                Piece::CallEnd(c) => {
+                    let (name, args) = open.take().expect("the end of an open call");
+                    calls.push((name, args, c.clone()));
+                }
+                // Written all at once: nothing to stream.
+                Piece::Call(c) => {
+                    let args = c.function.arguments.to_string();
+                    calls.push((c.function.name.clone(), args, c.clone()));
+                }
+                _ => {}
+            }
+        }
+        calls
+    }
+
+    #[test]
+    fn an_xml_call_goes_out_parameter_by_parameter_and_adds_up_to_the_whole() {
+        let answer = "On it.\n<tool_call>\n<function=edit>\n<parameter=path>\nsrc/a.rs\n</parameter>\n<parameter=line>\n12\n</parameter>\n<parameter=text>\nfn main() {\n    println!(\"<hi>\");\n}\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=edit>\n<parameter=path>\nb\n</parameter>\n<parameter=text>\nx\n</parameter>\n</function>\n</tool_call>";
+        let chars: Vec<char> = answer.chars().collect();
+        for step in [1, 2, 5, 13, answer.len()] {
+            let mut s = ToolCallSplitter::new(pair(), vec!["edit".into()]);
+            let mut out = vec![];
+            let mut before_close = None;
+            for chunk in chars.chunks(step) {
+                let chunk: String = chunk.iter().collect();
+                out.extend(s.push(&chunk));
+                // The first parameter is out before the call's closing tag has come.
+                if before_close.is_none() && !s.pending.is_empty() && s.in_call {
+                    before_close = out
+                        .iter()
+                        .position(|p| matches!(p, Piece::CallArgs(a) if a.contains("src/a.rs")));
+                }
+            }
+            out.extend(s.finish());
+            assert_eq!(text(&out).trim(), "On it.", "step {step}");
+            let calls = streamed(&out);
+            assert_eq!(calls.len(), 2, "step {step}: {out:?}");
+            for (name, args, call) in &calls {
+                assert_eq!(name, &call.function.name);
+                assert_eq!(args, &call.function.arguments.to_string(), "step {step}");
+            }
+            assert_eq!(
+                calls[0].2.function.arguments,
+                json!({"path": "src/a.rs", "line": 12, "text": "fn main() {\n    println!(\"<hi>\");\n}"})
+            );
+            if step < 20 {
+                assert!(before_close.is_some(), "step {step}: {out:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_streamed_call_that_repeats_an_earlier_one_is_held_and_dropped() {
+        let call = "<tool_call>\n<function=edit>\n<parameter=path>\na\n</parameter>\n<parameter=text>\nx\n</parameter>\n</function>\n</tool_call>";
+        let mut s = ToolCallSplitter::new(pair(), vec!["edit".into()]);
+        let mut out = s.push(call);
+        // The same call again, written slowly: nothing of it goes out …
+        for line in call.split_inclusive('\n') {
+            let more = s.push(line);
+            assert!(
+                !more
+                    .iter()
+                    .any(|p| matches!(p, Piece::CallOpen { .. } | Piece::CallArgs(_))),
+                "{more:?}"
+            );
+            out.extend(more);
+        }
+        // … and it ends the answer.
+        assert!(s.repeated());
+        out.extend(s.finish());
+        assert_eq!(streamed(&out).len(), 1, "{out:?}");
+        // One that starts like it and then differs goes out once it differs.
+        let mut s = ToolCallSplitter::new(pair(), vec!["edit".into()]);
+        let mut out = s.push(call);
+        out.extend(s.push("\n<tool_call>\n<function=edit>\n<parameter=path>\na\n</parameter>\n"));
+        assert!(
+            !out.iter().any(|p| matches!(p, Piece::CallOpen { .. })),
+            "{out:?}"
+        );
+        out.extend(s.push("<parameter=text>\ny\n</parameter>\n"));
+        assert!(
+            out.iter().any(|p| matches!(p, Piece::CallOpen { .. })),
+            "{out:?}"
+        );
+        out.extend(s.push("</function>\n</tool_call>"));
+        out.extend(s.finish());
+        let calls = streamed(&out);
+        assert_eq!(calls.len(), 2, "{out:?}");
+        assert_eq!(calls[1].1, r#"{"path":"a","text":"y"}"#);
+    }
+
+    #[test]
+    fn a_streamed_call_cut_off_ends_as_far_as_it_parses() {
+        let mut s = ToolCallSplitter::new(pair(), vec!["edit".into()]);
+        let mut out = s.push("<tool_call>\n<function=edit>\n<parameter=path>\na\n</parameter>\n<parameter=text>\nhal");
+        out.extend(s.finish());
+        // The text parameter was cut: the call is whole as far as it goes, and says so.
+        let calls = streamed(&out);
+        assert_eq!(calls.len(), 1, "{out:?}");
+        assert_eq!(calls[0].1, calls[0].2.function.arguments.to_string());
+        // A tool nobody offered is not streamed.
+        let mut s = ToolCallSplitter::new(pair(), vec!["edit".into()]);
+        let out = s.push("<tool_call>\n<function=rm>\n<parameter=path>\n/\n</parameter>\n");
+        assert!(out.is_empty(), "{out:?}");
     }
 
     #[test]

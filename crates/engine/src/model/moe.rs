@@ -297,9 +297,18 @@ mod tests {
             let gate = random(inter, HIDDEN, 10 + e);
             let up = random(inter, HIDDEN, 20 + e);
             let down = random(HIDDEN, inter, 30 + e);
-            m.insert(format!("{p}.gate_proj.weight"), quantized(&gate, GgmlDType::Q4K));
-            m.insert(format!("{p}.up_proj.weight"), quantized(&up, GgmlDType::Q4K));
-            m.insert(format!("{p}.down_proj.weight"), quantized(&down, GgmlDType::Q8_0));
+            m.insert(
+                format!("{p}.gate_proj.weight"),
+                quantized(&gate, GgmlDType::Q4K),
+            );
+            m.insert(
+                format!("{p}.up_proj.weight"),
+                quantized(&up, GgmlDType::Q4K),
+            );
+            m.insert(
+                format!("{p}.down_proj.weight"),
+                quantized(&down, GgmlDType::Q8_0),
+            );
         }
         Moe::load(&Quantized(m), "l", HIDDEN, &cfg).unwrap()
     }

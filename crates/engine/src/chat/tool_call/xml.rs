@@ -22,7 +22,8 @@ pub const FUNCTION: &str = "<function=";
 /// Closes a call's function.
 pub const FUNCTION_END: &str = "</function>";
 const PARAMETER: &str = "<parameter=";
-const PARAMETER_END: &str = "</parameter>";
+/// Closes a parameter.
+pub const PARAMETER_END: &str = "</parameter>";
 
 /// The parameter schema of tool `name` among `specs` (OpenAI's format, or bare).
 pub(crate) fn parameters_of<'a>(specs: &'a [Value], name: &str) -> Option<&'a Value> {
@@ -36,6 +37,29 @@ pub(crate) fn parameters_of<'a>(specs: &'a [Value], name: &str) -> Option<&'a Va
 /// `<function=name>…</function>` (the closing tag may be missing: a cut call), typed by the
 /// JSON schema of the tool's parameters where `specs` has it.
 pub fn parse_function(body: &str, specs: &[Value]) -> Result<ToolCall, String> {
+    let call = parse_function_so_far(body, specs)?;
+    let (name, args) = (&call.function.name, &call.function.arguments);
+    if let Some(required) = parameters_of(specs, name)
+        .and_then(|p| p.get("required"))
+        .and_then(Value::as_array)
+    {
+        if let Some(missing) = required
+            .iter()
+            .filter_map(Value::as_str)
+            .find(|r| args.get(*r).is_none())
+        {
+            return Err(format!(
+                "`{name}`: required parameter `{missing}` is missing"
+            ));
+        }
+    }
+    Ok(call)
+}
+
+/// The part of a call written so far: its function and the parameters in it, in the order
+/// written and typed as [`parse_function`] types them, without asking for the required ones
+/// (a streamed call, cut where a parameter closed).
+pub fn parse_function_so_far(body: &str, specs: &[Value]) -> Result<ToolCall, String> {
     let rest = body
         .trim()
         .strip_prefix(FUNCTION)
@@ -90,20 +114,6 @@ pub fn parse_function(body: &str, specs: &[Value]) -> Result<ToolCall, String> {
             "`{name}`: text outside a parameter: `{}`",
             body.trim()
         ));
-    }
-    if let Some(required) = parameters
-        .and_then(|p| p.get("required"))
-        .and_then(Value::as_array)
-    {
-        if let Some(missing) = required
-            .iter()
-            .filter_map(Value::as_str)
-            .find(|r| !args.contains_key(*r))
-        {
-            return Err(format!(
-                "`{name}`: required parameter `{missing}` is missing"
-            ));
-        }
     }
     Ok(ToolCall::new(name, Value::Object(args)))
 }
