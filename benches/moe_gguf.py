@@ -5,6 +5,11 @@ and Hearth load it as they load any Qwen file. Written in F16; quantize it with 
 
     python3 benches/moe_gguf.py --tokenizer-from qwen.gguf --layers 4 --experts 128 out.gguf
 
+`--tiny` makes instead a model of a few MB whose matrices all have rows of 256 values, so that
+llama-quantize gives them K-quants (the test fixture of crates/engine/tests/fixtures/gguf_moe_golden.sh),
+in F32, with weights large enough that the next token is seldom a near tie and small enough
+that a rounding does not flip a router (a larger scale makes the tiny model chaotic).
+
 Needs numpy and llama.cpp's gguf-py on PYTHONPATH (benches/moe-side-by-side.sh sets both up).
 """
 import argparse
@@ -13,9 +18,12 @@ import numpy as np
 import gguf
 
 # Qwen3-30B-A3B's config.json (Qwen/Qwen3-30B-A3B).
-HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 2048, 32, 4, 128
-EXPERT_FFN, TOP_K, DENSE_FFN = 768, 8, 6144
-ROPE_THETA, EPS, CONTEXT = 1_000_000.0, 1e-6, 40960
+SHAPE = dict(hidden=2048, heads=32, kv_heads=4, head_dim=128, expert_ffn=768, top_k=8, dense_ffn=6144,
+             context=40960, scale=0.02, dtype=np.float16)
+# Rows of 256 everywhere (K-quant blocks), two experts of eight per token.
+TINY = dict(hidden=256, heads=4, kv_heads=2, head_dim=64, expert_ffn=256, top_k=2, dense_ffn=512,
+            context=512, scale=0.08, dtype=np.float32)
+ROPE_THETA, EPS = 1_000_000.0, 1e-6
 
 
 def main():
@@ -25,13 +33,17 @@ def main():
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--experts", type=int, default=128)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tiny", action="store_true", help="the K-quant test fixture's shape")
     a = ap.parse_args()
+    c = TINY if a.tiny else SHAPE
+    HIDDEN, HEADS, KV_HEADS, HEAD_DIM = c["hidden"], c["heads"], c["kv_heads"], c["head_dim"]
+    EXPERT_FFN, TOP_K, DENSE_FFN, CONTEXT = c["expert_ffn"], c["top_k"], c["dense_ffn"], c["context"]
     if not 0 < TOP_K <= a.experts:
         ap.error(f"--experts: at least {TOP_K} (the top-k), got {a.experts}")
 
     src = gguf.GGUFReader(a.tokenizer_from)
     w = gguf.GGUFWriter(a.out, "qwen3moe")
-    w.add_name("qwen3-30b-a3b-shaped-random")
+    w.add_name("tiny-qwen3-moe-k-quants" if a.tiny else "qwen3-30b-a3b-shaped-random")
     w.add_block_count(a.layers)
     w.add_context_length(CONTEXT)
     w.add_embedding_length(HIDDEN)
@@ -45,7 +57,7 @@ def main():
     w.add_expert_count(a.experts)
     w.add_expert_used_count(TOP_K)
     w.add_expert_feed_forward_length(EXPERT_FFN)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32 if a.tiny else gguf.LlamaFileType.MOSTLY_F16)
     vocab = None
     for field in src.fields.values():
         if not field.name.startswith("tokenizer."):
@@ -69,8 +81,8 @@ def main():
 
     rng = np.random.default_rng(a.seed)
 
-    def rand(*shape, scale=0.02):
-        return (rng.standard_normal(shape, dtype=np.float32) * scale).astype(np.float16)
+    def rand(*shape, scale=c["scale"]):
+        return (rng.standard_normal(shape, dtype=np.float32) * scale).astype(c["dtype"])
 
     def norm(n):
         return (1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32)).astype(np.float32)

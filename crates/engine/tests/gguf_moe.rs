@@ -178,3 +178,96 @@ fn experts_that_do_not_fit_the_metadata_are_named() {
         .to_string();
     assert!(err.contains("qwen3moe.expert_used_count"), "{err}");
 }
+
+/// The golden file `gguf_moe_golden.sh` writes beside the K-quant fixture.
+#[derive(serde::Deserialize)]
+struct LlamaCppGolden {
+    model_bytes: u64,
+    prompt_ids: Vec<u32>,
+    greedy: Vec<u32>,
+    /// Per step, llama.cpp's eight largest logits, `(id, logit)`, largest first.
+    top: Vec<Vec<(u32, f32)>>,
+}
+
+/// A mixture-of-experts file quantized Q4_K_M by llama.cpp's own `llama-quantize`, every expert
+/// in K-quants (Q4_K, Q6_K; rows of 256), teacher-forced on llama.cpp's greedy tokens (llama.cpp
+/// run with an f32 KV cache, as Hearth keeps it): Hearth's logits of llama.cpp's eight best
+/// tokens are llama.cpp's to 1e-4 of their scale, step after step, until a rounding-level
+/// difference (summation order) tips a router's near tie and a token takes another expert;
+/// after that within `BOUND`. Hearth picks llama.cpp's token wherever llama.cpp's two best are
+/// further apart than that. Decoding one token at a time gives the prompt's rows exactly.
+#[test]
+fn k_quant_experts_match_llama_cpp() {
+    const BOUND: f32 = 0.02;
+    let path = fixtures().join("gguf/tiny-qwen3-moe-q4_k_m.gguf");
+    let golden = fixtures().join("golden/tiny-qwen3-moe-q4_k_m-llamacpp.json");
+    let g: LlamaCppGolden =
+        serde_json::from_str(&std::fs::read_to_string(golden).unwrap()).unwrap();
+    let size = std::fs::metadata(&path).unwrap().len();
+    assert_eq!(size, g.model_bytes, "the golden is of another file");
+    // The types it proves: the experts in K-quants.
+    let content = gguf_file::Content::read(&mut std::fs::File::open(&path).unwrap()).unwrap();
+    let types: std::collections::BTreeSet<String> = content
+        .tensor_infos
+        .iter()
+        .filter(|(name, _)| name.contains("_exps"))
+        .map(|(_, info)| format!("{:?}", info.ggml_dtype))
+        .collect();
+    assert!(types.contains("Q4K"), "{types:?}");
+    assert!(
+        types.iter().all(|t| t.starts_with('Q') && t.ends_with('K')),
+        "{types:?}"
+    );
+
+    let m = load(&path).unwrap();
+    let mut teacher = g.prompt_ids.clone();
+    teacher.extend(&g.greedy[..g.greedy.len() - 1]);
+    let all = m.forward_all(&teacher, &mut m.new_cache()).unwrap();
+    let vocab = all.dim(1).unwrap();
+    let all = all.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let mut cache = m.new_cache();
+    let mut step = m.forward(&g.prompt_ids, &mut cache).unwrap();
+    let (mut same, mut picked, mut worst) = (0, 0, 0f32);
+    for (i, (&want, top)) in g.greedy.iter().zip(&g.top).enumerate() {
+        let row = &all[(g.prompt_ids.len() - 1 + i) * vocab..][..vocab];
+        assert_eq!(
+            step.to_vec1::<f32>().unwrap(),
+            row,
+            "step {i}: decoding and the prompt differ"
+        );
+        let scale = top[0].1.abs();
+        let diff = top
+            .iter()
+            .map(|&(id, l)| (row[id as usize] - l).abs())
+            .fold(0f32, f32::max)
+            / scale;
+        worst = worst.max(diff);
+        assert!(
+            diff <= BOUND,
+            "step {i}: logits {diff} of their scale apart"
+        );
+        if diff <= 1e-4 && same == i {
+            same += 1;
+        }
+        let got = hearth_engine::sampling::argmax(row);
+        if got == want {
+            picked += 1;
+        } else {
+            let gap = (top[0].1 - top[1].1) / scale;
+            assert!(
+                gap <= 2.0 * BOUND,
+                "step {i}: Hearth {got}, llama.cpp {want} ({gap} apart)"
+            );
+        }
+        step = m.forward(&[want], &mut cache).unwrap();
+    }
+    let n = g.greedy.len();
+    println!(
+        "{picked} of {n} steps pick llama.cpp's token; the first {same} within 1e-4, all within {:.2} %",
+        100.0 * worst
+    );
+    assert!(
+        same * 4 >= n * 3,
+        "only the first {same} of {n} steps within 1e-4"
+    );
+}

@@ -634,17 +634,37 @@ mod tests {
     /// side, for every row of `x`.
     #[test]
     fn fused_matrices_equal_their_separate_products() -> TestResult {
-        let (m, k) = (2, 256);
+        for (m, shapes) in [
+            (
+                2,
+                &[
+                    (GgmlDType::Q5_0, 19usize),
+                    (GgmlDType::Q6K, 8),
+                    (GgmlDType::Q8_0, 5),
+                ][..],
+            ),
+            // Q4_K_M's attention: q in Q4_K, k and v in Q8_0, a prompt's rows.
+            (
+                10,
+                &[
+                    (GgmlDType::Q4K, 256),
+                    (GgmlDType::Q8_0, 128),
+                    (GgmlDType::Q8_0, 128),
+                ][..],
+            ),
+        ] {
+            fused_equals_separate(m, shapes)?;
+        }
+        Ok(())
+    }
+
+    fn fused_equals_separate(m: usize, shapes: &[(GgmlDType, usize)]) -> TestResult {
+        let k = 256;
         let x: Vec<f32> = (0..m * k)
             .map(|i| ((i * 13 % 29) as f32 - 14.0) / 7.0)
             .collect();
-        let shapes = [
-            (GgmlDType::Q5_0, 19usize),
-            (GgmlDType::Q6K, 8),
-            (GgmlDType::Q8_0, 5),
-        ];
         let mut quantized: Vec<(BlockType, Vec<u8>, usize)> = vec![];
-        for (dtype, n) in shapes {
+        for &(dtype, n) in shapes {
             let w: Vec<f32> = (0..n * k)
                 .map(|i| ((i * 7 % 23) as f32 - 11.0) / 13.0)
                 .collect();
