@@ -3,9 +3,9 @@
 # files and thread count, in one go (candle only for the Qwen2 files it runs). llama.cpp comes
 # from scripts/llama-cpp.sh (built once into a cache outside the repository, ~6 min on 2 cores;
 # needs cmake, e.g. `pip install cmake`).
-# Writes benches/results/<date>-cpu[-LEVEL][-runN].json and prints a markdown table with ratios.
+# Writes benches/results/<date>[-L]-cpu[-LEVEL][-runN].json and prints a markdown table with ratios.
 #
-#   benches/gguf-side-by-side.sh [--cpu avx2|portable] [--depth N] [threads] model.gguf [more.gguf ...]
+#   benches/gguf-side-by-side.sh [--cpu avx2|portable] [--depth N] [--label L] [threads] model.gguf [more.gguf ...]
 #
 # --depth N adds pp512 and tg64 after N tokens already in the KV cache (both programs' -d N):
 # an agent's turn after a long conversation, where attention over the cache weighs as much as
@@ -18,10 +18,12 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 level=native
 depth=0
+label=
 while true; do
   case "${1:-}" in
     --cpu) level=$2; shift 2 ;;
     --depth) depth=$2; shift 2 ;;
+    --label) label=$2; shift 2 ;;
     *) break ;;
   esac
 done
@@ -36,7 +38,7 @@ llama=$("$repo/scripts/llama-cpp.sh" --cpu "$level" llama-bench)/llama-bench
 hearth=$CARGO_TARGET_DIR/release/hearth
 candle=$(ls -t "$CARGO_TARGET_DIR"/release/deps/candle_quantized-* | grep -v '\.d$' | head -1)
 
-base="$repo/benches/results/$(date +%F)-cpu$([ "$level" = native ] || echo "-$level")"
+base="$repo/benches/results/$(date +%F)-${label:+$label-}cpu$([ "$level" = native ] || echo "-$level")"
 # Never over an earlier result of the same day: -run2, -run3, …
 out=$base.json; n=2
 while [ -e "$out" ]; do out=$base-run$n.json; n=$((n + 1)); done

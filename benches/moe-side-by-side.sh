@@ -39,4 +39,4 @@ if [ ! -f "$q4" ]; then
   mv "$q4.part" "$q4"
   rm -f "$f16"
 fi
-exec "$repo/benches/gguf-side-by-side.sh" "${cpu[@]}" "$threads" "$q4"
+exec "$repo/benches/gguf-side-by-side.sh" "${cpu[@]}" --label moe "$threads" "$q4"
