@@ -64,6 +64,7 @@ impl ModelArgs {
             progress: load_progress(),
             // HEARTH_CPU, read by the engine.
             cpu: None,
+            kernels: Default::default(),
         })
     }
 }

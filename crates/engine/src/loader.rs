@@ -89,6 +89,9 @@ pub struct LoadOptions {
     /// (`portable`, `avx2`, `avx512`), else the best this CPU runs. A level the CPU lacks is
     /// an error, never an illegal instruction.
     pub cpu: Option<crate::kernels::CpuLevel>,
+    /// How the model's layers pick among the CPU kernels (many-row kernels, widening types
+    /// without kernels for prompts); kept by each layer, not process-wide.
+    pub kernels: crate::kernels::KernelOptions,
 }
 
 /// `(layers loaded, layers)` as a model's weights load, for a caller's progress display.
@@ -191,7 +194,7 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
                 let dtype = opts.dtype.resolve(cfg.torch_dtype.as_deref(), &device);
                 let model = Qwen::load_with_progress(
                     &cfg,
-                    &Weights::open(&files.weights, dtype, &device)?,
+                    &Weights::open(&files.weights, dtype, &device)?.with_kernels(opts.kernels),
                     &progress,
                 )?;
                 let generation = match &files.generation_config {
@@ -226,7 +229,8 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
                     file.forget_vocabulary();
                     crate::memory::return_freed_memory();
                 }
-                let model = Qwen::load_with_progress(&cfg, &file.weights(&device), &progress)?;
+                let weights = file.weights(&device).with_kernels(opts.kernels);
+                let model = Qwen::load_with_progress(&cfg, &weights, &progress)?;
                 let mut stop = file.stop_token_ids();
                 for t in CHATML_STOPS {
                     if let Some(id) = tokenizer.token_id(t).filter(|id| !stop.contains(id)) {

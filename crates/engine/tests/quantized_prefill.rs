@@ -9,16 +9,21 @@
 mod common;
 
 use candle_core::Device;
-use hearth_engine::kernels::{cpu, set_many_rows_kernels, CpuLevel};
+use hearth_engine::kernels::{cpu, CpuLevel, KernelOptions};
 use hearth_engine::load::gguf::GgufFile;
 use hearth_engine::Qwen;
 use std::sync::Arc;
 
-/// The real GGUF's model (on the CPU, with the tiles of the active level) and tokenizer.
-fn load(path: &std::path::Path) -> (Qwen, hearth_engine::Tokenizer) {
+/// The real GGUF's model (on the CPU, with the tiles of the active level, the many-row kernels
+/// on or off) and tokenizer.
+fn load(path: &std::path::Path, many_row_kernels: bool) -> (Qwen, hearth_engine::Tokenizer) {
     let file = Arc::new(GgufFile::open(path).unwrap());
     let cfg = file.config().unwrap();
-    let model = Qwen::load(&cfg, &file.weights(&Device::Cpu)).unwrap();
+    let kernels = KernelOptions {
+        many_row_kernels,
+        ..Default::default()
+    };
+    let model = Qwen::load(&cfg, &file.weights(&Device::Cpu).with_kernels(kernels)).unwrap();
     (model, file.tokenizer().unwrap())
 }
 
@@ -31,20 +36,19 @@ fn prefills_equal_decoding_bit_for_bit_at_every_level() {
     println!("levels on this CPU: {levels:?}");
     for level in levels {
         cpu::force(level).unwrap();
-        let (model, tok) = load(&path);
-        // Q4_K_M: Q5_0, Q4_K, Q6_K and Q8_0 matrices.
-        let prompt = tok
-            .encode("<|im_start|>system\nYou are a helpful assistant who answers briefly and checks every fact twice.<|im_end|>\n<|im_start|>user\nName three rivers of Europe, the countries they cross, and one fact about each.<|im_end|>\n<|im_start|>assistant\n")
-            .unwrap();
-        let n = prompt.len();
-        assert!(n > 33, "{n}");
         // AVX-512 VNNI runs its Q4_K/Q6_K many-row kernels, and the AVX2 ones without them.
         let many = match level {
             CpuLevel::Avx512 => vec![true, false],
             _ => vec![true],
         };
         for many in many {
-            set_many_rows_kernels(many);
+            let (model, tok) = load(&path, many);
+            // Q4_K_M: Q5_0, Q4_K, Q6_K and Q8_0 matrices.
+            let prompt = tok
+                .encode("<|im_start|>system\nYou are a helpful assistant who answers briefly and checks every fact twice.<|im_end|>\n<|im_start|>user\nName three rivers of Europe, the countries they cross, and one fact about each.<|im_end|>\n<|im_start|>assistant\n")
+                .unwrap();
+            let n = prompt.len();
+            assert!(n > 33, "{n}");
             let what = format!("{level}, many-row kernels {many}");
             let logits = |t: candle_core::Tensor| -> Vec<f32> { t.to_vec1().unwrap() };
             let mut cache = model.new_cache();
@@ -72,6 +76,5 @@ fn prefills_equal_decoding_bit_for_bit_at_every_level() {
             );
         }
     }
-    set_many_rows_kernels(true);
     cpu::force(cpu::detected()).unwrap();
 }

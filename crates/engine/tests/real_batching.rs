@@ -1,6 +1,6 @@
 //! The real Qwen2.5-Coder-0.5B-Instruct Q4_K_M through the scheduler: eight different prompts
 //! at once give each the greedy tokens it gives alone. (Its own test binary: other real-model
-//! tests change the process-wide prefill path.)
+//! tests change the process-wide kernel level.)
 
 mod common;
 

@@ -31,4 +31,26 @@ mod tiles_q6k;
 
 pub use blocks::{BlockType, Q8Row};
 pub use cpu::{CpuLevel, CpuLevelError};
-pub use quant_matmul::{kernel_path, matmul_t, set_many_rows_kernels, QuantMatrix};
+pub use quant_matmul::{kernel_path, matmul_t, QuantMatrix};
+
+/// How a model's layers pick among the CPU kernels, beside the instruction-set level ([`cpu`]).
+/// Part of the load options: every layer of a model keeps its own copy, so two models in one
+/// process may differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelOptions {
+    /// AVX-512 VNNI's many-row kernels for Q4_K and Q6_K in GGUF order (off: the one-row
+    /// kernels, as other CPUs run; for tests and benchmarks of those paths).
+    pub many_row_kernels: bool,
+    /// From this many rows on (prompts), a quantized matrix of a type without Hearth's kernels
+    /// (Q2_K, Q3_K, …) is widened to f32 and multiplied with gemm (`usize::MAX`: never).
+    pub dequantize_from_rows: usize,
+}
+
+impl Default for KernelOptions {
+    fn default() -> Self {
+        Self {
+            many_row_kernels: true,
+            dequantize_from_rows: 16,
+        }
+    }
+}

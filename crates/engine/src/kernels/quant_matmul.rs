@@ -25,7 +25,6 @@ use super::tiles::{self, TileMatrix};
 #[cfg(target_arch = "x86_64")]
 use super::{avx2, avx512};
 use rayon::prelude::*;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Activation rows per pass of a task's weight rows.
 const COLUMN_BLOCK: usize = 16;
@@ -157,7 +156,7 @@ pub(crate) fn rows_at(level: CpuLevel, t: BlockType) -> Option<RowsFn> {
 /// VNNI: Q4_K, Q6_K; Q4_0, Q5_0 and Q8_0 have theirs in [`super::tiles`]).
 pub(crate) fn many_at(level: CpuLevel, t: BlockType, k: usize) -> Option<ManyFn> {
     let level = level.min(cpu::detected());
-    if !k.is_multiple_of(2 * QK) || level < CpuLevel::Avx512 || !MANY_ROWS.load(Ordering::Relaxed) {
+    if !k.is_multiple_of(2 * QK) || level < CpuLevel::Avx512 {
         return None;
     }
     #[cfg(target_arch = "x86_64")]
@@ -178,13 +177,6 @@ pub(crate) fn many_at(level: CpuLevel, t: BlockType, k: usize) -> Option<ManyFn>
     }
     let _ = t;
     None
-}
-
-static MANY_ROWS: AtomicBool = AtomicBool::new(true);
-
-/// Turns the many-row kernels off (tests of the paths other CPUs take) or back on.
-pub fn set_many_rows_kernels(on: bool) {
-    MANY_ROWS.store(on, Ordering::Relaxed);
 }
 
 /// The kernels quantized weights run with at the active level, for the load log.

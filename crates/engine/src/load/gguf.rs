@@ -3,7 +3,7 @@
 
 use crate::error::{EngineError, Result};
 use crate::kernels::tiles::{self, TileMatrix};
-use crate::kernels::BlockType;
+use crate::kernels::{BlockType, KernelOptions};
 use crate::load::config::{Declared, Family, Item, MoeConfig, QwenConfig};
 use crate::load::weights::{Matrix, WeightSource};
 use crate::tokenizer::Tokenizer;
@@ -557,6 +557,7 @@ impl GgufFile {
         GgufWeights {
             file: self.clone(),
             device: device.clone(),
+            kernels: KernelOptions::default(),
         }
     }
 }
@@ -599,6 +600,15 @@ struct Located {
 pub struct GgufWeights {
     file: Arc<GgufFile>,
     device: Device,
+    kernels: KernelOptions,
+}
+
+impl GgufWeights {
+    /// These weights' layers pick their CPU kernels by `kernels`.
+    pub fn with_kernels(mut self, kernels: KernelOptions) -> Self {
+        self.kernels = kernels;
+        self
+    }
 }
 
 /// `model.layers.3.self_attn.q_proj.weight` → `blk.3.attn_q.weight`.
@@ -957,6 +967,9 @@ impl WeightSource for GgufWeights {
             .qtensor(name, shape)?
             .dequantize(&self.device)?
             .to_dtype(dtype)?)
+    }
+    fn kernels(&self) -> KernelOptions {
+        self.kernels
     }
     fn projection(&self, name: &str, shape: &[usize]) -> Result<Matrix> {
         match self.tiles(name, shape)? {

@@ -4,6 +4,7 @@
 
 use crate::error::{EngineError, Result};
 use crate::kernels::tiles::TileMatrix;
+use crate::kernels::KernelOptions;
 use candle_core::quantized::QTensor;
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Tensor};
@@ -51,6 +52,10 @@ pub trait WeightSource {
     fn projection(&self, name: &str, shape: &[usize]) -> Result<Matrix> {
         self.matrix(name, shape)
     }
+    /// How the layers built from this source pick their CPU kernels.
+    fn kernels(&self) -> KernelOptions {
+        KernelOptions::default()
+    }
 }
 
 /// Safetensors weights: memory-mapped files, looked up by tensor name across shards.
@@ -60,6 +65,7 @@ pub struct Weights {
     index: HashMap<String, usize>,
     dtype: DType,
     device: Device,
+    kernels: KernelOptions,
 }
 
 impl Weights {
@@ -91,7 +97,14 @@ impl Weights {
             index,
             dtype,
             device: device.clone(),
+            kernels: KernelOptions::default(),
         })
+    }
+
+    /// These weights' layers pick their CPU kernels by `kernels`.
+    pub fn with_kernels(mut self, kernels: KernelOptions) -> Self {
+        self.kernels = kernels;
+        self
     }
 
     /// Loads `name`, checks its shape, converts to the weight dtype and moves it to the device.
@@ -144,6 +157,9 @@ fn display_name(p: &Path) -> String {
 }
 
 impl WeightSource for Weights {
+    fn kernels(&self) -> KernelOptions {
+        self.kernels
+    }
     fn device(&self) -> &Device {
         &self.device
     }

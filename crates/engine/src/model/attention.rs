@@ -69,8 +69,8 @@ impl Attention {
             false => None,
         };
         Ok(Self {
-            qkv: Linear::fused(qkv_w, qkv_b)?,
-            o: Linear::fused(vec![weight("o_proj", h, q_out)?], o_b)?,
+            qkv: Linear::fused(qkv_w, qkv_b)?.with_kernels(w.kernels()),
+            o: Linear::fused(vec![weight("o_proj", h, q_out)?], o_b)?.with_kernels(w.kernels()),
             qk_norm,
             heads: cfg.num_attention_heads,
             kv_heads: cfg.num_key_value_heads,

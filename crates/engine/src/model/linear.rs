@@ -14,13 +14,12 @@
 
 use crate::kernels::dense::{matmul_t, WeightRows};
 use crate::kernels::tiles::{self, TileMatrix};
-use crate::kernels::{BlockType, QuantMatrix};
+use crate::kernels::{cpu, BlockType, KernelOptions, QuantMatrix};
 use crate::load::weights::{tensor_bytes, Matrix};
 use candle_core::quantized::ggml_file::qtensor_from_ggml;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Result, Storage, Tensor, D};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Up to this many rows of activations, f32 weights take the row kernel; more go to gemm, whose
@@ -36,6 +35,7 @@ const ROW_KERNEL_MAX_ROWS: usize = 16;
 pub struct Linear {
     parts: Vec<Part>,
     bias: Option<Tensor>,
+    kernels: KernelOptions,
 }
 
 #[derive(Debug, Clone)]
@@ -45,17 +45,6 @@ enum Part {
     Quantized(QMatMul, Arc<QTensor>),
     /// Q4_0/Q5_0/Q8_0/Q4_1/Q5_1 blocks in tiles of 16 rows, on CPUs with their kernels.
     Tiles(Arc<TileMatrix>),
-}
-
-/// From this many rows on (prompt prefills), a quantized matrix of a type Hearth has no kernel
-/// for (candle's then run: Q2_K, Q3_K, …) is widened to f32 and multiplied with gemm, 3–10×
-/// faster than candle's one dot product per row. The eight types with kernels here never are:
-/// their prompts sum exactly as decoding does (see [`with_block_kernels`]).
-static DEQUANTIZE_FROM_ROWS: AtomicUsize = AtomicUsize::new(16);
-
-/// Sets the row count from which quantized matrices are widened to f32 (`usize::MAX`: never).
-pub fn set_dequantize_from_rows(rows: usize) {
-    DEQUANTIZE_FROM_ROWS.store(rows, Ordering::Relaxed);
 }
 
 thread_local! {
@@ -89,6 +78,7 @@ impl Linear {
         Ok(Self {
             parts: vec![Part::Dense(weight)],
             bias,
+            kernels: KernelOptions::default(),
         })
     }
 
@@ -131,7 +121,21 @@ impl Linear {
                 }
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Self { parts, bias })
+        Ok(Self {
+            parts,
+            bias,
+            kernels: KernelOptions::default(),
+        })
+    }
+
+    /// This layer picks its CPU kernels by `kernels` (the model's load options). From
+    /// `dequantize_from_rows` rows on (prompt prefills), a quantized matrix of a type Hearth has
+    /// no kernel for (candle's then run: Q2_K, Q3_K, …) is widened to f32 and multiplied with
+    /// gemm, 3–10× faster than candle's one dot product per row. The eight types with kernels
+    /// here never are: their prompts sum exactly as decoding does (see `with_block_kernels`).
+    pub fn with_kernels(mut self, kernels: KernelOptions) -> Self {
+        self.kernels = kernels;
+        self
     }
 }
 
@@ -176,7 +180,7 @@ impl Linear {
             return with_dense_rows(w, m, sequences, |rows, n| matmul_t(x, m, k, rows, n));
         }
         with_quant_mats(&self.parts, k, |mats| {
-            crate::kernels::quant_matmul::matmul_t(x, m, k, mats)
+            quant_product(x, m, k, mats, self.kernels)
         })
     }
 }
@@ -210,20 +214,19 @@ fn dense_on_huge_pages(w: &Tensor) -> Result<()> {
 }
 
 impl Part {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    fn forward(&self, x: &Tensor, kernels: KernelOptions) -> Result<Tensor> {
         match self {
             Part::Quantized(_, q)
                 if x.device().is_cpu()
                     && !rows_are_sequences()
-                    && x.elem_count() / x.dim(D::Minus1)?
-                        >= DEQUANTIZE_FROM_ROWS.load(Ordering::Relaxed)
+                    && x.elem_count() / x.dim(D::Minus1)? >= kernels.dequantize_from_rows
                     && !with_block_kernels(q, x)? =>
             {
                 let w = q.dequantize(x.device())?.to_dtype(x.dtype())?;
                 x.broadcast_matmul(&w.t()?)
             }
             Part::Quantized(q, w) if with_block_kernels(w, x)? => {
-                match quantized_rows(std::slice::from_ref(self), x)? {
+                match quantized_rows(std::slice::from_ref(self), x, kernels)? {
                     Some(y) => Ok(y),
                     None => q.forward(x),
                 }
@@ -232,7 +235,7 @@ impl Part {
             // Tiles exist only on the CPU; other activation dtypes go through f32.
             Part::Tiles(t) => {
                 let x32 = x.to_dtype(DType::F32)?;
-                match quantized_rows(std::slice::from_ref(self), &x32)? {
+                match quantized_rows(std::slice::from_ref(self), &x32, kernels)? {
                     Some(y) => y.to_dtype(x.dtype()),
                     None => QMatMul::from_qtensor(tiles_to_qtensor(t)?)?.forward(x),
                 }
@@ -258,7 +261,7 @@ fn with_block_kernels(w: &QTensor, x: &Tensor) -> Result<bool> {
 
 /// Few rows through quantized matrices on the CPU, all in one pass with Hearth's kernels
 /// ([`crate::kernels::quant_matmul`]), or `None` where some part has none (candle's then run).
-fn quantized_rows(parts: &[Part], x: &Tensor) -> Result<Option<Tensor>> {
+fn quantized_rows(parts: &[Part], x: &Tensor, kernels: KernelOptions) -> Result<Option<Tensor>> {
     if !x.device().is_cpu() || x.dtype() != DType::F32 {
         return Ok(None);
     }
@@ -266,11 +269,21 @@ fn quantized_rows(parts: &[Part], x: &Tensor) -> Result<Option<Tensor>> {
     let m = x.elem_count() / k;
     let product = with_quant_mats(parts, k, |mats| {
         let n = mats.iter().map(|w| w.rows).sum();
-        with_cpu_rows(x, n, |xv| {
-            crate::kernels::quant_matmul::matmul_t(xv, m, k, mats)
-        })
+        with_cpu_rows(x, n, |xv| quant_product(xv, m, k, mats, kernels))
     })?;
     Ok(product.transpose()?.flatten())
+}
+
+/// `x · Wᵀ` over quantized matrices at the active level, with the kernels `kernels` allows.
+fn quant_product(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    mats: &[QuantMatrix<'_>],
+    kernels: KernelOptions,
+) -> Vec<f32> {
+    let many = kernels.many_row_kernels;
+    crate::kernels::quant_matmul::matmul_t_at(cpu::active(), x, m, k, mats, many)
 }
 
 /// `f` on every part as a matrix of Hearth's quantized kernels for rows of `k` values, or
@@ -391,14 +404,14 @@ fn with_cpu_rows(
 
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let fused = quantized_rows(&self.parts, x)?;
+        let fused = quantized_rows(&self.parts, x, self.kernels)?;
         let y = match (fused, self.parts.as_slice()) {
             (Some(y), _) => y,
-            (None, [one]) => one.forward(x)?,
+            (None, [one]) => one.forward(x, self.kernels)?,
             (None, parts) => {
                 let outs = parts
                     .iter()
-                    .map(|p| p.forward(x))
+                    .map(|p| p.forward(x, self.kernels))
                     .collect::<Result<Vec<_>>>()?;
                 Tensor::cat(&outs, D::Minus1)?
             }

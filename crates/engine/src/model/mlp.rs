@@ -35,8 +35,8 @@ impl Mlp {
         let up = m("up_proj", [intermediate, hidden])?;
         let down = m("down_proj", [hidden, intermediate])?;
         Ok(Self {
-            gate_up: Linear::fused(vec![gate, up], None)?,
-            down: Linear::fused(vec![down], None)?,
+            gate_up: Linear::fused(vec![gate, up], None)?.with_kernels(w.kernels()),
+            down: Linear::fused(vec![down], None)?.with_kernels(w.kernels()),
             intermediate,
         })
     }

@@ -52,7 +52,7 @@ impl Moe {
             ));
         }
         Ok(Self {
-            router: Linear::fused(vec![router], None)?,
+            router: Linear::fused(vec![router], None)?.with_kernels(w.kernels()),
             experts,
             top_k: cfg.experts_per_token,
             norm_topk_prob: cfg.norm_topk_prob,

@@ -125,7 +125,8 @@ impl Qwen {
                 vec![w.projection("lm_head.weight", &[cfg.vocab_size, h])?],
                 None,
             )?
-        };
+        }
+        .with_kernels(w.kernels());
         Ok(Self {
             cfg: cfg.clone(),
             norm: w.tensor("model.norm.weight", &eps_dims, act)?,
