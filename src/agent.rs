@@ -141,13 +141,13 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     let sampling = args.sampling.apply(&SamplingParams::greedy());
     let mut agent = ToolAgent::new(llm, tools);
     agent.max_iterations = args.max_iterations;
-    agent.request = LlmRequest {
+    agent.llm_agent.request = LlmRequest {
         sampling: Some(sampling),
         max_tokens: Some(args.max_tokens),
         ..Default::default()
     };
     if let Some(s) = &args.system {
-        agent.persona = s.clone();
+        agent.set_persona(s.clone());
     }
     if let Some(k) = knowledge {
         agent.knowledge = Some(Arc::new(k));

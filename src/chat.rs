@@ -355,14 +355,14 @@ fn agent_chat(args: ChatArgs) -> anyhow::Result<()> {
     let llm = LocalLlm::new(engine.clone()).with_max_tokens(args.max_tokens);
     let mut agent = ToolAgent::new(Arc::new(llm), tools);
     agent.max_iterations = args.max_iterations;
-    agent.request = LlmRequest {
+    agent.llm_agent.request = LlmRequest {
         sampling: Some(sampling),
         max_tokens: Some(args.max_tokens),
         enable_thinking: args.think.as_deref().map(parse_think).transpose()?,
         ..Default::default()
     };
     if let Some(s) = &args.system {
-        agent.persona = s.clone();
+        agent.set_persona(s.clone());
     }
     if let Some(k) = knowledge {
         agent.knowledge = Some(Arc::new(k));
@@ -380,7 +380,7 @@ fn agent_chat(args: ChatArgs) -> anyhow::Result<()> {
     if interactive {
         eprintln!(
             "{origin} — tools: {} — {AGENT_HELP}",
-            agent.tools.names().join(", ")
+            agent.executor.tools.names().join(", ")
         );
     }
     let mut input = std::io::stdin().lock();
@@ -416,7 +416,7 @@ fn agent_chat(args: ChatArgs) -> anyhow::Result<()> {
                     eprintln!("[history cleared]");
                 }
                 "system" => {
-                    agent.persona = rest.trim().to_string();
+                    agent.set_persona(rest.trim().to_string());
                     eprintln!("[system message set]");
                 }
                 "help" => eprintln!("{AGENT_HELP}"),

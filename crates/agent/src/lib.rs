@@ -48,7 +48,9 @@ pub use message::{ActionStatusCode, AgentMessage, AgentStatusCode};
 pub use parser::{OutputParser, ParseStatus, ParsedOutput};
 pub use store::{open_database, SavedSession, SessionClaim, SessionStore};
 pub use tool::{Tool, ToolRegistry, ToolResult};
-pub use tool_agent::{StopReason, ToolAgent, ToolAgentEvent, ToolAgentRun, ToolChoice};
+pub use tool_agent::{
+    StopReason, ToolAgent, ToolAgentEvent, ToolAgentRun, ToolChoice, ToolExecutor,
+};
 
 /// The engine types agents speak in.
 pub use hearth_engine::{ChatMessage, SamplingParams, ToolCall};

@@ -55,30 +55,30 @@ impl AgentConfig {
     /// The configuration of `agent` as it is now.
     pub fn of(agent: &ToolAgent) -> Self {
         Self {
-            name: agent.name.clone(),
-            persona: agent.persona.clone(),
+            name: agent.llm_agent.name.clone(),
+            persona: agent.persona().to_string(),
             instructions: agent.instructions.clone(),
             max_iterations: agent.max_iterations,
             history_window: agent.history_window,
-            tools: agent.tools.specs(),
-            max_tokens: agent.request.max_tokens,
-            sampling: agent.request.sampling.clone(),
-            stop: agent.request.stop.clone(),
-            enable_thinking: agent.request.enable_thinking,
+            tools: agent.executor.tools.specs(),
+            max_tokens: agent.llm_agent.request.max_tokens,
+            sampling: agent.llm_agent.request.sampling.clone(),
+            stop: agent.llm_agent.request.stop.clone(),
+            enable_thinking: agent.llm_agent.request.enable_thinking,
         }
     }
 
     /// Sets everything but the tools and the model.
     pub fn apply(&self, agent: &mut ToolAgent) {
-        agent.name = self.name.clone();
-        agent.persona = self.persona.clone();
+        agent.llm_agent.name = self.name.clone();
+        agent.set_persona(self.persona.clone());
         agent.instructions = self.instructions.clone();
         agent.max_iterations = self.max_iterations;
         agent.history_window = self.history_window;
-        agent.request.max_tokens = self.max_tokens;
-        agent.request.sampling = self.sampling.clone();
-        agent.request.stop = self.stop.clone();
-        agent.request.enable_thinking = self.enable_thinking;
+        agent.llm_agent.request.max_tokens = self.max_tokens;
+        agent.llm_agent.request.sampling = self.sampling.clone();
+        agent.llm_agent.request.stop = self.stop.clone();
+        agent.llm_agent.request.enable_thinking = self.enable_thinking;
     }
 }
 
@@ -110,7 +110,7 @@ impl RunHeader {
     pub fn of(agent: &ToolAgent, task: &str, session: &str) -> Self {
         Self {
             version: RECORDING_VERSION,
-            model: agent.llm.name(),
+            model: agent.llm_agent.llm.name(),
             task: task.to_string(),
             session: session.to_string(),
             agent: AgentConfig::of(agent),
@@ -256,8 +256,9 @@ impl Recorder {
 
     /// Records everything `agent` asks its model and every tool call it makes from now on.
     pub fn attach(&self, agent: &mut ToolAgent) {
-        agent.llm = Arc::new(RecordingLlm::new(agent.llm.clone(), self.clone()));
-        agent.hooks.add(Arc::new(self.clone()));
+        agent.llm_agent.llm =
+            Arc::new(RecordingLlm::new(agent.llm_agent.llm.clone(), self.clone()));
+        agent.llm_agent.hooks.add(Arc::new(self.clone()));
     }
 
     /// Adds an entry (and writes it, flushed, to the file); a failed write is kept for

@@ -9,13 +9,12 @@
 //! says what to do with calls to unknown tools and repeated calls. Any format works: Qwen's
 //! `<tool_call>` on its chat template, ReAct on a meta-template, ….
 
-use crate::agent::Agent;
-use crate::aggregator::{Aggregator, ToolAggregator, SYSTEM_NOTE, TOOL_RESULT};
+use crate::agent::{Agent, LlmAgent};
+use crate::aggregator::{ToolAggregator, SYSTEM_NOTE, TOOL_RESULT};
 use crate::error::{AgentError, Result};
-use crate::hooks::{Hook, Hooks};
+use crate::hooks::Hook;
 use crate::llm::{complete, Llm, LlmEvent, LlmRequest};
 use crate::loop_policy::{attempted_call, LoopPolicy};
-use crate::memory::MemoryManager;
 use crate::message::AgentMessage;
 use crate::parser::{OutputParser, ParseStatus, ParsedOutput, QwenToolParser, QwenXmlToolParser};
 use crate::tool::{Tool, ToolRegistry, ToolResult};
@@ -122,22 +121,90 @@ pub struct RunOptions {
     pub tool_choice: ToolChoice,
 }
 
-/// An agent that runs the tool loop (see the module docs).
-pub struct ToolAgent {
-    /// Sender name of its answers; also names its KV cache sessions.
-    pub name: String,
-    /// The model.
-    pub llm: Arc<dyn Llm>,
+/// Runs the calls of a turn: the tools offered on every run, and what to do with calls to
+/// unknown tools, withheld tools and repeated calls.
+#[derive(Clone)]
+pub struct ToolExecutor {
     /// The tools offered on every run.
     pub tools: ToolRegistry,
-    /// Reads tool calls from answers; by default in the format the model writes.
-    pub parser: Box<dyn OutputParser>,
-    /// Builds each prompt from the system prompt, the history and the turn so far.
-    pub aggregator: Box<dyn Aggregator>,
     /// What to do with unknown, withheld and repeated calls.
     pub policy: LoopPolicy,
-    /// The start of the system prompt.
-    pub persona: String,
+}
+
+impl ToolExecutor {
+    /// `tools` with the default policy.
+    pub fn new(tools: ToolRegistry) -> Self {
+        Self {
+            tools,
+            policy: LoopPolicy::default(),
+        }
+    }
+
+    /// The tools a run may call (`registry`, with the run's extra ones) and those it offers
+    /// the model, as `tool_choice` allows: `(registry, offered)`.
+    fn for_run(&self, options: &RunOptions) -> (ToolRegistry, ToolRegistry) {
+        let mut registry = self.tools.clone();
+        for t in &options.extra_tools {
+            registry.add(t.clone());
+        }
+        let offered = match &options.tool_choice {
+            ToolChoice::None => ToolRegistry::new(),
+            ToolChoice::Named(n) => {
+                let mut r = ToolRegistry::new();
+                if let Some(t) = registry.get(n) {
+                    r.add(t.clone());
+                }
+                r
+            }
+            _ => registry.clone(),
+        };
+        (registry, offered)
+    }
+
+    /// One round of `calls` from `registry`, concurrently: each gets an id if it has none and
+    /// passes the `before_action` hooks, each result the `after_action` ones, with events as
+    /// they go. Returns the calls as they ran and their results, in order.
+    async fn execute(
+        &self,
+        registry: &ToolRegistry,
+        mut calls: Vec<ToolCall>,
+        round: usize,
+        ctx: (&str, &str, &[Arc<dyn Hook>]),
+        emit: &(dyn Fn(ToolAgentEvent) + Sync),
+    ) -> (Vec<ToolCall>, Vec<ToolResult>) {
+        let (agent, session, hooks) = ctx;
+        for (i, c) in calls.iter_mut().enumerate() {
+            c.id.get_or_insert_with(|| format!("call_{}_{}", round, i + 1));
+            for h in hooks {
+                *c = h.before_action(agent, c.clone(), session);
+            }
+        }
+        emit(ToolAgentEvent::ToolCallsStart {
+            calls: calls.clone(),
+        });
+        let outs: Vec<ToolResult> =
+            futures::future::join_all(calls.iter().map(|c| registry.execute(c))).await;
+        let mut results = Vec::with_capacity(outs.len());
+        for mut r in outs {
+            for h in hooks {
+                r = h.after_action(agent, r, session);
+            }
+            emit(ToolAgentEvent::ToolResult { result: r.clone() });
+            results.push(r);
+        }
+        (calls, results)
+    }
+}
+
+/// An agent that runs the tool loop (see the module docs): an [`LlmAgent`] that asks the model
+/// (its name, model, memory, aggregator, parser, hooks and request defaults; its `template` is
+/// the persona, the start of the system prompt) and a [`ToolExecutor`] that runs the calls.
+pub struct ToolAgent {
+    /// Asks the model. Its parser reads tool calls from answers (by default in the format the
+    /// model writes); its aggregator is the [`ToolAggregator`].
+    pub llm_agent: LlmAgent,
+    /// Runs the calls the model makes.
+    pub executor: ToolExecutor,
     /// Added to the system prompt after the persona.
     pub instructions: Option<String>,
     /// Model calls a run may make (default 10).
@@ -146,13 +213,6 @@ pub struct ToolAgent {
     pub history_window: usize,
     /// Where snippets for each message come from.
     pub knowledge: Option<Arc<dyn Knowledge>>,
-    /// Each session's messages.
-    pub memory: MemoryManager,
-    /// Defaults for every model call (sampling, max tokens).
-    pub request: LlmRequest,
-    /// Run around each turn (`before_agent`, `after_agent`) and each tool call
-    /// (`before_action`, `after_action`).
-    pub hooks: Hooks,
     /// Per session: how many of the oldest messages the summary covers, and the summary.
     summaries: Mutex<HashMap<String, (usize, String)>>,
 }
@@ -164,27 +224,37 @@ impl ToolAgent {
             hearth_engine::ToolFormat::Json => Box::new(QwenToolParser),
             hearth_engine::ToolFormat::Xml => Box::new(QwenXmlToolParser),
         };
+        let mut llm_agent = LlmAgent::new("assistant", llm, Some("You are a helpful assistant."));
+        llm_agent.aggregator = Box::new(ToolAggregator);
+        llm_agent.parser = Some(parser);
         Self {
-            name: "assistant".into(),
-            llm,
-            tools,
-            parser,
-            aggregator: Box::new(ToolAggregator),
-            policy: LoopPolicy::default(),
-            persona: "You are a helpful assistant.".into(),
+            llm_agent,
+            executor: ToolExecutor::new(tools),
             instructions: None,
             max_iterations: 10,
             history_window: 20,
             knowledge: None,
-            memory: MemoryManager::new(None),
-            request: LlmRequest::default(),
-            hooks: Hooks::new(),
             summaries: Mutex::new(HashMap::new()),
         }
     }
 
+    /// The start of the system prompt.
+    pub fn persona(&self) -> &str {
+        self.llm_agent.template.as_deref().unwrap_or_default()
+    }
+
+    /// Sets the start of the system prompt.
+    pub fn set_persona(&mut self, persona: impl Into<String>) {
+        self.llm_agent.template = Some(persona.into());
+    }
+
+    /// The parser that reads tool calls (Qwen's JSON format where none is set).
+    fn parser(&self) -> &dyn OutputParser {
+        self.llm_agent.parser.as_deref().unwrap_or(&QwenToolParser)
+    }
+
     fn system_prompt(&self, tools: &ToolRegistry) -> String {
-        let mut s = self.persona.clone();
+        let mut s = self.persona().to_string();
         if let Some(i) = &self.instructions {
             s.push_str("\n\n");
             s.push_str(i);
@@ -200,7 +270,7 @@ impl ToolAgent {
 
     /// The session's history, older turns summarised (a system note in their place).
     async fn history(&self, session: &str) -> Result<Vec<AgentMessage>> {
-        let all = self.memory.get(session);
+        let all = self.llm_agent.memory.get(session);
         if all.len() <= self.history_window {
             return Ok(all);
         }
@@ -218,14 +288,14 @@ impl ToolAgent {
                     .map(|m| format!("{}: {}", m.sender, m.text()))
                     .collect();
                 let out = complete(
-                    self.llm.as_ref(),
+                    self.llm_agent.llm.as_ref(),
                     LlmRequest {
                         messages: vec![
                             ChatMessage::system("Summarise this conversation in a few sentences. Keep names, numbers and decisions."),
                             ChatMessage::user(transcript.join("\n")),
                         ],
                         max_tokens: Some(200),
-                        ..self.request.clone()
+                        ..self.llm_agent.request.clone()
                     },
                 )
                 .await?;
@@ -245,7 +315,7 @@ impl ToolAgent {
 
     /// The engine session (KV cache) of this agent's conversation `session`.
     pub fn kv_session(&self, session: &str) -> String {
-        format!("{}:{session}", self.name)
+        format!("{}:{session}", self.llm_agent.name)
     }
 
     /// One turn of `session`: the agent hooks see the task and the answer, the loop runs on
@@ -260,10 +330,10 @@ impl ToolAgent {
         if task.trim().is_empty() {
             return Err(AgentError::invalid("message", "empty message"));
         }
-        let hooks = self.hooks.snapshot();
+        let hooks = self.llm_agent.hooks.snapshot();
         let mut inputs = vec![AgentMessage::user(task)];
         for h in &hooks {
-            inputs = h.before_agent(&self.name, inputs, session);
+            inputs = h.before_agent(&self.llm_agent.name, inputs, session);
         }
         let task = inputs
             .iter()
@@ -282,14 +352,14 @@ impl ToolAgent {
             .await;
         if run.stop_reason != StopReason::Error {
             for i in inputs {
-                self.memory.add(session, i);
+                self.llm_agent.memory.add(session, i);
             }
-            let mut out = AgentMessage::new(self.name.clone(), run.answer.clone());
+            let mut out = AgentMessage::new(self.llm_agent.name.clone(), run.answer.clone());
             out.extra_info =
                 Some(json!({"stop_reason": run.stop_reason, "iterations": run.iterations}));
-            self.memory.add(session, out.clone());
+            self.llm_agent.memory.add(session, out.clone());
             for h in &hooks {
-                out = h.after_agent(&self.name, out, session);
+                out = h.after_agent(&self.llm_agent.name, out, session);
             }
             run.answer = out.text();
         }
@@ -314,28 +384,14 @@ impl ToolAgent {
                 let _ = tx.send(e);
             }
         };
-        let mut registry = self.tools.clone();
-        for t in &options.extra_tools {
-            registry.add(t.clone());
-        }
-        let offered: ToolRegistry = match &options.tool_choice {
-            ToolChoice::None => ToolRegistry::new(),
-            ToolChoice::Named(n) => {
-                let mut r = ToolRegistry::new();
-                if let Some(t) = registry.get(n) {
-                    r.add(t.clone());
-                }
-                r
-            }
-            _ => registry.clone(),
-        };
+        let (registry, offered) = self.executor.for_run(&options);
         let names = offered.names();
         let specs = offered.specs();
         let system = self.system_prompt(&offered);
         // The chat template lists the tools, unless the format's own instruction does.
-        let template_tools = self.parser.format_instruction(&specs).is_none();
-        let mut stop = self.request.stop.clone();
-        let words = self.parser.stop_words();
+        let template_tools = self.parser().format_instruction(&specs).is_none();
+        let mut stop = self.llm_agent.request.stop.clone();
+        let words = self.parser().stop_words();
         if !words.is_empty() {
             stop.get_or_insert_with(Vec::new).extend(words);
         }
@@ -360,14 +416,14 @@ impl ToolAgent {
         let finish = |run: ToolAgentRun| {
             // The run is over: the engine may evict its cache (the next turn, whose prompt
             // starts with this one's, still finds it while it stays).
-            self.llm.end_session(&self.kv_session(session));
+            self.llm_agent.llm.end_session(&self.kv_session(session));
             run
         };
         for iteration in 1..=self.max_iterations {
-            let messages = self.aggregator.aggregate(
+            let messages = self.llm_agent.aggregator.aggregate(
                 &msgs,
-                &self.name,
-                Some(self.parser.as_ref()),
+                &self.llm_agent.name,
+                Some(self.parser()),
                 Some(&system),
                 &specs,
             );
@@ -380,7 +436,7 @@ impl ToolAgent {
                 },
                 stop: stop.clone(),
                 session: Some(self.kv_session(session)),
-                ..self.request.clone()
+                ..self.llm_agent.request.clone()
             };
             let text = match self.stream_answer(request, &emit).await {
                 Ok(t) => t,
@@ -397,15 +453,15 @@ impl ToolAgent {
             let parsed = if withhold_tools {
                 ParsedOutput::text(&text)
             } else {
-                self.parser.parse_with_specs(&text, &specs)
+                self.parser().parse_with_specs(&text, &specs)
             };
-            let mut answer = AgentMessage::new(self.name.clone(), text.clone());
+            let mut answer = AgentMessage::new(self.llm_agent.name.clone(), text.clone());
             answer.formatted = serde_json::to_value(&parsed).ok();
             if parsed.status == ParseStatus::ParsingError {
                 // The unreadable turn stays out of the prompt; the parser says how to write it.
                 msgs.push(answer);
                 let error = parsed.error.as_deref().unwrap_or("no detail");
-                tell(&mut msgs, &self.parser.correction(error));
+                tell(&mut msgs, &self.parser().correction(error));
                 last_text = text;
                 continue;
             }
@@ -414,19 +470,19 @@ impl ToolAgent {
                 {
                     asked_again = true;
                     msgs.push(answer);
-                    tell(&mut msgs, self.policy.call_required());
+                    tell(&mut msgs, self.executor.policy.call_required());
                     continue;
                 }
                 // A tool call the parser would not take (an unknown tool, or tools withheld) is
                 // not an answer: say what is wrong, a bounded number of times.
                 if let Some(name) = attempted_call(&text) {
-                    if corrections < self.policy.max_corrections {
+                    if corrections < self.executor.policy.max_corrections {
                         corrections += 1;
                         msgs.push(answer);
                         let why = if withhold_tools {
-                            self.policy.tools_withheld().to_string()
+                            self.executor.policy.tools_withheld().to_string()
                         } else {
-                            self.policy.unknown_tool(&name, &names)
+                            self.executor.policy.unknown_tool(&name, &names)
                         };
                         tell(&mut msgs, &why);
                         continue;
@@ -451,33 +507,23 @@ impl ToolAgent {
                 .iter()
                 .map(|r| (r.name.clone(), r.arguments.clone()))
                 .collect();
-            let mut calls = self.policy.fresh_calls(&parsed.tool_calls, &made);
+            let calls = self.executor.policy.fresh_calls(&parsed.tool_calls, &made);
             if calls.is_empty() {
                 withhold_tools = true;
-                tell(&mut msgs, self.policy.repeated_calls());
+                tell(&mut msgs, self.executor.policy.repeated_calls());
                 continue;
             }
-            for (i, c) in calls.iter_mut().enumerate() {
-                c.id.get_or_insert_with(|| format!("call_{}_{}", iteration, i + 1));
-                for h in hooks {
-                    *c = h.before_action(&self.name, c.clone(), session);
-                }
-            }
-            emit(ToolAgentEvent::ToolCallsStart {
-                calls: calls.clone(),
-            });
-            let outs: Vec<ToolResult> =
-                futures::future::join_all(calls.iter().map(|c| registry.execute(c))).await;
+            let ctx = (self.llm_agent.name.as_str(), session, hooks);
+            let (calls, outs) = self
+                .executor
+                .execute(&registry, calls, iteration, ctx, &emit)
+                .await;
             // The turn as it ran: only the calls made, with their ids.
             let mut ran = parsed.clone();
             ran.tool_calls = calls;
             answer.formatted = serde_json::to_value(&ran).ok();
             msgs.push(answer);
-            for mut r in outs {
-                for h in hooks {
-                    r = h.after_action(&self.name, r, session);
-                }
-                emit(ToolAgentEvent::ToolResult { result: r.clone() });
+            for r in outs {
                 let mut m = AgentMessage::new(r.name.clone(), r.for_model());
                 m.kind = Some(TOOL_RESULT.into());
                 m.extra_info = Some(json!({ "id": r.id }));
@@ -501,9 +547,9 @@ impl ToolAgent {
         request: LlmRequest,
         emit: &(dyn Fn(ToolAgentEvent) + Sync),
     ) -> Result<String> {
-        let mut stream = self.llm.chat(request)?;
+        let mut stream = self.llm_agent.llm.chat(request)?;
         let (mut text, mut shown) = (String::new(), 0usize);
-        let names = self.tools.names();
+        let names = self.executor.tools.names();
         // The answer's calls so far and where the text stood when the last one was whole: a
         // call that repeats an earlier one ends the answer there (a small model forced to call
         // writes the same call until its token limit, the last one cut). Dropping the stream
@@ -513,10 +559,10 @@ impl ToolAgent {
             match ev? {
                 LlmEvent::Text(t) => {
                     text.push_str(&t);
-                    let visible = self.parser.visible_prefix(&text);
+                    let visible = self.parser().visible_prefix(&text);
                     // (Only an answer the parser holds back can hold calls: prose is not read.)
                     if visible < text.len() {
-                        let parsed = self.parser.parse(&text, &names);
+                        let parsed = self.parser().parse(&text, &names);
                         let split = parsed.tool_calls.split_last();
                         if let (ParseStatus::ValidTool, Some((last, earlier))) =
                             (parsed.status, split)
@@ -543,7 +589,7 @@ impl ToolAgent {
             }
         }
         // A held-back tail that turned out to be plain text is released.
-        if self.parser.parse(&text, &names).tool_calls.is_empty() && text.len() > shown {
+        if self.parser().parse(&text, &names).tool_calls.is_empty() && text.len() > shown {
             emit(ToolAgentEvent::TextDelta {
                 text: text[shown..].to_string(),
             });
@@ -562,15 +608,15 @@ fn note(text: String) -> AgentMessage {
 #[async_trait]
 impl Agent for ToolAgent {
     fn name(&self) -> &str {
-        &self.name
+        &self.llm_agent.name
     }
 
     fn hooks(&self) -> Vec<Arc<dyn Hook>> {
-        self.hooks.snapshot()
+        self.llm_agent.hooks.snapshot()
     }
 
     fn release(&self, session: &str) {
-        self.llm.end_session(&self.kv_session(session));
+        self.llm_agent.llm.end_session(&self.kv_session(session));
     }
 
     /// A turn through [`ToolAgent::run`]: the task is the inputs' text, and memory and hooks
@@ -593,7 +639,7 @@ impl Agent for ToolAgent {
                 earlier.to_vec(),
                 &last.text(),
                 session,
-                &self.hooks.snapshot(),
+                &self.llm_agent.hooks.snapshot(),
                 RunOptions::default(),
                 None,
             )
@@ -605,7 +651,10 @@ impl Agent for ToolAgent {
     /// and how many it covers; null when there is none).
     fn state_dict(&self, session: &str) -> Map<String, Value> {
         let mut out = Map::new();
-        out.insert("memory".into(), self.memory.with(session, |m| m.save()));
+        out.insert(
+            "memory".into(),
+            self.llm_agent.memory.with(session, |m| m.save()),
+        );
         let summary = self
             .summaries
             .lock()
@@ -634,7 +683,8 @@ impl Agent for ToolAgent {
             }
         };
         if let Some(v) = state.get("memory") {
-            self.memory
+            self.llm_agent
+                .memory
                 .with(session, |m| m.load(v))
                 .map_err(AgentError::State)?;
         }
@@ -648,7 +698,7 @@ impl Agent for ToolAgent {
 
     /// Forgets the session's memory and summary and releases its KV cache in the engine.
     fn reset(&self, session: &str, _recursive: bool) {
-        self.memory.reset(session);
+        self.llm_agent.memory.reset(session);
         self.summaries
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -659,7 +709,7 @@ impl Agent for ToolAgent {
 
 impl ToolAgent {
     fn answer_message(&self, run: &ToolAgentRun) -> AgentMessage {
-        let mut msg = AgentMessage::new(self.name.clone(), run.answer.clone());
+        let mut msg = AgentMessage::new(self.llm_agent.name.clone(), run.answer.clone());
         msg.extra_info = serde_json::to_value(run).ok();
         msg
     }

@@ -18,7 +18,7 @@ fn react_agent(script: &[&str]) -> Result<(ToolAgent, ScriptedLlm), String> {
     let llm = ScriptedLlm::new(script.iter().copied());
     let tools = registry(&["calculator".into()], None)?;
     let mut agent = ToolAgent::new(Arc::new(llm.clone()), tools);
-    agent.parser = Box::new(ReActParser);
+    agent.llm_agent.parser = Some(Box::new(ReActParser));
     Ok((agent, llm))
 }
 

@@ -22,9 +22,11 @@ async fn record(path: &Path) -> TestResult {
     let tools = registry(&["calculator".into(), "time".into()], None)?;
     let mut agent = ToolAgent::new(Arc::new(llm), tools);
     agent
+        .llm_agent
         .memory
         .add("s", AgentMessage::user("earlier question"));
     agent
+        .llm_agent
         .memory
         .add("s", AgentMessage::new("assistant", "earlier answer"));
     let rec = Recorder::create(path)?;

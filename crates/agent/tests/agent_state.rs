@@ -75,7 +75,7 @@ async fn state_dict_round_trips_memory_and_summary() -> TestResult {
 #[tokio::test]
 async fn a_bad_state_is_an_error_and_changes_nothing() -> TestResult {
     let (a, _) = agent(vec![])?;
-    a.memory.add("s", AgentMessage::user("kept"));
+    a.llm_agent.memory.add("s", AgentMessage::user("kept"));
     let mut bad = serde_json::Map::new();
     bad.insert("memory".into(), json!([]));
     bad.insert("summary".into(), json!({"covers": "two"}));
@@ -85,7 +85,7 @@ async fn a_bad_state_is_an_error_and_changes_nothing() -> TestResult {
         .ok_or("loaded")?
         .to_string();
     assert!(err.contains("summary"), "{err}");
-    assert_eq!(a.memory.get("s").len(), 1, "memory untouched");
+    assert_eq!(a.llm_agent.memory.get("s").len(), 1, "memory untouched");
     Ok(())
 }
 
@@ -132,7 +132,7 @@ impl Hook for Recorder {
 async fn hooks_wrap_the_turn_and_each_action_until_removed() -> TestResult {
     let (a, llm) = agent(vec![calc_call("3+4"), "14".into(), "plain".into()])?;
     let rec = Arc::new(Recorder::default());
-    let handle = a.hooks.add(rec.clone());
+    let handle = a.llm_agent.hooks.add(rec.clone());
     let run = a
         .run("3+4 doubled?", "s", RunOptions::default(), None)
         .await?;

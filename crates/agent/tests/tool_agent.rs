@@ -60,7 +60,7 @@ async fn results_go_back_and_the_answer_comes_out() {
     assert_eq!(kinds, ["start", "result", "complete", "done"]);
     assert_eq!(shown, "1234 * 5678 = 7006652.");
     // The exchange is remembered for the session.
-    assert_eq!(a.memory.get("s").len(), 2);
+    assert_eq!(a.llm_agent.memory.get("s").len(), 2);
 }
 
 #[tokio::test]
