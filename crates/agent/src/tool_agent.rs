@@ -3,7 +3,7 @@
 //! model, run the tool calls it makes (concurrently), feed the results back, and repeat until
 //! it answers without calling a tool or `max_iterations` is reached.
 //!
-//! The prompt is the [`Aggregator`]'s (by default [`ToolAggregator`]: the system prompt with the
+//! The prompt is the [`Aggregator`](crate::aggregator::Aggregator)'s (by default [`ToolAggregator`]: the system prompt with the
 //! output parser's format instruction, the history, the turn so far); the [`OutputParser`]
 //! reads each answer and words the correction for a call it cannot read; a [`LoopPolicy`]
 //! says what to do with calls to unknown tools and repeated calls. Any format works: Qwen's
