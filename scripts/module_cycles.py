@@ -12,7 +12,7 @@ import re
 import sys
 from pathlib import Path
 
-ROOTS = sys.argv[1:] or ["src", "crates/engine/src", "crates/agent/src", "crates/graph/src", "crates/fuzz/src"]
+ROOTS = sys.argv[1:] or ["src", "crates/chat/src", "crates/engine/src", "crates/agent/src", "crates/graph/src", "crates/fuzz/src"]
 PATH = re.compile(r"\b(crate|super|self)((?:::[A-Za-z_][A-Za-z0-9_]*)+)")
 GROUP = re.compile(r"\b(crate|super|self)::\{([^}]*)\}")
 

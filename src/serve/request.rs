@@ -153,7 +153,7 @@ impl RawSampling {
         if let Some(seed) = self.seed {
             s.seed = seed as u64;
         }
-        s.validate()?;
+        s.validate().map_err(hearth_engine::EngineError::from)?;
         Ok(s)
     }
 

@@ -2,7 +2,7 @@
 
 use crate::message::AgentMessage;
 use crate::parser::{OutputParser, ParseStatus, ParsedOutput};
-use hearth_engine::ChatMessage;
+use hearth_chat::ChatMessage;
 use serde_json::Value;
 
 /// Builds the chat messages of one model call from an agent's memory.

@@ -7,6 +7,7 @@ pub type Result<T> = std::result::Result<T, AgentError>;
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
     /// An error of the engine.
+    #[cfg(feature = "local")]
     #[error(transparent)]
     Engine(#[from] hearth_engine::EngineError),
     /// The model could not answer (a server error, a broken stream, a script run dry).
@@ -47,6 +48,15 @@ impl AgentError {
         Self::Invalid {
             what,
             message: message.into(),
+        }
+    }
+}
+
+impl From<hearth_chat::InvalidParam> for AgentError {
+    fn from(e: hearth_chat::InvalidParam) -> Self {
+        Self::Invalid {
+            what: e.arg,
+            message: e.message,
         }
     }
 }

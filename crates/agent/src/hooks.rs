@@ -4,7 +4,7 @@
 
 use crate::message::AgentMessage;
 use crate::tool::ToolResult;
-use hearth_engine::ToolCall;
+use hearth_chat::ToolCall;
 use std::sync::{Arc, Mutex, Weak};
 
 /// Code run around an agent's calls and its tool calls; each method passes its input on

@@ -42,7 +42,9 @@ pub use agent::{Agent, AgentList, AgentMap, LlmAgent, Sequential};
 pub use aggregator::{Aggregator, DefaultAggregator, FewShotAggregator, ToolAggregator};
 pub use error::{AgentError, Result};
 pub use hooks::{Hook, HookHandle, Hooks};
-pub use llm::{Llm, LlmEvent, LlmOutput, LlmRequest, LocalLlm, ScriptedLlm};
+#[cfg(feature = "local")]
+pub use llm::LocalLlm;
+pub use llm::{Llm, LlmEvent, LlmOutput, LlmRequest, ScriptedLlm};
 pub use memory::{Memory, MemoryManager};
 pub use message::{ActionStatusCode, AgentMessage, AgentStatusCode};
 pub use parser::{OutputParser, ParseStatus, ParsedOutput};
@@ -53,4 +55,4 @@ pub use tool_agent::{
 };
 
 /// The engine types agents speak in.
-pub use hearth_engine::{ChatMessage, SamplingParams, ToolCall};
+pub use hearth_chat::{ChatMessage, SamplingParams, ToolCall};

@@ -2,7 +2,7 @@
 //! a call to a tool that does not exist, the same call again, no call when one is required.
 //! The wording of a correction for an unreadable call is the output parser's.
 
-use hearth_engine::ToolCall;
+use hearth_chat::ToolCall;
 use serde_json::Value;
 
 /// What the tool loop does with calls it should not run, and what it tells the model then.

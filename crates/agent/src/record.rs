@@ -10,7 +10,7 @@ use crate::llm::{Llm, LlmEvent, LlmRequest, LlmStream};
 use crate::tool::ToolResult;
 use crate::tool_agent::{ToolAgent, ToolAgentRun};
 use futures::StreamExt;
-use hearth_engine::{ChatMessage, SamplingParams, ToolCall};
+use hearth_chat::{ChatMessage, SamplingParams, ToolCall};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::io::Write;

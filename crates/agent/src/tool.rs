@@ -5,7 +5,7 @@
 use crate::message::ActionStatusCode;
 use crate::schema;
 use async_trait::async_trait;
-use hearth_engine::ToolCall;
+use hearth_chat::ToolCall;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;

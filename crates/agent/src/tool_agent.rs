@@ -20,7 +20,7 @@ use crate::parser::{OutputParser, ParseStatus, ParsedOutput, QwenToolParser, Qwe
 use crate::tool::{Tool, ToolRegistry, ToolResult};
 use async_trait::async_trait;
 use futures::StreamExt;
-use hearth_engine::{ChatMessage, ToolCall};
+use hearth_chat::{ChatMessage, ToolCall};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
@@ -29,7 +29,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 /// Which tools the model may call in one run: `None` offers none, a named tool only itself,
 /// and `Required` asks again once when the first answer calls nothing.
-pub use hearth_engine::ToolChoice;
+pub use hearth_chat::ToolChoice;
 
 /// Why a run ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -221,8 +221,8 @@ impl ToolAgent {
     /// An agent on `llm`, reading tool calls in the format the model writes them.
     pub fn new(llm: Arc<dyn Llm>, tools: ToolRegistry) -> Self {
         let parser: Box<dyn OutputParser> = match llm.tool_format() {
-            hearth_engine::ToolFormat::Json => Box::new(QwenToolParser),
-            hearth_engine::ToolFormat::Xml => Box::new(QwenXmlToolParser),
+            hearth_chat::ToolFormat::Json => Box::new(QwenToolParser),
+            hearth_chat::ToolFormat::Xml => Box::new(QwenXmlToolParser),
         };
         let mut llm_agent = LlmAgent::new("assistant", llm, Some("You are a helpful assistant."));
         llm_agent.aggregator = Box::new(ToolAggregator);

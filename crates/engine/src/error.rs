@@ -222,3 +222,9 @@ impl EngineError {
         }
     }
 }
+
+impl From<hearth_chat::InvalidParam> for EngineError {
+    fn from(e: hearth_chat::InvalidParam) -> Self {
+        Self::invalid(e.arg, e.message)
+    }
+}

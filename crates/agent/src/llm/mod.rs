@@ -3,10 +3,12 @@
 //! any OpenAI-compatible server; [`ScriptedLlm`] answers from a script, for tests of agent
 //! logic.
 
+#[cfg(feature = "local")]
 mod local;
 mod openai;
 mod scripted;
 
+#[cfg(feature = "local")]
 pub use local::LocalLlm;
 pub use openai::OpenAiLlm;
 pub use scripted::ScriptedLlm;
@@ -14,7 +16,7 @@ pub use scripted::ScriptedLlm;
 use crate::error::Result;
 use futures::stream::BoxStream;
 use futures::StreamExt;
-use hearth_engine::{ChatMessage, SamplingParams, ToolFormat};
+use hearth_chat::{ChatMessage, SamplingParams, ToolFormat};
 use serde_json::Value;
 
 /// One call: the conversation, the tools offered, and per-call overrides.

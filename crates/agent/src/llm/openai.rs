@@ -6,7 +6,7 @@
 use super::{Llm, LlmEvent, LlmRequest, LlmStream};
 use crate::error::{AgentError, Result};
 use futures::StreamExt;
-use hearth_engine::ChatMessage;
+use hearth_chat::ChatMessage;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
@@ -486,7 +486,7 @@ fn find_event_end(buf: &[u8]) -> Option<(usize, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hearth_engine::ToolCall;
+    use hearth_chat::ToolCall;
 
     #[tokio::test]
     async fn an_event_that_never_ends_is_an_error(

@@ -1,7 +1,7 @@
 //! Code interpreter: fenced code blocks become calls to the `python` tool.
 
 use super::{fenced_blocks, OutputParser, ParsedOutput};
-use hearth_engine::ToolCall;
+use hearth_chat::ToolCall;
 use serde_json::json;
 
 /// Fenced Python code blocks (`python`, `py` or untagged) as calls to a code tool.

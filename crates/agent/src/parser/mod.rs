@@ -13,8 +13,8 @@ pub use mixed::MixedParser;
 pub use qwen::{QwenToolParser, QwenXmlToolParser};
 pub use react::ReActParser;
 
-pub(crate) use hearth_engine::chat::tool_call::{fenced_blocks, tool_names};
-use hearth_engine::{ChatMessage, ToolCall};
+pub(crate) use hearth_chat::tool_call::{fenced_blocks, tool_names};
+use hearth_chat::{ChatMessage, ToolCall};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

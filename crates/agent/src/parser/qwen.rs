@@ -1,12 +1,12 @@
 //! Qwen's tool calls as an [`OutputParser`]: JSON in `<tool_call>` tags (Qwen2.5, Qwen3) or
 //! the XML form of Qwen3-Coder and Qwen3.5. The reading itself is the engine's
-//! (`hearth_engine::chat::tool_call`), shared with the server: both parsers read both forms
+//! (`hearth_chat::tool_call`), shared with the server: both parsers read both forms
 //! (and what small models write without tags); they differ in how they write calls back and
 //! ask for them.
 
 use super::{tool_names, OutputParser, ParsedOutput};
-use hearth_engine::chat::tool_call::{self, Reading};
-use hearth_engine::ToolFormat;
+use hearth_chat::tool_call::{self, Reading};
+use hearth_chat::ToolFormat;
 use serde_json::Value;
 
 /// Calls written as JSON in `<tool_call>` tags (Qwen2.5, Qwen3).

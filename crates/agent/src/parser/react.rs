@@ -1,7 +1,7 @@
 //! ReAct: `Thought:` / `Action:` / `Action Input:` lines, and `Final Answer:`.
 
 use super::{OutputParser, ParsedOutput};
-use hearth_engine::{ChatMessage, ToolCall};
+use hearth_chat::{ChatMessage, ToolCall};
 use serde_json::{json, Value};
 
 /// ReAct's `Thought:` / `Action:` / `Action Input:` lines, ended by `Final Answer:`.

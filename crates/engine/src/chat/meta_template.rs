@@ -3,7 +3,7 @@
 //! the template does not know, and a generation prefix when the last turn is not the model's.
 //! Defined in TOML (see `crates/engine/templates/*.toml`).
 
-use super::message::ChatMessage;
+use super::ChatMessage;
 use crate::error::{EngineError, Result};
 use serde::Deserialize;
 use std::collections::HashMap;

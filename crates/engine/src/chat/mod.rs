@@ -2,14 +2,13 @@
 //! Jinja template, or a lagent-style meta-template), stop strings, and Qwen3's reasoning told
 //! apart from the answer.
 
-mod message;
 mod meta_template;
 mod template;
 mod thinking;
 mod tojson;
-pub mod tool_call;
 
-pub use message::{ChatMessage, FunctionCall, ToolCall};
+pub use hearth_chat::tool_call;
+pub use hearth_chat::{ChatMessage, FunctionCall, ToolCall};
 pub use meta_template::{MetaTemplate, RoleFormat};
 pub use template::{ChatInput, JinjaTemplate};
 pub use thinking::{Piece, ThinkingSplitter};

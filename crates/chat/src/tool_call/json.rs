@@ -5,7 +5,7 @@
 
 use super::xml::{self, FUNCTION, FUNCTION_END};
 use super::{fenced_blocks, fenced_spans, partial_tag, Reading, CLOSE, OPEN};
-use crate::chat::ToolCall;
+use crate::ToolCall;
 use serde_json::{Map, Value};
 
 /// `{"name": …, "arguments": …}` (or `parameters`) as a call; arguments given as a JSON

@@ -14,7 +14,7 @@
 //! prints them, `| tojson` for objects and lists); the tool's JSON schema says what it means.
 //! Without a schema a value that reads as JSON is JSON, and any other is a string.
 
-use crate::chat::ToolCall;
+use crate::ToolCall;
 use serde_json::{Map, Value};
 
 /// Opens a call's function: `<function=NAME>`.

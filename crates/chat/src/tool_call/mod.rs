@@ -14,7 +14,7 @@ pub use choice::ToolChoice;
 pub use format::ToolFormat;
 pub use json::{read_calls, visible_prefix};
 
-use crate::chat::ToolCall;
+use crate::ToolCall;
 use serde_json::Value;
 
 /// The tags around one call, in both formats.
