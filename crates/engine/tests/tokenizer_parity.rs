@@ -96,3 +96,38 @@ fn ids_that_never_complete_a_character_are_let_go() {
         assert!(since < 8, "{since} tokens held");
     }
 }
+
+/// llama.cpp's own tokenizer tests (`test-tokenizer-0` on `models/ggml-vocab-*.gguf`): Hearth's
+/// tokenizer built from each vocabulary-only GGUF gives llama.cpp's ids for every case, Qwen2's
+/// pre-tokeniser and Qwen3.5's (whose letters take their combining marks).
+#[test]
+fn gguf_vocabularies_tokenize_as_llama_cpp_does() {
+    let Some(dir) = common::llama_vocab() else {
+        return;
+    };
+    for vocab in ["qwen2", "qwen35"] {
+        let gguf = dir.join(format!("ggml-vocab-{vocab}.gguf"));
+        let tok = hearth_engine::load::gguf::GgufFile::open(&gguf)
+            .unwrap()
+            .tokenizer()
+            .unwrap();
+        let read = |ext: &str| {
+            std::fs::read_to_string(dir.join(format!("ggml-vocab-{vocab}.gguf.{ext}"))).unwrap()
+        };
+        // As test-tokenizer-0 reads them: texts between separators, one line of ids each.
+        let inputs = read("inp");
+        let inputs: Vec<&str> = inputs.split("\n__ggml_vocab_test__\n").collect();
+        let outputs = read("out");
+        let outputs: Vec<&str> = outputs.split('\n').collect();
+        assert!(inputs.len() > 30, "{vocab}: {} cases", inputs.len());
+        let mut checked = 0;
+        for (text, ids) in inputs.iter().zip(&outputs) {
+            let want: Vec<u32> = ids.split_whitespace().map(|i| i.parse().unwrap()).collect();
+            let got = tok.encode(text).unwrap();
+            assert_eq!(got, want, "{vocab}: {text:?}");
+            checked += 1;
+        }
+        println!("{vocab}: {checked} cases as llama.cpp tokenizes them");
+        assert_eq!(checked, inputs.len());
+    }
+}

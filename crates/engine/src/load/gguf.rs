@@ -385,7 +385,7 @@ impl GgufFile {
     }
 
     /// The tokenizer the file describes (`tokenizer.ggml.*`, a GPT-2-style byte-level BPE with
-    /// Qwen2's pre-tokeniser), rebuilt as the equivalent `tokenizer.json`.
+    /// Qwen2's or Qwen3.5's pre-tokeniser), rebuilt as the equivalent `tokenizer.json`.
     pub fn tokenizer(&self) -> Result<Tokenizer> {
         let model = self.meta_str("tokenizer.ggml.model")?;
         if model != "gpt2" {
@@ -394,11 +394,17 @@ impl GgufFile {
             )));
         }
         let pre = self.meta_str("tokenizer.ggml.pre").unwrap_or("qwen2");
-        if !matches!(pre, "qwen2" | "default") {
-            return Err(self.err(format!(
-                "tokenizer.ggml.pre `{pre}` is not supported (only qwen2)"
-            )));
-        }
+        // Qwen2's tokenizer.json composes text to NFC first; Qwen3.5's keeps it as written (its
+        // pre-tokeniser keeps combining marks with their letters instead).
+        let (pattern, normalizer) = match pre {
+            "qwen2" | "default" => (QWEN2_PRETOKENIZE, json!({"type": "NFC"})),
+            "qwen35" => (QWEN35_PRETOKENIZE, serde_json::Value::Null),
+            _ => {
+                return Err(self.err(format!(
+                    "tokenizer.ggml.pre `{pre}` is not supported (qwen2 or qwen35)"
+                )))
+            }
+        };
         let tokens = self.meta_strings("tokenizer.ggml.tokens")?;
         let merges = self.meta_strings("tokenizer.ggml.merges")?;
         let types: Vec<u32> = match self.content.metadata.get("tokenizer.ggml.token_type") {
@@ -435,9 +441,9 @@ impl GgufFile {
             "truncation": null,
             "padding": null,
             "added_tokens": added,
-            "normalizer": {"type": "NFC"},
+            "normalizer": normalizer,
             "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-                {"type": "Split", "pattern": {"Regex": QWEN2_PRETOKENIZE}, "behavior": "Isolated", "invert": false},
+                {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": false},
                 {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false}
             ]},
             "post_processor": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
@@ -585,6 +591,9 @@ fn tensor_bytes(info: &TensorInfo) -> std::result::Result<u64, String> {
 
 /// Qwen2's pre-tokenisation regex (as in its tokenizer.json).
 const QWEN2_PRETOKENIZE: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Qwen3.5's (`tokenizer.ggml.pre = qwen35`, its `tokenizer.json`): combining marks belong to the
+/// letters they follow.
+const QWEN35_PRETOKENIZE: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// Where a tensor (or one expert's slice of one) lies in the file.
 struct Located {

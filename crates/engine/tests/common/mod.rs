@@ -115,6 +115,27 @@ pub fn real_tokenizers() -> Option<PathBuf> {
     found.cloned()
 }
 
+/// llama.cpp's vocabulary-only GGUF files of Qwen2 and Qwen3.5 with their tokenization cases:
+/// `HEARTH_LLAMA_VOCAB`, else where `scripts/fetch-llama-vocab.sh` puts them
+/// (`$HEARTH_CACHE/llama-vocab`).
+#[allow(dead_code)]
+pub fn llama_vocab() -> Option<PathBuf> {
+    let dir = std::env::var_os("HEARTH_LLAMA_VOCAB")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache_dir().join("llama-vocab"));
+    let found = ["qwen2", "qwen35"]
+        .iter()
+        .all(|v| dir.join(format!("ggml-vocab-{v}.gguf.out")).is_file());
+    if !found {
+        missing(format!(
+            "llama.cpp's Qwen vocabularies are not in {}; run scripts/fetch-llama-vocab.sh",
+            dir.display()
+        ));
+        return None;
+    }
+    Some(dir)
+}
+
 /// The real Qwen2.5-Coder-0.5B-Instruct Q4_K_M: `HEARTH_TEST_GGUF`, else where
 /// `scripts/fetch-test-models.sh` puts it (`$HEARTH_MODELS`, else `$HEARTH_CACHE/models`).
 pub fn real_gguf() -> Option<PathBuf> {
