@@ -702,3 +702,75 @@ async fn xml_tool_calls_stream_their_arguments_as_they_are_written() -> TestResu
     }
     Ok(())
 }
+
+/// Access: every route but /health wants the key; a page of another origin gets CORS headers
+/// only from `--cors`; a bind other machines can reach, without a key, is warned about.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn access_is_keyed_cors_is_opt_in_and_an_open_bind_is_warned() -> TestResult {
+    let preflight = |s: &Server| {
+        client()
+            .request(reqwest::Method::OPTIONS, s.url("/v1/chat/completions"))
+            .header("Origin", "http://localhost:3000")
+            .header("Access-Control-Request-Method", "POST")
+            .header(
+                "Access-Control-Request-Headers",
+                "authorization, content-type",
+            )
+            .send()
+    };
+    let s = Server::start(&["--api-key", "sesame"])?;
+    let r = client().get(s.url("/v1/models")).send().await?;
+    assert_eq!(r.status().as_u16(), 401);
+    let r = client()
+        .get(s.url("/v1/models"))
+        .bearer_auth("sesam")
+        .send()
+        .await?;
+    assert_eq!(r.status().as_u16(), 401, "a prefix of the key is no key");
+    let r = preflight(&s).await?;
+    assert!(
+        r.headers().get("access-control-allow-origin").is_none(),
+        "{:?}",
+        r.headers()
+    );
+    drop(s);
+    let s = Server::start(&["--cors", "http://localhost:3000"])?;
+    let r = preflight(&s).await?;
+    assert_eq!(
+        r.headers()
+            .get("access-control-allow-origin")
+            .and_then(|v| v.to_str().ok()),
+        Some("http://localhost:3000")
+    );
+    drop(s);
+    // A bad origin is refused at start, naming the flag.
+    let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(["serve", "--model"])
+        .arg(common::tiny("qwen2"))
+        .args(["--device", "cpu", "--port", "0", "--cors", "bad\norigin"])
+        .output()?;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--cors"));
+    // 0.0.0.0 without a key: a warning before it listens.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(["serve", "--model"])
+        .arg(common::tiny("qwen2"))
+        .args(["--device", "cpu", "--port", "0", "--host", "0.0.0.0"])
+        .env("HF_HUB_OFFLINE", "1")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()?;
+    let stderr = child.stderr.take().ok_or("no stderr")?;
+    let mut warned = false;
+    for line in BufReader::new(stderr).lines() {
+        let line = line?;
+        warned |= line.contains("without --api-key");
+        if line.contains("listening on http://") {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(warned, "no warning for an open bind without a key");
+    Ok(())
+}

@@ -37,9 +37,13 @@ pub struct ServeArgs {
     /// Port to listen on (0 picks a free one; the address is printed).
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
-    /// Require `Authorization: Bearer KEY` on /v1 routes.
+    /// Require `Authorization: Bearer KEY` on every route but /health.
     #[arg(long, env = "HEARTH_API_KEY")]
     pub api_key: Option<String>,
+    /// Let browser pages from ORIGIN (e.g. http://localhost:3000, or `*`) call the API;
+    /// cross-origin requests are refused without it.
+    #[arg(long, value_name = "ORIGIN")]
+    pub cors: Option<String>,
     /// The model name /v1/models lists and answers carry (default: the model argument).
     #[arg(long)]
     pub alias: Option<String>,
@@ -57,6 +61,8 @@ pub struct App {
     pub engine: Arc<Engine>,
     pub model_id: String,
     pub api_key: Option<String>,
+    /// The origin browser pages may call from (`--cors`).
+    pub cors: Option<String>,
     pub body_limit: usize,
     pub created: u64,
     /// Tool calls decoded under the tool-call grammar.
@@ -82,6 +88,13 @@ async fn off_the_runtime<T: Send + 'static>(
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    if let Some(origin) = &args.cors {
+        if cors(Some(origin)).is_none() {
+            anyhow::bail!(
+                "invalid --cors `{origin}`: an origin such as http://localhost:3000, or *"
+            );
+        }
+    }
     let opts = args.model.load_options()?;
     let engine = Engine::load(&args.model.model, &opts)?;
     let app = Arc::new(App {
@@ -91,6 +104,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .clone()
             .unwrap_or_else(|| args.model.model.clone()),
         api_key: args.api_key.clone().filter(|k| !k.is_empty()),
+        cors: args.cors.clone(),
         body_limit: args.max_body_mb.saturating_mul(1 << 20),
         created: unix_now(),
         constrain_tools: !args.free_tool_calls,
@@ -104,6 +118,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
         let addr = listener.local_addr()?;
+        if !addr.ip().is_loopback() && app.api_key.is_none() {
+            tracing::warn!(
+                "listening on {addr}, reachable from other machines, without --api-key: anyone who can reach it may use the model"
+            );
+        }
         // Tests and scripts read this line to find a port picked with --port 0.
         eprintln!("listening on http://{addr}");
         axum::serve(listener, router(app))
@@ -116,19 +135,39 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 pub fn router(app: Arc<App>) -> Router {
-    let v1 = Router::new()
+    let guarded = Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
         .route("/v1/models", get(models))
         .route_layer(axum::middleware::from_fn_with_state(app.clone(), auth));
-    Router::new()
-        .merge(v1)
+    let router = Router::new()
         .route("/health", get(health))
+        .merge(guarded)
         .fallback(not_found)
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         // The handlers read the body themselves and answer an oversized one in OpenAI's shape.
-        .layer(DefaultBodyLimit::max(app.body_limit))
-        .with_state(app)
+        .layer(DefaultBodyLimit::max(app.body_limit));
+    let router = match cors(app.cors.as_deref()) {
+        Some(layer) => router.layer(layer),
+        None => router,
+    };
+    router.with_state(app)
+}
+
+/// Browser pages from `origin` (`*`: any) may call the API; none: no CORS headers, so
+/// browsers refuse cross-origin calls.
+fn cors(origin: Option<&str>) -> Option<tower_http::cors::CorsLayer> {
+    use tower_http::cors::{AllowOrigin, CorsLayer};
+    let origin = match origin? {
+        "*" => AllowOrigin::any(),
+        o => AllowOrigin::exact(header::HeaderValue::from_str(o).ok()?),
+    };
+    Some(
+        CorsLayer::new()
+            .allow_origin(origin)
+            .allow_methods([axum::http::Method::GET, axum::http::Method::POST])
+            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE]),
+    )
 }
 
 async fn auth(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
@@ -138,11 +177,18 @@ async fn auth(State(app): State<Arc<App>>, request: Request, next: Next) -> Resp
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
-        if sent != Some(key.as_str()) {
+        if !sent.is_some_and(|s| same_key(s, key)) {
             return ApiError::unauthorized().into_response();
         }
     }
     next.run(request).await
+}
+
+/// Whether `sent` is `key`, in time that does not depend on where they differ (only on their
+/// lengths), so a client cannot find the key a byte at a time.
+fn same_key(sent: &str, key: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    sent.as_bytes().ct_eq(key.as_bytes()).into()
 }
 
 /// Liveness, and what the scheduler holds: a client that left must not keep a sequence.
@@ -275,4 +321,27 @@ fn event_stream(rx: tokio::sync::mpsc::Receiver<Value>) -> Response {
     Sse::new(events)
         .keep_alive(KeepAlive::default())
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_key_must_match_whole() {
+        assert!(same_key("sesame", "sesame"));
+        assert!(!same_key("sesam", "sesame"));
+        assert!(!same_key("sesamee", "sesame"));
+        assert!(!same_key("Sesame", "sesame"));
+        assert!(!same_key("", "sesame"));
+    }
+
+    #[test]
+    fn cors_is_off_unless_an_origin_is_given() {
+        assert!(cors(None).is_none());
+        assert!(cors(Some("*")).is_some());
+        assert!(cors(Some("http://localhost:3000")).is_some());
+        // Not a header value: refused rather than opened to all.
+        assert!(cors(Some("bad\norigin")).is_none());
+    }
 }
