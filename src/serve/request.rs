@@ -80,8 +80,15 @@ pub struct RawSampling {
     #[serde(default)]
     logprobs: Option<Value>,
     #[serde(default)]
+    logit_bias: Option<Value>,
+    #[serde(default)]
     stop: Option<Value>,
 }
+
+/// At most this many stop strings (OpenAI takes 4; llama.cpp's clients send a few more)…
+const MAX_STOPS: usize = 64;
+/// … of at most this many bytes each: every generated token is checked against every one.
+const MAX_STOP_BYTES: usize = 1024;
 
 /// Reads `body` as `T`, naming the field whose type is wrong.
 pub fn typed<T: serde::de::DeserializeOwned>(body: &Value) -> Result<T, ApiError> {
@@ -120,6 +127,17 @@ impl RawSampling {
             return Err(ApiError::unsupported(
                 "logprobs",
                 "logprobs are not supported",
+            ));
+        }
+        // A bias that would be silently ignored changes what the client asked for.
+        if self
+            .logit_bias
+            .as_ref()
+            .is_some_and(|v| !v.is_null() && v.as_object().is_none_or(|o| !o.is_empty()))
+        {
+            return Err(ApiError::unsupported(
+                "logit_bias",
+                "logit_bias is not supported",
             ));
         }
         for (name, v) in [
@@ -180,6 +198,21 @@ impl RawSampling {
         };
         if let Some(i) = stops.iter().position(String::is_empty) {
             return Err(ApiError::invalid(format!("stop[{i}]"), "empty stop string"));
+        }
+        if stops.len() > MAX_STOPS {
+            return Err(ApiError::invalid(
+                "stop",
+                format!("{} stop strings; at most {MAX_STOPS}", stops.len()),
+            ));
+        }
+        if let Some(i) = stops.iter().position(|s| s.len() > MAX_STOP_BYTES) {
+            return Err(ApiError::invalid(
+                format!("stop[{i}]"),
+                format!(
+                    "a stop string of {} bytes; at most {MAX_STOP_BYTES}",
+                    stops[i].len()
+                ),
+            ));
         }
         Ok(stops)
     }
@@ -597,6 +630,20 @@ mod tests {
             Some("messages[1].tool_call_id".into())
         );
         assert_eq!(param(json!({"messages": [user], "n": 2})), Some("n".into()));
+        assert_eq!(
+            param(json!({"messages": [user], "logit_bias": {"50256": -100}})),
+            Some("logit_bias".into())
+        );
+        assert_eq!(param(json!({"messages": [user], "logit_bias": {}})), None);
+        let many: Vec<String> = (0..10_000).map(|i| format!("s{i}")).collect();
+        assert_eq!(
+            param(json!({"messages": [user], "stop": many})),
+            Some("stop".into())
+        );
+        assert_eq!(
+            param(json!({"messages": [user], "stop": ["ok", "x".repeat(1 << 20)]})),
+            Some("stop[1]".into())
+        );
         assert_eq!(
             param(
                 json!({"messages": [user], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]})
