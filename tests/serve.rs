@@ -774,3 +774,49 @@ async fn access_is_keyed_cors_is_opt_in_and_an_open_bind_is_warned() -> TestResu
     assert!(warned, "no warning for an open bind without a key");
     Ok(())
 }
+
+/// SIGTERM: a running stream still ends with its final chunk and `[DONE]` (at once when the
+/// grace is 0, after its last token otherwise), no new request is taken, and the server exits
+/// cleanly rather than being killed by the signal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_running_answers_end_and_exits_cleanly() -> TestResult {
+    for grace in ["0", "30"] {
+        let mut s = Server::start(&["--shutdown-grace", grace])?;
+        let pid = s.child.id().to_string();
+        let mut body = hello(400);
+        body["stream"] = json!(true);
+        body["temperature"] = json!(1.0);
+        let answer = sse(&s, body);
+        let stop = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Command::new("kill").args(["-TERM", &pid]).status()
+        };
+        let (events, killed) = tokio::join!(answer, stop);
+        assert!(killed?.success());
+        let events = events?;
+        assert_eq!(
+            events.last().map(String::as_str),
+            Some("[DONE]"),
+            "grace {grace}"
+        );
+        let finish: Value = serde_json::from_str(&events[events.len() - 2])?;
+        assert!(
+            finish["choices"][0]["finish_reason"].is_string(),
+            "grace {grace}: {finish}"
+        );
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = s.child.try_wait()? {
+                break status;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "grace {grace}: still running"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert!(status.success(), "grace {grace}: {status:?}");
+        assert!(client().get(s.url("/health")).send().await.is_err());
+    }
+    Ok(())
+}

@@ -16,7 +16,7 @@ use hearth_engine::{
 };
 use serde_json::{json, Value};
 use std::sync::Arc;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 pub async fn chat_completions(
     State(app): State<Arc<App>>,
@@ -25,10 +25,11 @@ pub async fn chat_completions(
     match off_the_runtime(&app, body, start).await {
         Ok((call, stream, splitter)) => {
             let reply = Reply::new(&app, call.include_usage);
+            let closing = app.closing.clone();
             if call.stream {
-                streamed(reply, stream, splitter)
+                streamed(reply, stream, splitter, closing)
             } else {
-                match whole(reply, stream, splitter).await {
+                match whole(reply, stream, splitter, closing).await {
                     Ok(v) => Json(v).into_response(),
                     Err(e) => e.into_response(),
                 }
@@ -177,6 +178,7 @@ async fn whole(
     mut reply: Reply,
     mut stream: ChatStream,
     mut splitter: ToolCallSplitter,
+    mut closing: watch::Receiver<bool>,
 ) -> Result<Value, ApiError> {
     let (mut content, mut reasoning, mut calls) = (String::new(), String::new(), vec![]);
     let mut invalid = vec![];
@@ -198,8 +200,18 @@ async fn whole(
             }
         }
     };
+    let mut ending = false;
     let summary = loop {
-        match stream.next().await {
+        let event = tokio::select! {
+            // The server is closing: the answer ends after the token being made.
+            _ = closing.wait_for(|c| *c), if !ending => {
+                stream.end();
+                ending = true;
+                continue;
+            }
+            e = stream.next() => e,
+        };
+        match event {
             Some(Event::Text { text }) => {
                 take(splitter.push(&text), &mut reply, &mut content);
                 if splitter.repeated() {
@@ -243,16 +255,29 @@ async fn whole(
 
 /// Chunks as server-sent events. A client that goes away cancels the generation: the
 /// task sees the channel close and drops the engine's stream.
-fn streamed(mut reply: Reply, mut stream: ChatStream, mut splitter: ToolCallSplitter) -> Response {
+fn streamed(
+    mut reply: Reply,
+    mut stream: ChatStream,
+    mut splitter: ToolCallSplitter,
+    mut closing: watch::Receiver<bool>,
+) -> Response {
     let (tx, rx) = mpsc::channel::<Value>(64);
     tokio::spawn(async move {
         let first = reply.chunk(json!({"role": "assistant", "content": ""}), None);
         if tx.send(first).await.is_err() {
             return;
         }
+        let mut ending = false;
         loop {
             let event = tokio::select! {
                 _ = tx.closed() => return,
+                // The server is closing: the answer ends after the token being made, with
+                // its final chunk.
+                _ = closing.wait_for(|c| *c), if !ending => {
+                    stream.end();
+                    ending = true;
+                    continue;
+                }
                 e = stream.next() => e,
             };
             let mut out = vec![];

@@ -135,8 +135,18 @@ fn chunk(app: &App, id: &str, text: &str, finish: Option<&str>) -> Value {
 
 async fn whole(app: &App, id: String, mut stream: EventStream) -> Result<Value, ApiError> {
     let mut text = String::new();
+    let (mut closing, mut ending) = (app.closing.clone(), false);
     loop {
-        match stream.next().await {
+        let event = tokio::select! {
+            // The server is closing: the answer ends after the token being made.
+            _ = closing.wait_for(|c| *c), if !ending => {
+                stream.end();
+                ending = true;
+                continue;
+            }
+            e = stream.next() => e,
+        };
+        match event {
             Some(Event::Text { text: t }) => text.push_str(&t),
             Some(Event::Finished(s)) => {
                 let mut v = chunk(app, &id, &text, Some(finish_reason(&s.reason, false)));
@@ -161,10 +171,19 @@ fn streamed(app: &App, id: String, mut stream: EventStream, include_usage: bool)
             "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": finish}],
         })
     };
+    let mut closing = app.closing.clone();
     tokio::spawn(async move {
+        let mut ending = false;
         loop {
             let event = tokio::select! {
                 _ = tx.closed() => return,
+                // The server is closing: the answer ends after the token being made, with
+                // its final chunk.
+                _ = closing.wait_for(|c| *c), if !ending => {
+                    stream.end();
+                    ending = true;
+                    continue;
+                }
                 e = stream.next() => e,
             };
             let out = match event {

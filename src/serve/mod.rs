@@ -50,6 +50,10 @@ pub struct ServeArgs {
     /// Largest request body in MiB.
     #[arg(long, default_value_t = 8)]
     pub max_body_mb: usize,
+    /// Seconds running answers may take to finish after SIGTERM or Ctrl-C (no new requests are
+    /// taken meanwhile); then each ends with its final event and the server exits.
+    #[arg(long, default_value_t = 30, value_name = "SECS")]
+    pub shutdown_grace: u64,
     /// Leave tool calls free instead of decoding them under the tool-call grammar (what the
     /// model writes is parsed as it comes; for comparisons). `required` is then not enforced.
     #[arg(long)]
@@ -63,6 +67,8 @@ pub struct App {
     pub api_key: Option<String>,
     /// The origin browser pages may call from (`--cors`).
     pub cors: Option<String>,
+    /// Turns true when the server is closing and running answers must end now.
+    pub closing: tokio::sync::watch::Receiver<bool>,
     pub body_limit: usize,
     pub created: u64,
     /// Tool calls decoded under the tool-call grammar.
@@ -97,6 +103,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     let opts = args.model.load_options()?;
     let engine = Engine::load(&args.model.model, &opts)?;
+    let (close_tx, close_rx) = tokio::sync::watch::channel(false);
+    let grace = std::time::Duration::from_secs(args.shutdown_grace);
     let app = Arc::new(App {
         engine: Arc::new(engine),
         model_id: args
@@ -105,6 +113,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|| args.model.model.clone()),
         api_key: args.api_key.clone().filter(|k| !k.is_empty()),
         cors: args.cors.clone(),
+        closing: close_rx,
         body_limit: args.max_body_mb.saturating_mul(1 << 20),
         created: unix_now(),
         constrain_tools: !args.free_tool_calls,
@@ -126,12 +135,40 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         // Tests and scripts read this line to find a port picked with --port 0.
         eprintln!("listening on http://{addr}");
         axum::serve(listener, router(app))
-            .with_graceful_shutdown(async {
-                let _ = tokio::signal::ctrl_c().await;
+            .with_graceful_shutdown(async move {
+                stop_signal().await;
+                tracing::info!(
+                    "shutting down: no new requests; running answers have {} s to finish",
+                    grace.as_secs()
+                );
+                tokio::spawn(async move {
+                    tokio::time::sleep(grace).await;
+                    tracing::info!("shutdown grace over: ending the running answers");
+                    let _ = close_tx.send(true);
+                    // An answer ends within a step; a connection that still hangs is cut.
+                    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+                    std::process::exit(0);
+                });
             })
             .await
             .context("server failed")
     })
+}
+
+/// Ctrl-C, or SIGTERM where there is one (a service manager's stop).
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
 }
 
 pub fn router(app: Arc<App>) -> Router {
