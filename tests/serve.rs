@@ -820,3 +820,36 @@ async fn sigterm_lets_running_answers_end_and_exits_cleanly() -> TestResult {
     }
     Ok(())
 }
+
+/// A body that never ends: a 400 in OpenAI's shape once `--body-timeout` has passed, and the
+/// server keeps serving others meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_never_ends_gets_a_400_in_bounded_time() -> TestResult {
+    let s = Server::start(&["--body-timeout", "1"])?;
+    let mut slow = TcpStream::connect(&s.addr)?;
+    slow.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let started = Instant::now();
+    slow.write_all(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"messages\"",
+    )?;
+    // Others are served while it hangs.
+    let (status, _) = post(&s, "/v1/chat/completions", hello(2)).await?;
+    assert_eq!(status, 200);
+    let mut reply = String::new();
+    let mut buf = [0u8; 4096];
+    while !reply.contains("\r\n\r\n{") {
+        let n = slow.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        reply.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    let waited = started.elapsed();
+    assert!(reply.starts_with("HTTP/1.1 400"), "{reply}");
+    assert!(reply.contains("invalid_request_error"), "{reply}");
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+    Ok(())
+}

@@ -50,6 +50,9 @@ pub struct ServeArgs {
     /// Largest request body in MiB.
     #[arg(long, default_value_t = 8)]
     pub max_body_mb: usize,
+    /// Seconds a client may take to send a request's body (a body that never ends is a 400).
+    #[arg(long, default_value_t = 30, value_name = "SECS")]
+    pub body_timeout: u64,
     /// Seconds running answers may take to finish after SIGTERM or Ctrl-C (no new requests are
     /// taken meanwhile); then each ends with its final event and the server exits.
     #[arg(long, default_value_t = 30, value_name = "SECS")]
@@ -70,6 +73,8 @@ pub struct App {
     /// Turns true when the server is closing and running answers must end now.
     pub closing: tokio::sync::watch::Receiver<bool>,
     pub body_limit: usize,
+    /// How long a request's body may take to arrive.
+    pub body_timeout: std::time::Duration,
     pub created: u64,
     /// Tool calls decoded under the tool-call grammar.
     pub constrain_tools: bool,
@@ -113,6 +118,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|| args.model.model.clone()),
         api_key: args.api_key.clone().filter(|k| !k.is_empty()),
         cors: args.cors.clone(),
+        body_timeout: std::time::Duration::from_secs(args.body_timeout),
         closing: close_rx,
         body_limit: args.max_body_mb.saturating_mul(1 << 20),
         created: unix_now(),
@@ -182,8 +188,12 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(guarded)
         .fallback(not_found)
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
-        // The handlers read the body themselves and answer an oversized one in OpenAI's shape.
-        .layer(DefaultBodyLimit::max(app.body_limit));
+        // The handlers read the body themselves and answer an oversized one, or one that takes
+        // too long to arrive, in OpenAI's shape.
+        .layer(DefaultBodyLimit::max(app.body_limit))
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            app.body_timeout,
+        ));
     let router = match cors(app.cors.as_deref()) {
         Some(layer) => router.layer(layer),
         None => router,
