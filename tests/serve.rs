@@ -853,3 +853,84 @@ async fn a_body_that_never_ends_gets_a_400_in_bounded_time() -> TestResult {
     );
     Ok(())
 }
+
+/// Hostile bodies each get a clear 4xx naming the problem, in bounded time: JSON nested far
+/// deeper than any request, bytes that are not UTF-8, a 40 MB body, 10,000 stop strings, a 1 MB
+/// stop string, a negative temperature. Prints each case's status and time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_bodies_get_clear_4xx_in_bounded_time() -> TestResult {
+    let s = Server::start(&[])?;
+    let raw = |body: Vec<u8>| {
+        client()
+            .post(s.url("/v1/chat/completions"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let with = |field: &str, value: Value| {
+        let mut b = hello(2);
+        b[field] = value;
+        serde_json::to_vec(&b).unwrap_or_default()
+    };
+    let cases: Vec<(&str, Vec<u8>, u16)> = vec![
+        ("nested 100,000 deep", "[".repeat(100_000).into_bytes(), 400),
+        (
+            "invalid UTF-8",
+            b"{\"messages\": [\"\xff\xfe\"]}".to_vec(),
+            400,
+        ),
+        (
+            "10,000 stop strings",
+            with(
+                "stop",
+                json!((0..10_000).map(|i| format!("s{i}")).collect::<Vec<_>>()),
+            ),
+            400,
+        ),
+        (
+            "1 MB stop string",
+            with("stop", json!("x".repeat(1 << 20))),
+            400,
+        ),
+        (
+            "negative temperature",
+            with("temperature", json!(-1.0)),
+            400,
+        ),
+    ];
+    for (what, body, want) in cases {
+        let started = Instant::now();
+        let r = raw(body).await?;
+        let status = r.status().as_u16();
+        let v: Value = r.json().await?;
+        let took = started.elapsed();
+        println!("{what}: {status} in {took:?}: {}", v["error"]["message"]);
+        assert_eq!(status, want, "{what}: {v}");
+        assert!(v["error"]["message"].is_string(), "{what}: {v}");
+        assert!(took < Duration::from_secs(5), "{what}: {took:?}");
+    }
+    // 40 MB: refused once past the limit, before the rest is read (the writer then finds the
+    // connection closed, as with any server that refuses a body).
+    let started = Instant::now();
+    let mut big = TcpStream::connect(&s.addr)?;
+    big.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut writer = big.try_clone()?;
+    std::thread::spawn(move || {
+        let head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 41943040\r\n\r\n";
+        let _ = writer.write_all(head);
+        let _ = writer.write_all(&vec![b' '; 40 << 20]);
+    });
+    let mut reply = vec![0u8; 4096];
+    let n = big.read(&mut reply)?;
+    let reply = String::from_utf8_lossy(&reply[..n]).to_string();
+    println!(
+        "40 MB body: {} in {:?}",
+        reply.lines().next().unwrap_or_default(),
+        started.elapsed()
+    );
+    assert!(reply.starts_with("HTTP/1.1 413"), "{reply}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // And the server still answers.
+    assert_eq!(post(&s, "/v1/chat/completions", hello(2)).await?.0, 200);
+    Ok(())
+}
