@@ -934,3 +934,37 @@ async fn hostile_bodies_get_clear_4xx_in_bounded_time() -> TestResult {
     assert_eq!(post(&s, "/v1/chat/completions", hello(2)).await?.0, 200);
     Ok(())
 }
+
+/// Past the queue (`--max-queue`), a request gets a 503 in OpenAI's shape with `Retry-After`;
+/// the ones admitted are answered whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_queue_a_request_gets_503_with_retry_after() -> TestResult {
+    let s = Server::start(&["--max-seqs", "1", "--max-queue", "1"])?;
+    let mut body = hello(400);
+    body["temperature"] = json!(1.0);
+    let asks = (0..12).map(|i| {
+        let mut b = body.clone();
+        b["seed"] = json!(i);
+        client().post(s.url("/v1/chat/completions")).json(&b).send()
+    });
+    let replies = futures::future::join_all(asks).await;
+    let (mut ok, mut refused) = (0, 0);
+    for r in replies {
+        let r = r?;
+        match r.status().as_u16() {
+            200 => ok += 1,
+            503 => {
+                assert_eq!(
+                    r.headers().get("retry-after").and_then(|v| v.to_str().ok()),
+                    Some("1")
+                );
+                let v: Value = r.json().await?;
+                assert_eq!(v["error"]["code"], json!("queue_full"), "{v}");
+                refused += 1;
+            }
+            other => return Err(format!("status {other}").into()),
+        }
+    }
+    assert!(ok >= 1 && refused >= 1, "{ok} answered, {refused} refused");
+    Ok(())
+}

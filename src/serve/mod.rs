@@ -50,6 +50,10 @@ pub struct ServeArgs {
     /// Largest request body in MiB.
     #[arg(long, default_value_t = 8)]
     pub max_body_mb: usize,
+    /// Requests that may wait for a place in the running batch; beyond them a request gets a
+    /// 503 with `Retry-After` (default 1024).
+    #[arg(long, value_name = "N")]
+    pub max_queue: Option<usize>,
     /// Seconds a client may take to send a request's body (a body that never ends is a 400).
     #[arg(long, default_value_t = 30, value_name = "SECS")]
     pub body_timeout: u64,
@@ -106,7 +110,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             );
         }
     }
-    let opts = args.model.load_options()?;
+    let mut opts = args.model.load_options()?;
+    opts.scheduler.max_waiting = args.max_queue;
     let engine = Engine::load(&args.model.model, &opts)?;
     let (close_tx, close_rx) = tokio::sync::watch::channel(false);
     let grace = std::time::Duration::from_secs(args.shutdown_grace);
