@@ -968,3 +968,50 @@ async fn past_the_queue_a_request_gets_503_with_retry_after() -> TestResult {
     assert!(ok >= 1 && refused >= 1, "{ok} answered, {refused} refused");
     Ok(())
 }
+
+/// 1,000 clients that send a streamed request and leave before reading it: none keeps a
+/// sequence, and the KV pool holds what one such client leaves (its prompt's prefix, kept for
+/// reuse), not a thousand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_clients_that_leave_leave_the_pool_as_it_was() -> TestResult {
+    let s = Server::start(&[])?;
+    let mut body = hello(200);
+    body["stream"] = json!(true);
+    let pool = |h: &Value| {
+        (
+            h["kv_cache"]["bytes"].as_u64().unwrap_or(u64::MAX),
+            h["kv_cache"]["idle_caches"].as_u64().unwrap_or(u64::MAX),
+        )
+    };
+    let health = || async {
+        client()
+            .get(s.url("/health"))
+            .send()
+            .await?
+            .json::<Value>()
+            .await
+    };
+    drop(raw_request(&s.addr, &body, 0)?);
+    wait_idle(&s).await?;
+    let after_one = pool(&health().await?);
+    let started = Instant::now();
+    for _ in 0..1000 {
+        drop(raw_request(&s.addr, &body, 0)?);
+    }
+    wait_idle(&s).await?;
+    let h = health().await?;
+    println!(
+        "1000 clients left in {:?}; pool after one {after_one:?}, after 1000 {:?}",
+        started.elapsed(),
+        pool(&h)
+    );
+    assert_eq!(
+        (h["running"].as_u64(), h["waiting"].as_u64()),
+        (Some(0), Some(0))
+    );
+    // One prompt, answered greedily: whatever each client got to, one cache holds it all.
+    assert!(pool(&h).1 <= after_one.1.max(1), "{h}");
+    // And it still answers.
+    assert_eq!(post(&s, "/v1/chat/completions", hello(2)).await?.0, 200);
+    Ok(())
+}

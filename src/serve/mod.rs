@@ -251,6 +251,11 @@ async fn health(State(app): State<Arc<App>>) -> Response {
             "status": "ok",
             "running": s.running,
             "waiting": s.waiting,
+            "kv_cache": {
+                "bytes": s.kv_bytes,
+                "budget_bytes": s.kv_budget_bytes,
+                "idle_caches": s.idle_caches,
+            },
         }))
         .into_response(),
         Ok(Err(e)) => ApiError::from(e).into_response(),

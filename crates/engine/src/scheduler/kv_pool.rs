@@ -53,13 +53,31 @@ impl KvPool {
             .any(|e| e.session.as_deref() == Some(id))
     }
 
-    /// Keeps a cache that a sequence leaves behind. A session replaces its earlier entry.
+    /// Keeps a cache that a sequence leaves behind. A session replaces its earlier entry. An
+    /// anonymous cache whose tokens another anonymous one already starts with adds nothing and
+    /// is dropped; one that extends others replaces them (many requests of one prompt, or
+    /// clients that leave one after another, keep one cache, not one each).
     pub fn put(&mut self, session: Option<String>, tokens: Vec<u32>, cache: KvCache) {
         if tokens.is_empty() {
             return;
         }
-        if let Some(id) = &session {
-            self.remove(id);
+        match &session {
+            Some(id) => {
+                self.remove(id);
+            }
+            None => {
+                let anonymous = |e: &Entry| e.session.is_none() && e.released_by.is_none();
+                if let Some(i) = self
+                    .entries
+                    .iter()
+                    .position(|e| anonymous(e) && e.tokens.starts_with(&tokens))
+                {
+                    self.touch(i);
+                    return;
+                }
+                self.entries
+                    .retain(|e| !(anonymous(e) && tokens.starts_with(&e.tokens)));
+            }
         }
         self.clock += 1;
         self.entries.push(Entry {
@@ -192,6 +210,23 @@ mod tests {
         assert!(pool.evict_one(Some("new")).is_none());
         assert_eq!(pool.len(), 1);
         Ok(())
+    }
+
+    #[test]
+    fn anonymous_caches_of_one_prompt_are_kept_once() {
+        let mut pool = KvPool::default();
+        let long: Vec<u32> = (0..40).collect();
+        pool.put(None, long[..30].to_vec(), cache(30));
+        // Longer: replaces the shorter. Shorter or equal: adds nothing.
+        pool.put(None, long.clone(), cache(40));
+        pool.put(None, long[..20].to_vec(), cache(20));
+        pool.put(None, long.clone(), cache(40));
+        assert_eq!(pool.len(), 1);
+        assert_eq!(pool.entry(0).tokens, long);
+        // Another prompt, and a session with the same tokens, are kept beside it.
+        pool.put(None, (100..140).collect(), cache(40));
+        pool.put(Some("s".into()), long[..30].to_vec(), cache(30));
+        assert_eq!(pool.len(), 3);
     }
 
     #[test]
