@@ -255,32 +255,34 @@ mod tests {
         }
     }
 
-    fn random(rows: usize, cols: usize, seed: usize) -> Tensor {
+    type TestResult<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+    fn random(rows: usize, cols: usize, seed: usize) -> CResult<Tensor> {
         let v: Vec<f32> = (0..rows * cols)
             .map(|i| (((i * 7919 + seed * 104_729) % 1009) as f32 / 504.5 - 1.0) * 0.3)
             .collect();
-        Tensor::from_vec(v, (rows, cols), &Device::Cpu).unwrap()
+        Tensor::from_vec(v, (rows, cols), &Device::Cpu)
     }
 
-    fn quantized(w: &Tensor, dtype: GgmlDType) -> Matrix {
-        let q = QTensor::quantize(w, dtype).unwrap();
-        let (rows, cols) = w.dims2().unwrap();
-        let kind = BlockType::of(dtype).unwrap();
+    fn quantized(w: &Tensor, dtype: GgmlDType) -> TestResult<Matrix> {
+        let q = QTensor::quantize(w, dtype)?;
+        let (rows, cols) = w.dims2()?;
+        let kind = BlockType::of(dtype).ok_or("a block type with kernels")?;
         if tiles::supported(kind, rows) {
-            let data = tiles::interleave(kind, &q.data().unwrap(), rows, cols);
-            return Matrix::Tiles(Arc::new(TileMatrix {
+            let data = tiles::interleave(kind, &q.data()?, rows, cols);
+            return Ok(Matrix::Tiles(Arc::new(TileMatrix {
                 kind,
                 rows,
                 cols,
                 data,
-            }));
+            })));
         }
-        Matrix::Quantized(Arc::new(q))
+        Ok(Matrix::Quantized(Arc::new(q)))
     }
 
     const HIDDEN: usize = 256;
 
-    fn tiny_moe() -> Moe {
+    fn tiny_moe() -> TestResult<Moe> {
         let cfg = MoeConfig {
             num_experts: 8,
             experts_per_token: 3,
@@ -290,58 +292,57 @@ mod tests {
             mlp_only_layers: vec![],
         };
         let mut m = HashMap::new();
-        m.insert("l.gate.weight".into(), Matrix::Dense(random(8, HIDDEN, 1)));
+        m.insert("l.gate.weight".into(), Matrix::Dense(random(8, HIDDEN, 1)?));
         for e in 0..8 {
             let inter = cfg.expert_intermediate_size;
             let p = format!("l.experts.{e}");
-            let gate = random(inter, HIDDEN, 10 + e);
-            let up = random(inter, HIDDEN, 20 + e);
-            let down = random(HIDDEN, inter, 30 + e);
+            let gate = random(inter, HIDDEN, 10 + e)?;
+            let up = random(inter, HIDDEN, 20 + e)?;
+            let down = random(HIDDEN, inter, 30 + e)?;
             m.insert(
                 format!("{p}.gate_proj.weight"),
-                quantized(&gate, GgmlDType::Q4K),
+                quantized(&gate, GgmlDType::Q4K)?,
             );
             m.insert(
                 format!("{p}.up_proj.weight"),
-                quantized(&up, GgmlDType::Q4K),
+                quantized(&up, GgmlDType::Q4K)?,
             );
             m.insert(
                 format!("{p}.down_proj.weight"),
-                quantized(&down, GgmlDType::Q8_0),
+                quantized(&down, GgmlDType::Q8_0)?,
             );
         }
-        Moe::load(&Quantized(m), "l", HIDDEN, &cfg).unwrap()
+        Ok(Moe::load(&Quantized(m), "l", HIDDEN, &cfg)?)
     }
 
-    fn groups(moe: &Moe, x: &Tensor) -> Vec<Routed> {
-        let logits = moe.router_logits(x).unwrap();
-        route(&logits, moe.experts.len(), moe.top_k, moe.norm_topk_prob)
+    fn flat(t: &Tensor) -> CResult<Vec<f32>> {
+        t.flatten_all()?.to_vec1::<f32>()
     }
 
     /// The CPU path (experts side by side, from slices) gives the tensor path's sums bit for
     /// bit, and each token's row is what that token gives alone: in a prompt, in a batched
     /// step (every row a sequence) and decoding.
     #[test]
-    fn the_cpu_experts_equal_the_tensor_path_and_each_row_alone() {
-        let moe = tiny_moe();
-        let x = random(37, HIDDEN, 99);
+    fn the_cpu_experts_equal_the_tensor_path_and_each_row_alone() -> TestResult {
+        let moe = tiny_moe()?;
+        let x = random(37, HIDDEN, 99)?;
         for tokens in [1, 3, 37] {
-            let x = x.narrow(0, 0, tokens).unwrap();
-            let g = groups(&moe, &x);
-            let fast = moe.cpu_experts(&x, &g).unwrap().expect("the CPU path");
-            let slow = moe.tensor_experts(&x, &g).unwrap();
-            let slow = slow.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            let x = x.narrow(0, 0, tokens)?;
+            let logits = moe.router_logits(&x)?;
+            let g = route(&logits, moe.experts.len(), moe.top_k, moe.norm_topk_prob);
+            let fast = moe.cpu_experts(&x, &g)?.ok_or("the CPU path")?;
+            let slow = flat(&moe.tensor_experts(&x, &g)?)?;
             assert_eq!(fast, slow, "{tokens} tokens");
-            let batched = crate::model::linear::rows_as_sequences(|| moe.forward(&x).unwrap());
-            let batched = batched.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            let batched = crate::model::linear::rows_as_sequences(|| moe.forward(&x))?;
+            let batched = flat(&batched)?;
             for t in 0..tokens {
-                let alone = moe.forward(&x.narrow(0, t, 1).unwrap()).unwrap();
-                let alone = alone.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                let alone = flat(&moe.forward(&x.narrow(0, t, 1)?)?)?;
                 let row = &fast[t * HIDDEN..][..HIDDEN];
                 assert_eq!(row, alone.as_slice(), "token {t} of {tokens}");
                 assert_eq!(&batched[t * HIDDEN..][..HIDDEN], row, "batched token {t}");
             }
         }
+        Ok(())
     }
 
     #[test]
