@@ -15,15 +15,7 @@ for f in "${files[@]}"; do [ -s "$out/$f" ] || have=0; done
 if [ $have = 1 ]; then echo "$out"; exit 0; fi
 mkdir -p "$out"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-python3 - "$tmp/sdist.tar.gz" <<'PY'
-import hashlib, re, sys, urllib.request
-html = urllib.request.urlopen("https://pypi.org/simple/llama-cpp-python/").read().decode()
-url = re.search(r'href="([^"]*llama_cpp_python-0\.3\.36\.tar\.gz)#sha256=([0-9a-f]+)', html)
-data = urllib.request.urlopen(url.group(1)).read()
-if hashlib.sha256(data).hexdigest() != url.group(2):
-    sys.exit("sha256 mismatch for the llama-cpp-python sdist")
-open(sys.argv[1], "wb").write(data)
-PY
+"$(dirname "$0")/pypi-sdist.sh" llama-cpp-python 0.3.36 "$tmp/sdist.tar.gz"
 models=llama_cpp_python-0.3.36/vendor/llama.cpp/models
 tar xzf "$tmp/sdist.tar.gz" -C "$tmp" "${files[@]/#/$models/}"
 for f in "${files[@]}"; do cp "$tmp/$models/$f" "$out/$f"; done

@@ -27,15 +27,7 @@ case $level in
 esac
 if [ ! -f "$src/CMakeLists.txt" ]; then
   tmp=$(mktemp -d)
-  python3 - "$tmp/sdist.tar.gz" <<'PY'
-import hashlib, re, sys, urllib.request
-html = urllib.request.urlopen("https://pypi.org/simple/llama-cpp-python/").read().decode()
-url = re.search(r'href="([^"]*llama_cpp_python-0\.3\.16\.tar\.gz)#sha256=([0-9a-f]+)', html)
-data = urllib.request.urlopen(url.group(1)).read()
-if hashlib.sha256(data).hexdigest() != url.group(2):
-    sys.exit("sha256 mismatch for the llama-cpp-python sdist")
-open(sys.argv[1], "wb").write(data)
-PY
+  "$(dirname "$0")/pypi-sdist.sh" llama-cpp-python 0.3.16 "$tmp/sdist.tar.gz"
   mkdir -p "$src"
   tar xzf "$tmp/sdist.tar.gz" -C "$tmp"
   cp -r "$tmp"/llama_cpp_python-0.3.16/vendor/llama.cpp/. "$src/"
