@@ -4,7 +4,9 @@
 use super::error::ApiError;
 use super::request::{chat_call, json_object, ChatCall};
 use super::tool_stream::{Piece, ToolCallSplitter};
-use super::{body_bytes, finish_reason, off_the_runtime, unix_now, usage_json, App, RequestId};
+use super::{
+    body_bytes, finish_reason, off_the_runtime, unix_now, usage_json, App, Closing, RequestId,
+};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
@@ -16,7 +18,7 @@ use hearth_engine::{
 };
 use serde_json::{json, Value};
 use std::sync::Arc;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 pub async fn chat_completions(
     State(app): State<Arc<App>>,
@@ -25,7 +27,7 @@ pub async fn chat_completions(
     match off_the_runtime(&app, body, start).await {
         Ok((call, stream, splitter)) => {
             let reply = Reply::new(&app, call.include_usage);
-            let closing = app.closing.clone();
+            let closing = Closing::new(&app);
             if call.stream {
                 streamed(reply, stream, splitter, closing)
             } else {
@@ -178,7 +180,7 @@ async fn whole(
     mut reply: Reply,
     mut stream: ChatStream,
     mut splitter: ToolCallSplitter,
-    mut closing: watch::Receiver<bool>,
+    mut closing: Closing,
 ) -> Result<Value, ApiError> {
     let (mut content, mut reasoning, mut calls) = (String::new(), String::new(), vec![]);
     let mut invalid = vec![];
@@ -200,13 +202,11 @@ async fn whole(
             }
         }
     };
-    let mut ending = false;
     let summary = loop {
         let event = tokio::select! {
             // The server is closing: the answer ends after the token being made.
-            _ = closing.wait_for(|c| *c), if !ending => {
+            _ = closing.now() => {
                 stream.end();
-                ending = true;
                 continue;
             }
             e = stream.next() => e,
@@ -259,7 +259,7 @@ fn streamed(
     mut reply: Reply,
     mut stream: ChatStream,
     mut splitter: ToolCallSplitter,
-    mut closing: watch::Receiver<bool>,
+    mut closing: Closing,
 ) -> Response {
     let (tx, rx) = mpsc::channel::<Value>(64);
     tokio::spawn(async move {
@@ -267,15 +267,13 @@ fn streamed(
         if tx.send(first).await.is_err() {
             return;
         }
-        let mut ending = false;
         loop {
             let event = tokio::select! {
                 _ = tx.closed() => return,
                 // The server is closing: the answer ends after the token being made, with
                 // its final chunk.
-                _ = closing.wait_for(|c| *c), if !ending => {
+                _ = closing.now() => {
                     stream.end();
-                    ending = true;
                     continue;
                 }
                 e = stream.next() => e,

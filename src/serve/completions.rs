@@ -3,7 +3,8 @@
 use super::error::ApiError;
 use super::request::{json_object, typed, RawSampling};
 use super::{
-    body_bytes, finish_reason, off_the_runtime, send_all, unix_now, usage_json, App, RequestId,
+    body_bytes, finish_reason, off_the_runtime, send_all, unix_now, usage_json, App, Closing,
+    RequestId,
 };
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -135,13 +136,12 @@ fn chunk(app: &App, id: &str, text: &str, finish: Option<&str>) -> Value {
 
 async fn whole(app: &App, id: String, mut stream: EventStream) -> Result<Value, ApiError> {
     let mut text = String::new();
-    let (mut closing, mut ending) = (app.closing.clone(), false);
+    let mut closing = Closing::new(app);
     loop {
         let event = tokio::select! {
             // The server is closing: the answer ends after the token being made.
-            _ = closing.wait_for(|c| *c), if !ending => {
+            _ = closing.now() => {
                 stream.end();
-                ending = true;
                 continue;
             }
             e = stream.next() => e,
@@ -171,17 +171,15 @@ fn streamed(app: &App, id: String, mut stream: EventStream, include_usage: bool)
             "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": finish}],
         })
     };
-    let mut closing = app.closing.clone();
+    let mut closing = Closing::new(app);
     tokio::spawn(async move {
-        let mut ending = false;
         loop {
             let event = tokio::select! {
                 _ = tx.closed() => return,
                 // The server is closing: the answer ends after the token being made, with
                 // its final chunk.
-                _ = closing.wait_for(|c| *c), if !ending => {
+                _ = closing.now() => {
                     stream.end();
-                    ending = true;
                     continue;
                 }
                 e = stream.next() => e,

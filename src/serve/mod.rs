@@ -166,6 +166,32 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     })
 }
 
+/// Tells one running answer that the server is closing (its shutdown grace has passed), once.
+pub struct Closing {
+    rx: tokio::sync::watch::Receiver<bool>,
+    told: bool,
+}
+
+impl Closing {
+    pub fn new(app: &App) -> Self {
+        Self {
+            rx: app.closing.clone(),
+            told: false,
+        }
+    }
+
+    /// Resolves when the answer should end now; after that, never again.
+    pub async fn now(&mut self) {
+        if !self.told {
+            // A dropped sender (the server is gone) closes too.
+            let _ = self.rx.wait_for(|c| *c).await;
+            self.told = true;
+            return;
+        }
+        std::future::pending::<()>().await
+    }
+}
+
 /// Ctrl-C, or SIGTERM where there is one (a service manager's stop).
 async fn stop_signal() {
     #[cfg(unix)]

@@ -62,6 +62,8 @@ struct Sent {
     named: bool,
     /// Its first `params` parameters.
     params: usize,
+    /// How much of the call's text was last read: it is read again only once more has closed.
+    read_to: usize,
 }
 
 impl ToolCallSplitter {
@@ -223,6 +225,10 @@ impl ToolCallSplitter {
                 None => return,
             },
         };
+        if cut == self.open.read_to {
+            return;
+        }
+        self.open.read_to = cut;
         let Ok(call) = parse_function_so_far(&body[..cut], &self.specs) else {
             return;
         };
