@@ -203,15 +203,7 @@ async fn whole(
         }
     };
     let summary = loop {
-        let event = tokio::select! {
-            // The server is closing: the answer ends after the token being made.
-            _ = closing.now() => {
-                stream.end();
-                continue;
-            }
-            e = stream.next() => e,
-        };
-        match event {
+        match closing.next(&mut stream).await {
             Some(Event::Text { text }) => {
                 take(splitter.push(&text), &mut reply, &mut content);
                 if splitter.repeated() {
@@ -270,13 +262,7 @@ fn streamed(
         loop {
             let event = tokio::select! {
                 _ = tx.closed() => return,
-                // The server is closing: the answer ends after the token being made, with
-                // its final chunk.
-                _ = closing.now() => {
-                    stream.end();
-                    continue;
-                }
-                e = stream.next() => e,
+                e = closing.next(&mut stream) => e,
             };
             let mut out = vec![];
             let pieces = |pieces: Vec<Piece>, reply: &mut Reply, out: &mut Vec<Value>| {

@@ -138,15 +138,7 @@ async fn whole(app: &App, id: String, mut stream: EventStream) -> Result<Value, 
     let mut text = String::new();
     let mut closing = Closing::new(app);
     loop {
-        let event = tokio::select! {
-            // The server is closing: the answer ends after the token being made.
-            _ = closing.now() => {
-                stream.end();
-                continue;
-            }
-            e = stream.next() => e,
-        };
-        match event {
+        match closing.next(&mut stream).await {
             Some(Event::Text { text: t }) => text.push_str(&t),
             Some(Event::Finished(s)) => {
                 let mut v = chunk(app, &id, &text, Some(finish_reason(&s.reason, false)));
@@ -176,13 +168,7 @@ fn streamed(app: &App, id: String, mut stream: EventStream, include_usage: bool)
         loop {
             let event = tokio::select! {
                 _ = tx.closed() => return,
-                // The server is closing: the answer ends after the token being made, with
-                // its final chunk.
-                _ = closing.now() => {
-                    stream.end();
-                    continue;
-                }
-                e = stream.next() => e,
+                e = closing.next(&mut stream) => e,
             };
             let out = match event {
                 Some(Event::Text { text }) => vec![chunk(&text, None)],

@@ -19,7 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use error::ApiError;
-use hearth_engine::{Engine, FinishReason, Summary};
+use hearth_engine::{ChatStream, Engine, Event, EventStream, FinishReason, Summary};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -180,8 +180,19 @@ impl Closing {
         }
     }
 
+    /// The answer's next event; once the server is closing, the answer is told to end after
+    /// the token being made, and its last events (the summary) still come.
+    pub async fn next<A: Answer>(&mut self, answer: &mut A) -> Option<Event> {
+        loop {
+            tokio::select! {
+                _ = self.now() => answer.end(),
+                e = answer.next() => return e,
+            }
+        }
+    }
+
     /// Resolves when the answer should end now; after that, never again.
-    pub async fn now(&mut self) {
+    async fn now(&mut self) {
         if !self.told {
             // A dropped sender (the server is gone) closes too.
             let _ = self.rx.wait_for(|c| *c).await;
@@ -189,6 +200,32 @@ impl Closing {
             return;
         }
         std::future::pending::<()>().await
+    }
+}
+
+/// A running answer's stream, as the handlers read it.
+pub trait Answer {
+    /// Ends the answer after the token being made.
+    fn end(&self);
+    /// The next event; `None` once the answer has ended.
+    fn next(&mut self) -> impl std::future::Future<Output = Option<Event>> + Send;
+}
+
+impl Answer for ChatStream {
+    fn end(&self) {
+        ChatStream::end(self)
+    }
+    fn next(&mut self) -> impl std::future::Future<Output = Option<Event>> + Send {
+        ChatStream::next(self)
+    }
+}
+
+impl Answer for EventStream {
+    fn end(&self) {
+        EventStream::end(self)
+    }
+    fn next(&mut self) -> impl std::future::Future<Output = Option<Event>> + Send {
+        EventStream::next(self)
     }
 }
 
