@@ -309,6 +309,7 @@ impl Engine {
             fingerprint: self.info.fingerprint.clone(),
             tokens: c.tokens,
             layers: c.layers,
+            state: c.state,
         }
         .to_bytes()
         .map(Some)
@@ -349,6 +350,7 @@ impl Engine {
                     session: id.into(),
                     tokens: snap.tokens,
                     layers: snap.layers,
+                    state: snap.state,
                 },
                 tx,
             ))

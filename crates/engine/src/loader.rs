@@ -190,6 +190,13 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
         match &mut checkpoint {
             Checkpoint::Dense(files) => {
                 let cfg = QwenConfig::from_file(&files.config)?;
+                if cfg.weights_prefix != "model" {
+                    tracing::info!(
+                        "{}: the language model ({}.*) is loaded; the vision tower (model.visual.*) and any multi-token-prediction head (mtp.*) are not used",
+                        files.config.display(),
+                        cfg.weights_prefix
+                    );
+                }
                 let tokenizer = Tokenizer::from_file(&files.tokenizer)?;
                 let dtype = opts.dtype.resolve(cfg.torch_dtype.as_deref(), &device);
                 let model = Qwen::load_with_progress(

@@ -6,9 +6,22 @@ use candle_core::{DType, Device};
 use common::*;
 use hearth_engine::{KvCache, Qwen, QwenConfig, Weights};
 
-/// Every tiny checkpoint: Qwen2, Qwen3, and Qwen3-MoE with every layer routed and with a dense
-/// layer between routed ones.
-const FAMILIES: [&str; 4] = ["qwen2", "qwen3", "qwen3-moe", "qwen3-moe-mixed"];
+/// Every tiny checkpoint: Qwen2, Qwen3, Qwen3-MoE with every layer routed and with a dense
+/// layer between routed ones, and the Qwen3.5 hybrids (Gated DeltaNet and gated attention):
+/// `…ForCausalLM` with tied embeddings, `…ForConditionalGeneration` beside a vision tower, and
+/// the MoE one with its shared expert.
+const FAMILIES: [&str; 7] = [
+    "qwen2",
+    "qwen3",
+    "qwen3-moe",
+    "qwen3-moe-mixed",
+    "qwen3.5",
+    "qwen3.5-vl",
+    "qwen3.5-moe",
+];
+
+/// The hybrid ones.
+const HYBRIDS: [&str; 3] = ["qwen3.5", "qwen3.5-vl", "qwen3.5-moe"];
 
 fn load(family: &str, dtype: DType) -> Qwen {
     let dir = tiny(family);
@@ -75,6 +88,15 @@ fn bf16_logits_match_transformers() {
             .logits_bf16_native
             .iter()
             .fold(0f32, |a, &x| a.max(x.abs()));
+        // Where transformers' own bf16 run parts from its f32 one (the tiny Qwen3.5-MoE: a
+        // router's near tie flips in bf16, 2.1 of 3.8), it is no reference for the rounding.
+        if max_abs_diff(&g.logits_f32, &g.logits_bf16_native) > 0.05 * scale {
+            assert_eq!(
+                family, "qwen3.5-moe",
+                "transformers' bf16 parts from its f32"
+            );
+            continue;
+        }
         let d = max_abs_diff(&got, &g.logits_bf16_native);
         assert!(
             d <= 0.05 * scale,
@@ -108,11 +130,12 @@ fn prefill_then_decode_equals_full_recompute() {
         assert_eq!(cache.len(), all.len());
         let full = logits(&m, &all);
         let d = max_abs_diff(&last.to_vec1::<f32>().unwrap(), &full);
-        assert!(d <= 1e-5, "{family}: cached vs recomputed {d}");
+        // f32 weights: a prompt's products take gemm, a decoded token's the row kernel.
+        assert!(d <= 5e-5, "{family}: cached vs recomputed {d}");
         // Every position of a full run equals the cached run's per-step logits.
         let per_pos = m.forward_all(&all, &mut m.new_cache()).unwrap();
         let row: Vec<f32> = per_pos.get(all.len() - 1).unwrap().to_vec1().unwrap();
-        assert!(max_abs_diff(&row, &full) <= 1e-5);
+        assert!(max_abs_diff(&row, &full) <= 5e-5);
     }
 }
 
@@ -122,11 +145,13 @@ fn truncated_cache_continues_like_a_fresh_run() {
         let g = golden(family);
         let m = load(family, DType::F32);
         let mut cache: KvCache = m.new_cache();
-        // Fill with a different continuation, then cut back to a shared prefix of 10.
+        // Fill with a different continuation, then cut back to a shared prefix of 10 (where a
+        // hybrid's recurrent state is asked to keep a checkpoint).
         let mut other = g.prompt_ids[..10].to_vec();
         other.extend([5, 6, 7, 8, 9, 10, 11]);
+        cache.mark_checkpoints(&[10]);
         m.forward(&other, &mut cache).unwrap();
-        cache.truncate(10);
+        assert_eq!(cache.truncate(10), 10, "{family}");
         assert_eq!(cache.len(), 10);
         let l = m
             .forward(&g.prompt_ids[10..], &mut cache)
@@ -134,7 +159,7 @@ fn truncated_cache_continues_like_a_fresh_run() {
             .to_vec1::<f32>()
             .unwrap();
         let d = max_abs_diff(&l, &logits(&m, &g.prompt_ids));
-        assert!(d <= 1e-5, "{family}: {d}");
+        assert!(d <= 5e-5, "{family}: {d}");
         let d = max_abs_diff(&l, &g.logits_f32);
         assert!(d <= 1e-4, "{family}: vs transformers {d}");
     }
@@ -142,15 +167,84 @@ fn truncated_cache_continues_like_a_fresh_run() {
 
 #[test]
 fn prefill_in_chunks_equals_one_prefill() {
-    let g = golden("qwen3");
-    let m = load("qwen3", DType::F32);
-    let mut cache = m.new_cache();
-    let mut last = None;
-    for chunk in g.long_prompt_ids.chunks(64) {
-        last = Some(m.forward(chunk, &mut cache).unwrap());
+    for family in ["qwen3", "qwen3.5", "qwen3.5-moe"] {
+        let g = golden(family);
+        let m = load(family, DType::F32);
+        let mut cache = m.new_cache();
+        let mut last = None;
+        for chunk in g.long_prompt_ids.chunks(64) {
+            last = Some(m.forward(chunk, &mut cache).unwrap());
+        }
+        let d = max_abs_diff(&last.unwrap().to_vec1::<f32>().unwrap(), &g.long_logits_f32);
+        assert!(d <= 1e-4, "{family}: {d}");
     }
-    let d = max_abs_diff(&last.unwrap().to_vec1::<f32>().unwrap(), &g.long_logits_f32);
-    assert!(d <= 1e-4, "{d}");
+}
+
+/// A recurrent state cannot be cut back: without a checkpoint at the cut, a hybrid's cache
+/// starts over (and says so by the length it keeps); at its end or at a prefill's end it keeps.
+#[test]
+fn a_hybrid_cache_cuts_back_only_to_checkpoints() {
+    for family in HYBRIDS {
+        let g = golden(family);
+        let m = load(family, DType::F32);
+        let mut cache = m.new_cache();
+        m.forward(&g.prompt_ids[..12], &mut cache).unwrap();
+        m.forward(&g.prompt_ids[12..13], &mut cache).unwrap();
+        m.forward(&g.prompt_ids[13..14], &mut cache).unwrap();
+        assert_eq!(cache.resumable(14), 14);
+        assert_eq!(
+            cache.resumable(13),
+            12,
+            "{family}: a decoded token keeps no checkpoint"
+        );
+        assert_eq!(cache.resumable(11), 0);
+        assert_eq!(cache.truncate(13), 12);
+        let l = m.forward(&g.prompt_ids[12..], &mut cache).unwrap();
+        let d = max_abs_diff(&l.to_vec1::<f32>().unwrap(), &g.logits_f32);
+        assert!(
+            d <= 1e-4,
+            "{family}: resumed at the checkpoint, vs transformers {d}"
+        );
+        assert_eq!(cache.truncate(5), 0);
+        assert!(cache.bytes() > 0);
+    }
+}
+
+/// Each row of a hybrid's prompt is computed as decoding computes it (the recurrence runs
+/// token by token in both), and each row of a batched step as that sequence alone: bit for bit
+/// (bf16 weights, whose products take the row kernel at every length).
+#[test]
+fn hybrid_rows_equal_decoding_and_batching_bit_for_bit() {
+    for family in HYBRIDS {
+        let g = golden(family);
+        let m = load(family, DType::BF16);
+        let ids = &g.prompt_ids;
+        let all = m.forward_all(ids, &mut m.new_cache()).unwrap();
+        let mut cache = m.new_cache();
+        for (i, &t) in ids.iter().enumerate() {
+            let row: Vec<f32> = m.forward(&[t], &mut cache).unwrap().to_vec1().unwrap();
+            let want: Vec<f32> = all.get(i).unwrap().to_vec1().unwrap();
+            assert_eq!(row, want, "{family}: row {i}");
+        }
+        // Three sequences at different lengths, one step together.
+        let mut caches: Vec<KvCache> = (0..3).map(|_| m.new_cache()).collect();
+        for (n, c) in caches.iter_mut().enumerate() {
+            m.forward(&ids[..5 + 4 * n], c).unwrap();
+        }
+        let next: Vec<u32> = (0..3).map(|n| ids[5 + 4 * n]).collect();
+        let mut alone = Vec::new();
+        for (n, &t) in next.iter().enumerate() {
+            let mut c = m.new_cache();
+            m.forward(&ids[..5 + 4 * n], &mut c).unwrap();
+            alone.push(m.forward(&[t], &mut c).unwrap().to_vec1::<f32>().unwrap());
+        }
+        let mut refs: Vec<&mut KvCache> = caches.iter_mut().collect();
+        let batch = m.forward_batch(&next, &mut refs).unwrap();
+        for (n, want) in alone.iter().enumerate() {
+            let row: Vec<f32> = batch.get(n).unwrap().to_vec1().unwrap();
+            assert_eq!(&row, want, "{family}: batch row {n}");
+        }
+    }
 }
 
 #[test]

@@ -5,7 +5,12 @@
 //! token. Because the cache is its own object, a caller can keep it between requests,
 //! truncate it to a shared prefix and prefill only what follows, and a scheduler can count the
 //! bytes every cache holds against a budget before it lets one grow.
+//!
+//! A hybrid model's cache also holds the recurrent state of its linear-attention layers
+//! ([`RecurrentState`]), which can be cut back only to its checkpoints: [`KvCache::truncate`]
+//! and [`KvCache::resumable`] say how far back it really goes.
 
+use super::recurrent::{RecurrentState, StateShape};
 use candle_core::{Result, Tensor};
 
 const INITIAL_CAPACITY: usize = 256;
@@ -19,6 +24,8 @@ pub struct KvCache {
     max_len: usize,
     /// Bytes one position takes over all layers (keys and values); 0 where unknown.
     position_bytes: usize,
+    /// The linear-attention layers' state, for hybrid models.
+    recurrent: Option<RecurrentState>,
 }
 
 impl KvCache {
@@ -30,6 +37,41 @@ impl KvCache {
             capacity: 0,
             max_len,
             position_bytes: 0,
+            recurrent: None,
+        }
+    }
+
+    /// Gives the cache a recurrent state of `shape` (a hybrid model's): its linear layers keep
+    /// that instead of keys and values.
+    pub fn with_recurrent_state(mut self, shape: StateShape) -> Self {
+        self.recurrent = Some(RecurrentState::new(shape));
+        self
+    }
+
+    /// The recurrent state, for hybrid models.
+    pub fn recurrent(&self) -> Option<&RecurrentState> {
+        self.recurrent.as_ref()
+    }
+
+    /// The recurrent state to update, for hybrid models.
+    pub fn recurrent_mut(&mut self) -> Option<&mut RecurrentState> {
+        self.recurrent.as_mut()
+    }
+
+    /// The longest prefix of at most `len` positions this cache can be cut back or copied to:
+    /// `len` itself (up to what it holds) for keys and values alone; with a recurrent state,
+    /// its end or its latest checkpoint at or before `len`.
+    pub fn resumable(&self, len: usize) -> usize {
+        match &self.recurrent {
+            Some(r) => r.resumable(len, self.len),
+            None => len.min(self.len),
+        }
+    }
+
+    /// Asks for recurrent-state checkpoints after these positions (no-op without a state).
+    pub fn mark_checkpoints(&mut self, positions: &[usize]) {
+        if let Some(r) = &mut self.recurrent {
+            r.mark(positions);
         }
     }
 
@@ -45,14 +87,21 @@ impl KvCache {
         self.position_bytes
     }
 
-    /// Bytes allocated now (capacity, not length: growth by doubling counts in full).
+    /// Bytes allocated now (capacity, not length: growth by doubling counts in full), with the
+    /// recurrent state and its checkpoints.
     pub fn bytes(&self) -> usize {
-        self.capacity * self.position_bytes
+        self.capacity * self.position_bytes + self.recurrent.as_ref().map_or(0, |r| r.bytes())
     }
 
-    /// Bytes allocated once the cache holds `len` positions.
+    /// Bytes allocated once the cache holds `len` positions (a recurrent state with one more
+    /// checkpoint, which the prefill that gets there may take).
     pub fn bytes_for(&self, len: usize) -> usize {
-        self.capacity_for(len) * self.position_bytes
+        let state = match &self.recurrent {
+            Some(r) if len > self.len => r.bytes_with_checkpoint(),
+            Some(r) => r.bytes(),
+            None => 0,
+        };
+        self.capacity_for(len) * self.position_bytes + state
     }
 
     /// Copies the first `len` positions of `src` (a cache of the same model) into this empty
@@ -67,11 +116,22 @@ impl KvCache {
                 self.layers.len()
             );
         }
+        if let (Some(dst), Some(from)) = (&mut self.recurrent, &src.recurrent) {
+            if src.resumable(len) != len {
+                candle_core::bail!(
+                    "the source cache's recurrent state has no checkpoint after {len} positions"
+                );
+            }
+            *dst = RecurrentState::prefix_of(from, len, src.len)?;
+        }
         if len == 0 {
             return Ok(());
         }
         let cap = self.capacity_for(len);
-        for (dst, src) in self.layers.iter_mut().zip(&src.layers) {
+        for (i, (dst, src)) in self.layers.iter_mut().zip(&src.layers).enumerate() {
+            if self.recurrent.as_ref().is_some_and(|r| r.is_linear(i)) {
+                continue;
+            }
             let Some((k, v)) = src else {
                 candle_core::bail!("the source cache has a layer without keys")
             };
@@ -86,11 +146,14 @@ impl KvCache {
     }
 
     /// Copies of every layer's keys and values for the positions held (`[1, kv_heads, len,
-    /// head_dim]`), detached from the buffers that later writes reuse.
+    /// head_dim]`), detached from the buffers that later writes reuse; a hybrid model's
+    /// linear-attention layers, which hold none, are left out.
     pub fn layers_copy(&self) -> Result<Vec<(Tensor, Tensor)>> {
         self.layers
             .iter()
-            .map(|l| match l {
+            .enumerate()
+            .filter(|(i, _)| !self.recurrent.as_ref().is_some_and(|r| r.is_linear(*i)))
+            .map(|(_, l)| match l {
                 Some((k, v)) => Ok((
                     k.narrow(2, 0, self.len)?.copy()?,
                     v.narrow(2, 0, self.len)?.copy()?,
@@ -108,10 +171,13 @@ impl KvCache {
         };
         let (_, heads, len, head_dim) = k0.dims4()?;
         let position = layers.len() * 2 * heads * head_dim * k0.dtype().size_in_bytes();
-        if !self.is_empty() || layers.len() != self.layers.len() {
+        let attention: Vec<usize> = (0..self.layers.len())
+            .filter(|&i| !self.recurrent.as_ref().is_some_and(|r| r.is_linear(i)))
+            .collect();
+        if !self.is_empty() || layers.len() != attention.len() {
             candle_core::bail!(
-                "a cache of {} layers cannot take {} layers",
-                self.layers.len(),
+                "a cache of {} attention layers cannot take {} layers",
+                attention.len(),
                 layers.len()
             );
         }
@@ -124,11 +190,11 @@ impl KvCache {
         if len > self.max_len {
             candle_core::bail!("{len} positions, more than the model's {}", self.max_len);
         }
-        for ((k, v), slot) in layers.into_iter().zip(self.layers.iter_mut()) {
+        for ((k, v), &i) in layers.into_iter().zip(&attention) {
             if k.dims4()? != (1, heads, len, head_dim) || v.dims4()? != (1, heads, len, head_dim) {
                 candle_core::bail!("layers of different shapes");
             }
-            *slot = Some((k, v));
+            self.layers[i] = Some((k, v));
         }
         self.capacity = len;
         self.len = len;
@@ -162,14 +228,26 @@ impl KvCache {
         self.max_len
     }
 
-    /// Forgets every position from `len` on; the buffers are kept for reuse.
-    pub fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
+    /// Forgets every position from `len` on (from the last recurrent-state checkpoint at or
+    /// before `len`, for a hybrid model); the buffers are kept for reuse. Returns the positions
+    /// kept.
+    pub fn truncate(&mut self, len: usize) -> usize {
+        let keep = self.resumable(len);
+        if let Some(r) = &mut self.recurrent {
+            if r.rewind(keep, self.len).is_err() {
+                // Unreachable (`keep` is resumable); start over rather than run on a wrong state.
+                let _ = r.rewind(0, self.len);
+                self.len = 0;
+                return 0;
+            }
+        }
+        self.len = keep;
+        keep
     }
 
     /// Forgets every position; the buffers are kept for reuse.
     pub fn clear(&mut self) {
-        self.len = 0;
+        self.truncate(0);
     }
 
     /// Writes `k`, `v` (`[1, kv_heads, new, head_dim]`) of `layer` at the current end and
@@ -202,9 +280,13 @@ impl KvCache {
         Ok((kc.narrow(2, 0, end)?, vc.narrow(2, 0, end)?))
     }
 
-    /// Marks `n` positions written by every layer (called by a model after its last layer).
+    /// Marks `n` positions written by every layer (called by a model after its last layer);
+    /// the recurrent-state checkpoints the step took are kept.
     pub fn advance(&mut self, n: usize) {
         self.len += n;
+        if let Some(r) = &mut self.recurrent {
+            r.advance();
+        }
     }
 
     fn grow(&mut self, needed: usize, like: &Tensor) -> Result<()> {

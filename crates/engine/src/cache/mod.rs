@@ -1,5 +1,7 @@
-//! Per-sequence caches: the KV cache a model appends to ([`kv`]) and its serialised snapshots
-//! for sessions ([`snapshot`]).
+//! Per-sequence caches: the KV cache a model appends to ([`kv`]), the recurrent state of a
+//! hybrid model's linear-attention layers held inside it ([`recurrent`]), and their serialised
+//! snapshots for sessions ([`snapshot`]).
 
 pub mod kv;
+pub mod recurrent;
 pub mod snapshot;

@@ -10,15 +10,20 @@
 //! fingerprint_len:u32 fingerprint (UTF-8)   dtype_len:u32 dtype ("f32", "f16", "bf16")
 //! layers:u32 kv_heads:u32 head_dim:u32 tokens:u64 token ids (u32 each)
 //! per layer: keys, then values, each [kv_heads, tokens, head_dim] in the dtype
+//! state_layers:u32 conv:u32 delta:u32, then per linear-attention layer conv + delta f32 values
 //! ```
+//!
+//! The recurrent state (a hybrid model's; `state_layers` 0 for the others) came in version 2;
+//! version 1 bytes, which end after the layers, are still read.
 //!
 //! [`ModelInfo::fingerprint`]: crate::loader::ModelInfo::fingerprint
 
+use crate::cache::recurrent::LayerState;
 use crate::error::{EngineError, Result};
 use candle_core::{DType, Device, Tensor};
 
 const MAGIC: &[u8; 8] = b"HEARTHKV";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// A cache taken out of (or going into) the scheduler: the tokens it holds and, per layer,
 /// keys and values `[1, kv_heads, tokens, head_dim]`.
@@ -29,8 +34,10 @@ pub struct KvSnapshot {
     pub fingerprint: String,
     /// The token ids whose keys and values it holds.
     pub tokens: Vec<u32>,
-    /// Keys and values of each layer.
+    /// Keys and values of each (attention) layer.
     pub layers: Vec<(Tensor, Tensor)>,
+    /// The recurrent state of each linear-attention layer after the tokens (hybrid models).
+    pub state: Vec<LayerState>,
 }
 
 fn bad(message: impl Into<String>) -> EngineError {
@@ -105,6 +112,20 @@ impl KvSnapshot {
                 out.extend_from_slice(&tensor_bytes(t)?);
             }
         }
+        let (conv, delta) = self
+            .state
+            .first()
+            .map_or((0, 0), |l| (l.conv.len(), l.delta.len()));
+        for n in [self.state.len(), conv, delta] {
+            out.extend_from_slice(&(n as u32).to_le_bytes());
+        }
+        for l in &self.state {
+            if (l.conv.len(), l.delta.len()) != (conv, delta) {
+                return Err(bad("recurrent states of different sizes"));
+            }
+            out.extend_from_slice(bytemuck::cast_slice(&l.conv));
+            out.extend_from_slice(bytemuck::cast_slice(&l.delta));
+        }
         Ok(out)
     }
 
@@ -116,7 +137,7 @@ impl KvSnapshot {
             return Err(bad("not a Hearth KV cache"));
         }
         let version = r.u32()?;
-        if version != VERSION {
+        if version != VERSION && version != 1 {
             return Err(bad(format!(
                 "format version {version}; this build reads {VERSION}"
             )));
@@ -146,6 +167,24 @@ impl KvSnapshot {
                 Tensor::from_raw_buffer(r.take(one)?, dtype, &[1, heads, len, head_dim], device)?;
             out.push((k, v));
         }
+        let mut state = Vec::new();
+        if version >= 2 {
+            let (n, conv, delta) = (r.u32()? as usize, r.u32()? as usize, r.u32()? as usize);
+            let floats = |r: &mut Reader, n: usize| -> Result<Vec<f32>> {
+                let b = r.take(
+                    n.checked_mul(4)
+                        .ok_or_else(|| bad("state size overflows"))?,
+                )?;
+                Ok(b.chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect())
+            };
+            for _ in 0..n {
+                let conv = floats(&mut r, conv)?;
+                let delta = floats(&mut r, delta)?;
+                state.push(LayerState { conv, delta });
+            }
+        }
         if r.at != bytes.len() {
             return Err(bad(format!(
                 "{} bytes after the last layer",
@@ -156,6 +195,7 @@ impl KvSnapshot {
             fingerprint,
             tokens,
             layers: out,
+            state,
         })
     }
 }
@@ -216,6 +256,12 @@ mod tests {
             fingerprint: "model.gguf; f32".into(),
             tokens: (0..len as u32).collect(),
             layers,
+            state: (0..2)
+                .map(|l| LayerState {
+                    conv: (0..6).map(|i| (i + l) as f32 * 0.5).collect(),
+                    delta: (0..8).map(|i| -(i * l) as f32).collect(),
+                })
+                .collect(),
         })
     }
 
@@ -227,6 +273,7 @@ mod tests {
         assert_eq!(back.fingerprint, s.fingerprint);
         assert_eq!(back.tokens, s.tokens);
         assert_eq!(back.layers.len(), 3);
+        assert_eq!(back.state, s.state);
         for ((a, b), (c, d)) in s.layers.iter().zip(&back.layers) {
             assert_eq!(
                 a.squeeze(0)?.to_vec3::<f32>()?,
@@ -262,6 +309,19 @@ mod tests {
         let mut huge = bytes[..8 + 4 + 4 + 15 + 4 + 3 + 12].to_vec();
         huge.extend_from_slice(&u64::MAX.to_le_bytes());
         assert!(KvSnapshot::from_bytes(&huge, &Device::Cpu).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn version_1_bytes_have_no_state() -> Result<()> {
+        let mut s = snapshot(3)?;
+        s.state.clear();
+        let mut bytes = s.to_bytes()?;
+        // Version 1 ended after the layers: no state header.
+        bytes.truncate(bytes.len() - 12);
+        bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let back = KvSnapshot::from_bytes(&bytes, &Device::Cpu)?;
+        assert!(back.state.is_empty() && back.tokens.len() == 3);
         Ok(())
     }
 }

@@ -81,9 +81,10 @@ macro_rules! simd_dispatch {
     };
 }
 
-/// Rotates `heads` heads of `dim` values in each row of `rows` (`width` values per row, the
-/// heads from column `first`) for positions `offset..`, in the "rotate half" layout:
-/// `cos`/`sin` are `[positions, dim / 2]`.
+/// Rotates the first `rotated` of the `dim` values of `heads` heads in each row of `rows`
+/// (`width` values per row, the heads from column `first`) for positions `offset..`, in the
+/// "rotate half" layout: `cos`/`sin` are `[positions, rotated / 2]`. The rest of each head
+/// passes through (Qwen3.5 rotates a quarter of it; the others all).
 #[allow(clippy::too_many_arguments)] // the layout of a fused QKV row: a struct would only rename them
 pub fn rotate(
     rows: &mut [f32],
@@ -91,16 +92,17 @@ pub fn rotate(
     first: usize,
     heads: usize,
     dim: usize,
+    rotated: usize,
     offset: usize,
     cos: &[f32],
     sin: &[f32],
 ) {
-    let half = dim / 2;
+    let half = rotated / 2;
     for (t, row) in rows.chunks_exact_mut(width).enumerate() {
         let at = (offset + t) * half;
         let (cos, sin) = (&cos[at..at + half], &sin[at..at + half]);
         for x in row[first..first + heads * dim].chunks_exact_mut(dim) {
-            let (a, b) = x.split_at_mut(half);
+            let (a, b) = x[..rotated].split_at_mut(half);
             for i in 0..half {
                 let (x0, x1) = (a[i], b[i]);
                 a[i] = x0 * cos[i] - x1 * sin[i];
@@ -761,7 +763,7 @@ mod tests {
         let sin: Vec<f32> = (0..3 * half).map(|i| (i as f32 * 0.3).sin()).collect();
         // One row: a column before the head, one head at position 1 + 1.
         let mut row = vec![9.0, 1.0, 2.0, 3.0, 4.0];
-        rotate(&mut row, 5, 1, 1, dim, 2, &cos, &sin);
+        rotate(&mut row, 5, 1, 1, dim, dim, 2, &cos, &sin);
         let (c, s) = (&cos[4..6], &sin[4..6]);
         let want = [
             9.0,

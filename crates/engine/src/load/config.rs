@@ -16,12 +16,22 @@ pub enum Family {
     /// Qwen3-MoE (Qwen3-30B-A3B, Qwen3-Coder-30B-A3B): Qwen3's attention, feed-forward blocks
     /// that route each token to a few of many experts.
     Qwen3Moe,
+    /// Qwen3.5 and Qwen3.6 dense: hybrid layers, three of four Gated DeltaNet linear attention
+    /// with a recurrent state, the fourth gated full attention (output gate, q/k norm, RoPE
+    /// over part of each head).
+    Qwen35,
+    /// Qwen3.5 / Qwen3.6 mixture of experts: the hybrid layers, every feed-forward block
+    /// routed, with a shared expert behind a sigmoid gate.
+    Qwen35Moe,
 }
 
 impl Family {
     /// The architectures supported, for messages.
     pub const SUPPORTED: &'static str =
-        "Qwen2ForCausalLM (Qwen2, Qwen2.5), Qwen3ForCausalLM (Qwen3), Qwen3MoeForCausalLM (Qwen3-MoE)";
+        "Qwen2ForCausalLM (Qwen2, Qwen2.5), Qwen3ForCausalLM (Qwen3), \
+        Qwen3MoeForCausalLM (Qwen3-MoE), Qwen3_5ForCausalLM or Qwen3_5ForConditionalGeneration \
+        (Qwen3.5, Qwen3.6), Qwen3_5MoeForCausalLM or Qwen3_5MoeForConditionalGeneration \
+        (Qwen3.5-MoE, Qwen3.6-MoE)";
 
     /// The family of a config's `architectures` entry or `model_type`.
     pub fn from_architecture(arch: &str) -> Option<Self> {
@@ -29,6 +39,16 @@ impl Family {
             "Qwen2ForCausalLM" | "qwen2" => Some(Self::Qwen2),
             "Qwen3ForCausalLM" | "qwen3" => Some(Self::Qwen3),
             "Qwen3MoeForCausalLM" | "qwen3_moe" | "qwen3moe" => Some(Self::Qwen3Moe),
+            "Qwen3_5ForCausalLM"
+            | "Qwen3_5ForConditionalGeneration"
+            | "qwen3_5"
+            | "qwen3_5_text"
+            | "qwen35" => Some(Self::Qwen35),
+            "Qwen3_5MoeForCausalLM"
+            | "Qwen3_5MoeForConditionalGeneration"
+            | "qwen3_5_moe"
+            | "qwen3_5_moe_text"
+            | "qwen35moe" => Some(Self::Qwen35Moe),
             _ => None,
         }
     }
@@ -39,12 +59,70 @@ impl Family {
             Self::Qwen2 => "qwen2",
             Self::Qwen3 => "qwen3",
             Self::Qwen3Moe => "qwen3_moe",
+            Self::Qwen35 => "qwen3_5",
+            Self::Qwen35Moe => "qwen3_5_moe",
         }
     }
 
     /// Whether queries and keys get a per-head RMSNorm before RoPE.
     pub fn has_qk_norm(self) -> bool {
-        matches!(self, Self::Qwen3 | Self::Qwen3Moe)
+        !matches!(self, Self::Qwen2)
+    }
+
+    /// Whether the layers are hybrid: Gated DeltaNet linear attention beside gated full
+    /// attention.
+    pub fn is_hybrid(self) -> bool {
+        matches!(self, Self::Qwen35 | Self::Qwen35Moe)
+    }
+}
+
+/// The Gated DeltaNet linear attention of the hybrid families: which layers have it and the
+/// sizes of its heads, its short causal convolution and its recurrent state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinearAttentionConfig {
+    /// Taps of the depthwise causal convolution over q, k and v (`linear_conv_kernel_dim`).
+    pub conv_kernel: usize,
+    /// Width of a key (and query) head.
+    pub key_head_dim: usize,
+    /// Width of a value head.
+    pub value_head_dim: usize,
+    /// Key (and query) heads.
+    pub num_key_heads: usize,
+    /// Value heads: a multiple of the key heads, each key head shared by as many.
+    pub num_value_heads: usize,
+    /// `linear[i]`: whether layer `i` is linear attention (else gated full attention).
+    pub linear: Vec<bool>,
+    /// Value heads stored tiled (value head `h` reads key head `h % key heads`, as llama.cpp's
+    /// converter reorders them) rather than grouped (`h / (value heads / key heads)`, the
+    /// checkpoints' order).
+    pub tiled_value_heads: bool,
+}
+
+impl LinearAttentionConfig {
+    /// Channels of the convolution: queries, keys and values.
+    pub fn conv_dim(&self) -> usize {
+        2 * self.num_key_heads * self.key_head_dim + self.num_value_heads * self.value_head_dim
+    }
+
+    /// f32 values of one layer's recurrent state: the convolution's last inputs and the
+    /// delta rule's `[value heads, key dim, value dim]` matrix.
+    pub fn state_values(&self) -> usize {
+        self.conv_dim() * (self.conv_kernel - 1)
+            + self.num_value_heads * self.key_head_dim * self.value_head_dim
+    }
+
+    /// Layers with linear attention.
+    pub fn linear_layers(&self) -> usize {
+        self.linear.iter().filter(|&&l| l).count()
+    }
+
+    /// The key head value head `v` reads.
+    pub fn key_head_of(&self, v: usize) -> usize {
+        if self.tiled_value_heads {
+            v % self.num_key_heads
+        } else {
+            v / (self.num_value_heads / self.num_key_heads)
+        }
     }
 }
 
@@ -64,6 +142,9 @@ pub struct MoeConfig {
     pub decoder_sparse_step: usize,
     /// … except these, which keep a dense feed-forward block of `intermediate_size`.
     pub mlp_only_layers: Vec<usize>,
+    /// The hidden size of the shared expert every token also runs, behind a sigmoid gate
+    /// (Qwen3.5-MoE); `None` where there is none.
+    pub shared_expert_intermediate_size: Option<usize>,
 }
 
 impl MoeConfig {
@@ -114,6 +195,17 @@ pub struct QwenConfig {
     pub eos_token_ids: Vec<u32>,
     /// Experts, for the mixture-of-experts families.
     pub moe: Option<MoeConfig>,
+    /// Gated DeltaNet layers, for the hybrid families.
+    pub linear_attention: Option<LinearAttentionConfig>,
+    /// Dimensions of each head RoPE rotates (the first ones): all of them but on the hybrid
+    /// families (`partial_rotary_factor`, a quarter).
+    pub rotary_dim: usize,
+    /// Whether the stored RMSNorm weights are offsets from one (Qwen3.5's checkpoints scale
+    /// by `1 + w`; llama.cpp's converter stores `1 + w`).
+    pub norm_weights_offset: bool,
+    /// Where the text model's tensors are: `model` (`…ForCausalLM`) or `model.language_model`
+    /// (`…ForConditionalGeneration`, beside a vision tower that is not used).
+    pub weights_prefix: String,
 }
 
 struct Fields<'a> {
@@ -209,6 +301,85 @@ impl Fields<'_> {
             norm_topk_prob: self.opt_bool("norm_topk_prob")?.unwrap_or(false),
             decoder_sparse_step: self.opt_usize("decoder_sparse_step")?.unwrap_or(1),
             mlp_only_layers,
+            shared_expert_intermediate_size: self.opt_usize("shared_expert_intermediate_size")?,
+        })
+    }
+
+    /// The Gated DeltaNet part of a hybrid config, checked: value heads a multiple of key
+    /// heads, one layer type per layer, each known.
+    fn linear_attention(&self, layers: usize) -> Result<LinearAttentionConfig> {
+        let num_key_heads = self.usize("linear_num_key_heads")?;
+        let num_value_heads = self.usize("linear_num_value_heads")?;
+        let key_head_dim = self.usize("linear_key_head_dim")?;
+        let value_head_dim = self.usize("linear_value_head_dim")?;
+        let conv_kernel = self.usize("linear_conv_kernel_dim")?;
+        for (field, n) in [
+            ("linear_num_key_heads", num_key_heads),
+            ("linear_num_value_heads", num_value_heads),
+            ("linear_key_head_dim", key_head_dim),
+            ("linear_value_head_dim", value_head_dim),
+        ] {
+            if n == 0 {
+                return Err(self.err(field, "expected a positive integer, found 0"));
+            }
+        }
+        if conv_kernel < 2 {
+            return Err(self.err(
+                "linear_conv_kernel_dim",
+                format!("expected at least 2 taps, found {conv_kernel}"),
+            ));
+        }
+        if !num_value_heads.is_multiple_of(num_key_heads) {
+            return Err(self.err(
+                "linear_num_value_heads",
+                format!(
+                    "{num_value_heads} is not a multiple of the {num_key_heads} key heads (`linear_num_key_heads`)"
+                ),
+            ));
+        }
+        let linear = match self.get("layer_types") {
+            None => {
+                let interval = self
+                    .opt_usize("full_attention_interval")?
+                    .unwrap_or(4)
+                    .max(1);
+                (0..layers)
+                    .map(|i| !(i + 1).is_multiple_of(interval))
+                    .collect()
+            }
+            Some(Value::Array(a)) => {
+                if a.len() != layers {
+                    return Err(self.err(
+                        "layer_types",
+                        format!(
+                            "{} entries for {layers} layers (`num_hidden_layers`)",
+                            a.len()
+                        ),
+                    ));
+                }
+                a.iter()
+                    .map(|t| match t.as_str() {
+                        Some("linear_attention") => Ok(true),
+                        Some("full_attention") => Ok(false),
+                        _ => Err(self.err(
+                            "layer_types",
+                            format!(
+                                "expected \"linear_attention\" or \"full_attention\", found {t}"
+                            ),
+                        )),
+                    })
+                    .collect::<Result<Vec<_>>>()?
+            }
+            Some(v) => return Err(self.err("layer_types", format!("expected a list, found {v}"))),
+        };
+        Ok(LinearAttentionConfig {
+            conv_kernel,
+            key_head_dim,
+            value_head_dim,
+            num_key_heads,
+            num_value_heads,
+            linear,
+            tiled_value_heads: false,
         })
     }
 
@@ -246,6 +417,8 @@ pub(crate) struct Declared {
     pub rope_scaling: Option<(String, Option<f64>)>,
     /// Dimensions of each head that RoPE rotates, where the source says.
     pub rope_dims: Option<usize>,
+    /// Whether RoPE may rotate part of each head only (the hybrid families).
+    pub partial_rotary: bool,
     /// Sliding-window attention switched on.
     pub sliding_window: bool,
     pub hidden_act: Option<String>,
@@ -306,7 +479,13 @@ impl Declared {
             ));
         }
         if let Some(dims) = self.rope_dims {
-            if dims != head_dim {
+            if self.partial_rotary && (dims == 0 || dims > head_dim || dims % 2 != 0) {
+                return Err((
+                    Item::RopeDims,
+                    format!("RoPE over {dims} of the {head_dim} dimensions of a head: expected an even number from 2 to {head_dim}"),
+                ));
+            }
+            if !self.partial_rotary && dims != head_dim {
                 return Err((
                     Item::RopeDims,
                     format!("RoPE over {dims} of the {head_dim} dimensions of a head is not supported (only all of them)"),
@@ -366,17 +545,17 @@ impl QwenConfig {
 
     /// Reads a parsed `config.json`; `path` names it in errors.
     pub fn from_value(v: &Value, path: &Path) -> Result<Self> {
-        let f = Fields { path, v };
-        let arch = match f.get("architectures") {
+        let top = Fields { path, v };
+        let arch = match top.get("architectures") {
             Some(Value::Array(a)) => a.first().and_then(Value::as_str).map(str::to_owned),
             _ => None,
         }
         .or_else(|| {
-            f.get("model_type")
+            top.get("model_type")
                 .and_then(Value::as_str)
                 .map(str::to_owned)
         })
-        .ok_or_else(|| f.err("architectures", "missing (and no `model_type`)"))?;
+        .ok_or_else(|| top.err("architectures", "missing (and no `model_type`)"))?;
         let family = Family::from_architecture(&arch).ok_or_else(|| {
             EngineError::UnsupportedArchitecture {
                 path: path.to_path_buf(),
@@ -384,6 +563,24 @@ impl QwenConfig {
                 supported: Family::SUPPORTED.into(),
             }
         })?;
+        // `…ForConditionalGeneration`: the language model's fields are under `text_config`.
+        let text = match top.get("text_config") {
+            Some(t @ Value::Object(_)) if family.is_hybrid() => Some(t),
+            Some(_) if family.is_hybrid() => {
+                return Err(top.err("text_config", "expected an object"))
+            }
+            _ => None,
+        };
+        if family.is_hybrid() && text.is_none() && arch.ends_with("ForConditionalGeneration") {
+            return Err(top.err(
+                "text_config",
+                format!("missing: a {arch} checkpoint keeps its language model's settings there"),
+            ));
+        }
+        let f = Fields {
+            path,
+            v: text.unwrap_or(v),
+        };
 
         let hidden_size = f.usize("hidden_size")?;
         let num_attention_heads = f.usize("num_attention_heads")?;
@@ -419,13 +616,40 @@ impl QwenConfig {
                 rope_scaling = Some((kind, s.get("factor").and_then(Value::as_f64)));
             }
         }
+        let partial_rotary = match f.opt_f64("partial_rotary_factor")? {
+            Some(p) => Some(p),
+            None => match rope_params.and_then(|p| p.get("partial_rotary_factor")) {
+                Some(p) => Some(p.as_f64().ok_or_else(|| {
+                    f.err("rope_parameters.partial_rotary_factor", "expected a number")
+                })?),
+                None => None,
+            },
+        };
+        let explicit_head_dim = f.opt_usize("head_dim")?;
+        let rope_dims = match partial_rotary {
+            Some(p) if !(p > 0.0 && p <= 1.0) => {
+                return Err(f.err(
+                    "partial_rotary_factor",
+                    format!("expected a fraction in (0, 1], found {p}"),
+                ))
+            }
+            Some(p) => {
+                let d = explicit_head_dim.unwrap_or(hidden_size / num_attention_heads.max(1));
+                Some((d as f64 * p) as usize)
+            }
+            None if family.is_hybrid() => {
+                Some(explicit_head_dim.unwrap_or(hidden_size / num_attention_heads.max(1)) / 4)
+            }
+            None => None,
+        };
         let declared = Declared {
             hidden_size,
             num_attention_heads,
             num_key_value_heads,
-            head_dim: f.opt_usize("head_dim")?,
+            head_dim: explicit_head_dim,
             rope_scaling,
-            rope_dims: None,
+            rope_dims,
+            partial_rotary: family.is_hybrid(),
             sliding_window: f.opt_bool("use_sliding_window")?.unwrap_or(false),
             hidden_act: match f.get("hidden_act") {
                 None => None,
@@ -438,7 +662,9 @@ impl QwenConfig {
                 Item::HiddenSize => "hidden_size",
                 Item::Heads => "num_attention_heads",
                 Item::KvHeads => "num_key_value_heads",
-                Item::HeadDim | Item::RopeDims => "head_dim",
+                Item::HeadDim => "head_dim",
+                Item::RopeDims if family.is_hybrid() => "partial_rotary_factor",
+                Item::RopeDims => "head_dim",
                 Item::RopeScaling => rope_field,
                 Item::SlidingWindow => "use_sliding_window",
                 Item::HiddenAct => "hidden_act",
@@ -452,7 +678,7 @@ impl QwenConfig {
         let attention_bias = f.opt_bool("attention_bias")?;
         let (qkv_bias, o_bias) = match family {
             Family::Qwen2 => (true, false),
-            Family::Qwen3 | Family::Qwen3Moe => {
+            Family::Qwen3 | Family::Qwen3Moe | Family::Qwen35 | Family::Qwen35Moe => {
                 let b = attention_bias.unwrap_or(false);
                 (b, b)
             }
@@ -460,7 +686,17 @@ impl QwenConfig {
         let num_hidden_layers = f.usize("num_hidden_layers")?;
         let moe = match family {
             Family::Qwen3Moe => Some(f.moe(num_hidden_layers)?),
-            Family::Qwen2 | Family::Qwen3 => None,
+            Family::Qwen35Moe => {
+                let mut m = f.moe(num_hidden_layers)?;
+                // Qwen3.5-MoE's router always renormalises its top-k weights.
+                m.norm_topk_prob = true;
+                Some(m)
+            }
+            Family::Qwen2 | Family::Qwen3 | Family::Qwen35 => None,
+        };
+        let linear_attention = match family.is_hybrid() {
+            true => Some(f.linear_attention(num_hidden_layers)?),
+            false => None,
         };
         let torch_dtype = f
             .get("dtype")
@@ -474,7 +710,11 @@ impl QwenConfig {
             family,
             vocab_size: f.usize("vocab_size")?,
             hidden_size,
-            intermediate_size: f.usize("intermediate_size")?,
+            intermediate_size: match family {
+                // Every Qwen3.5-MoE block is routed: no dense width.
+                Family::Qwen35Moe => f.opt_usize("intermediate_size")?.unwrap_or(0),
+                _ => f.usize("intermediate_size")?,
+            },
             num_hidden_layers,
             num_attention_heads,
             num_key_value_heads,
@@ -482,13 +722,23 @@ impl QwenConfig {
             max_position_embeddings: f.opt_usize("max_position_embeddings")?.unwrap_or(32_768),
             rope_theta,
             rms_norm_eps: f.opt_f64("rms_norm_eps")?.unwrap_or(1e-6),
-            tie_word_embeddings: f.opt_bool("tie_word_embeddings")?.unwrap_or(false),
+            tie_word_embeddings: match top.opt_bool("tie_word_embeddings")? {
+                Some(t) => t,
+                None => f.opt_bool("tie_word_embeddings")?.unwrap_or(false),
+            },
             qkv_bias,
             o_bias,
             torch_dtype,
             bos_token_id: f.ids("bos_token_id")?.first().copied(),
             eos_token_ids,
             moe,
+            linear_attention,
+            rotary_dim: rope_dims.unwrap_or(head_dim),
+            norm_weights_offset: family.is_hybrid(),
+            weights_prefix: match text {
+                Some(_) => "model.language_model".into(),
+                None => "model".into(),
+            },
         })
     }
 
@@ -507,14 +757,34 @@ impl QwenConfig {
         if self.family.has_qk_norm() {
             attn += 2 * d;
         }
+        if self.family.is_hybrid() {
+            attn += q; // the output gate's half of q_proj
+        }
         let ffn = |layer: usize| match &self.moe {
             Some(m) if m.is_sparse_layer(layer) => {
-                m.num_experts * (3 * h * m.expert_intermediate_size + h)
+                let shared = m
+                    .shared_expert_intermediate_size
+                    .map_or(0, |s| 3 * h * s + h);
+                m.num_experts * (3 * h * m.expert_intermediate_size + h) + shared
             }
             _ => 3 * h * i,
         };
+        let mixer = |layer: usize| match &self.linear_attention {
+            Some(l) if l.linear[layer] => {
+                let vd = l.num_value_heads * l.value_head_dim;
+                let conv = l.conv_dim();
+                h * conv
+                    + h * vd
+                    + 2 * h * l.num_value_heads
+                    + conv * l.conv_kernel
+                    + 2 * l.num_value_heads
+                    + l.value_head_dim
+                    + vd * h
+            }
+            _ => attn,
+        };
         let layers: usize = (0..self.num_hidden_layers)
-            .map(|l| attn + ffn(l) + 2 * h)
+            .map(|l| mixer(l) + ffn(l) + 2 * h)
             .sum();
         let embed = self.vocab_size * h;
         let head = if self.tie_word_embeddings { 0 } else { embed };
@@ -779,6 +1049,116 @@ mod tests {
             };
             assert_eq!(d.check(), Ok(16));
         }
+    }
+
+    fn qwen3_5_9b() -> Value {
+        // Qwen3.5-9B's config.json (the text part; the vision tower's settings cut short).
+        json!({
+            "architectures": ["Qwen3_5ForConditionalGeneration"],
+            "model_type": "qwen3_5",
+            "tie_word_embeddings": false,
+            "text_config": {
+                "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 32,
+                "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 256,
+                "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+                "linear_value_head_dim": 128, "linear_num_key_heads": 16,
+                "linear_num_value_heads": 32, "full_attention_interval": 4,
+                "max_position_embeddings": 262144, "rms_norm_eps": 1e-6, "vocab_size": 248320,
+                "eos_token_id": 248044, "hidden_act": "silu",
+                "rope_parameters": {"rope_type": "default", "rope_theta": 10000000,
+                    "partial_rotary_factor": 0.25, "mrope_section": [11, 11, 10],
+                    "mrope_interleaved": true}
+            },
+            "vision_config": {"depth": 27, "hidden_size": 1152}
+        })
+    }
+
+    #[test]
+    fn qwen3_5_reads_the_language_model_of_a_conditional_generation_config() -> Result<()> {
+        let c = parse(qwen3_5_9b())?;
+        assert_eq!(
+            (c.family, c.head_dim, c.rotary_dim),
+            (Family::Qwen35, 256, 64)
+        );
+        assert_eq!(c.weights_prefix, "model.language_model");
+        assert!(c.norm_weights_offset && !c.tie_word_embeddings);
+        let l = c
+            .linear_attention
+            .clone()
+            .ok_or_else(|| EngineError::invalid("test", "no linear attention"))?;
+        assert_eq!(l.linear.iter().filter(|&&x| !x).count(), 8);
+        assert!(!l.linear[3] && l.linear[2] && !l.linear[31]);
+        assert_eq!(
+            (l.conv_dim(), l.key_head_of(3), l.key_head_of(31)),
+            (8192, 1, 15)
+        );
+        // ~9B parameters (the vision tower not counted).
+        let p = c.num_parameters() as f64 / 1e9;
+        assert!((8.0..10.0).contains(&p), "{p}");
+        Ok(())
+    }
+
+    #[test]
+    fn qwen3_5_refuses_inconsistent_linear_attention() {
+        let field_of = |v: Value| match parse(v) {
+            Err(EngineError::Config { field, message, .. }) => format!("{field}: {message}"),
+            other => format!("{other:?}"),
+        };
+        let mut v = qwen3_5_9b();
+        v["text_config"]["linear_num_value_heads"] = json!(24);
+        v["text_config"]["linear_num_key_heads"] = json!(16);
+        assert!(field_of(v).starts_with("linear_num_value_heads: 24 is not a multiple"));
+        let mut v = qwen3_5_9b();
+        v["text_config"]["layer_types"] = Value::Array(vec![json!("linear_attention"); 31]);
+        assert!(field_of(v).starts_with("layer_types: 31 entries for 32 layers"));
+        let mut v = qwen3_5_9b();
+        v["text_config"]["layer_types"] = json!(["linear_attention", "sliding"]);
+        v["text_config"]["num_hidden_layers"] = json!(2);
+        assert!(field_of(v).contains("found \"sliding\""));
+        let mut v = qwen3_5_9b();
+        v["text_config"]["linear_key_head_dim"] = json!(0);
+        assert!(field_of(v).starts_with("linear_key_head_dim: expected a positive integer"));
+        let mut v = qwen3_5_9b();
+        v["text_config"]["rope_parameters"]["partial_rotary_factor"] = json!(1.5);
+        assert!(field_of(v).starts_with("partial_rotary_factor: expected a fraction"));
+        let mut v = qwen3_5_9b();
+        v.as_object_mut().map(|o| o.remove("text_config"));
+        assert!(field_of(v).starts_with("text_config: missing"));
+        // A vision-only checkpoint is no language model.
+        let v = json!({"architectures": ["Qwen3_5VisionModel"], "hidden_size": 1152});
+        match parse(v) {
+            Err(EngineError::UnsupportedArchitecture {
+                found, supported, ..
+            }) => {
+                assert_eq!(found, "Qwen3_5VisionModel");
+                assert!(supported.contains("Qwen3_5ForConditionalGeneration"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn qwen3_5_moe_has_a_shared_expert_and_no_dense_width() -> Result<()> {
+        let mut v = qwen3_5_9b();
+        v["architectures"] = json!(["Qwen3_5MoeForConditionalGeneration"]);
+        let t = &mut v["text_config"];
+        t.as_object_mut().map(|o| o.remove("intermediate_size"));
+        t["num_experts"] = json!(256);
+        t["num_experts_per_tok"] = json!(8);
+        t["moe_intermediate_size"] = json!(512);
+        t["shared_expert_intermediate_size"] = json!(512);
+        let c = parse(v)?;
+        let m = c
+            .moe
+            .clone()
+            .ok_or_else(|| EngineError::invalid("test", "no experts"))?;
+        assert_eq!((c.family, c.intermediate_size), (Family::Qwen35Moe, 0));
+        assert_eq!(
+            (m.shared_expert_intermediate_size, m.norm_topk_prob),
+            (Some(512), true)
+        );
+        assert!((0..32).all(|i| m.is_sparse_layer(i)));
+        Ok(())
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use crate::error::{EngineError, Result};
 use crate::kernels::tiles::{self, TileMatrix};
 use crate::kernels::{BlockType, KernelOptions};
-use crate::load::config::{Declared, Family, Item, MoeConfig, QwenConfig};
+use crate::load::config::{Declared, Family, Item, LinearAttentionConfig, MoeConfig, QwenConfig};
 use crate::load::weights::{Matrix, WeightSource};
 use crate::tokenizer::Tokenizer;
 use candle_core::quantized::gguf_file::{Content, TensorInfo, Value};
@@ -232,11 +232,14 @@ impl GgufFile {
             "qwen2" => Family::Qwen2,
             "qwen3" => Family::Qwen3,
             "qwen3moe" => Family::Qwen3Moe,
+            "qwen35" => Family::Qwen35,
+            "qwen35moe" => Family::Qwen35Moe,
             other => {
                 return Err(EngineError::UnsupportedArchitecture {
                     path: self.path.clone(),
                     found: other.into(),
-                    supported: "qwen2, qwen3, qwen3moe (general.architecture)".into(),
+                    supported: "qwen2, qwen3, qwen3moe, qwen35, qwen35moe (general.architecture)"
+                        .into(),
                 })
             }
         };
@@ -283,6 +286,7 @@ impl GgufFile {
             rope_dims: opt_u32(&k("rope.dimension_count"))?,
             sliding_window: window.is_some_and(|w| w < context),
             hidden_act: None,
+            partial_rotary: family.is_hybrid(),
         };
         let head_dim = declared.check().map_err(|(item, message)| {
             let key = match item {
@@ -308,10 +312,31 @@ impl GgufFile {
             return Err(self.err("tensor `token_embd.weight` has no rows (an empty vocabulary)"));
         }
         let eos = self.meta_u32("tokenizer.ggml.eos_token_id").ok();
-        let layers = self.meta_count(&k("block_count"))?;
+        let blocks = self.meta_count(&k("block_count"))?;
+        // A multi-token-prediction head is stored as blocks after the model's own.
+        let mtp = match self.has(&k("nextn_predict_layers")) {
+            true => self.meta_u32(&k("nextn_predict_layers"))? as usize,
+            false => 0,
+        };
+        let layers = blocks.checked_sub(mtp).filter(|&n| n > 0).ok_or_else(|| {
+            self.err(format!(
+                "metadata key `{}`: {mtp} prediction layers of {blocks} blocks leave no model",
+                k("nextn_predict_layers")
+            ))
+        })?;
+        if mtp > 0 {
+            tracing::info!(
+                "{}: the multi-token-prediction head ({mtp} blocks) is not used",
+                self.path.display()
+            );
+        }
         let moe = match family {
-            Family::Qwen3Moe => Some(self.moe_config(arch, layers)?),
-            Family::Qwen2 | Family::Qwen3 => None,
+            Family::Qwen3Moe | Family::Qwen35Moe => Some(self.moe_config(arch, layers)?),
+            Family::Qwen2 | Family::Qwen3 | Family::Qwen35 => None,
+        };
+        let linear_attention = match family.is_hybrid() {
+            true => Some(self.linear_attention(arch, layers)?),
+            false => None,
         };
         // A MoE file may have no dense layer, and then needs no dense width.
         let intermediate_size = match (&moe, self.has(&k("feed_forward_length"))) {
@@ -340,6 +365,11 @@ impl GgufFile {
             bos_token_id: self.meta_u32("tokenizer.ggml.bos_token_id").ok(),
             eos_token_ids: eos.into_iter().collect(),
             moe,
+            linear_attention,
+            rotary_dim: declared.rope_dims.unwrap_or(head_dim),
+            // llama.cpp's converter stores Qwen3.5's norms as 1 + w.
+            norm_weights_offset: false,
+            weights_prefix: "model".into(),
         })
     }
 
@@ -381,6 +411,84 @@ impl GgufFile {
             norm_topk_prob,
             decoder_sparse_step: 1,
             mlp_only_layers,
+            shared_expert_intermediate_size: match self.has(&k("expert_shared_feed_forward_length"))
+            {
+                true => Some(self.meta_count(&k("expert_shared_feed_forward_length"))?),
+                false => None,
+            },
+        })
+    }
+
+    /// The Gated DeltaNet layers of a `qwen35` / `qwen35moe` file (llama.cpp's `ssm.*` keys:
+    /// state size = key and value head width, group count = key heads, time-step rank = value
+    /// heads). Its converter reorders value heads tiled.
+    fn linear_attention(&self, arch: &str, layers: usize) -> Result<LinearAttentionConfig> {
+        let k = |s: &str| format!("{arch}.{s}");
+        let state = self.meta_count(&k("ssm.state_size"))?;
+        let key_heads = self.meta_count(&k("ssm.group_count"))?;
+        let value_heads = self.meta_count(&k("ssm.time_step_rank"))?;
+        let inner = self.meta_count(&k("ssm.inner_size"))?;
+        if inner != state * value_heads {
+            return Err(self.err(format!(
+                "metadata key `{}`: {inner} is not {value_heads} value heads (`{}`) of {state} (`{}`)",
+                k("ssm.inner_size"),
+                k("ssm.time_step_rank"),
+                k("ssm.state_size")
+            )));
+        }
+        if !value_heads.is_multiple_of(key_heads) {
+            return Err(self.err(format!(
+                "metadata key `{}`: {value_heads} value heads are not a multiple of the {key_heads} key heads (`{}`)",
+                k("ssm.time_step_rank"),
+                k("ssm.group_count")
+            )));
+        }
+        let conv_kernel = self.meta_count(&k("ssm.conv_kernel"))?;
+        if conv_kernel < 2 {
+            return Err(self.err(format!(
+                "metadata key `{}`: {conv_kernel} taps (at least 2)",
+                k("ssm.conv_kernel")
+            )));
+        }
+        let key = k("attention.recurrent_layers");
+        let linear = match self.has(&key) {
+            true => {
+                let flags = self
+                    .meta(&key)?
+                    .to_vec()
+                    .map_err(|_| self.err(format!("metadata key `{key}` is not a list")))?
+                    .iter()
+                    .map(|v| match v {
+                        Value::Bool(b) => Ok(*b),
+                        _ => Err(self.err(format!("metadata key `{key}` holds a non-boolean"))),
+                    })
+                    .collect::<Result<Vec<bool>>>()?;
+                if flags.len() < layers {
+                    return Err(self.err(format!(
+                        "metadata key `{key}`: {} entries for {layers} layers",
+                        flags.len()
+                    )));
+                }
+                flags[..layers].to_vec()
+            }
+            false => {
+                let interval = match self.has(&k("full_attention_interval")) {
+                    true => self.meta_count(&k("full_attention_interval"))?,
+                    false => 4,
+                };
+                (0..layers)
+                    .map(|i| !(i + 1).is_multiple_of(interval))
+                    .collect()
+            }
+        };
+        Ok(LinearAttentionConfig {
+            conv_kernel,
+            key_head_dim: state,
+            value_head_dim: state,
+            num_key_heads: key_heads,
+            num_value_heads: value_heads,
+            linear,
+            tiled_value_heads: true,
         })
     }
 
@@ -664,6 +772,12 @@ fn layer_name(hf: &str) -> String {
     let Some((layer, rest)) = rest.split_once('.') else {
         return hf.to_string();
     };
+    // Gated DeltaNet parameters without a `.weight` (llama.cpp keeps -exp(A_log) as `ssm_a`).
+    match rest {
+        "linear_attn.A" => return format!("blk.{layer}.ssm_a"),
+        "linear_attn.dt_bias" => return format!("blk.{layer}.ssm_dt.bias"),
+        _ => {}
+    }
     let (module, suffix) = match rest.rsplit_once('.') {
         Some(x) => x,
         None => return hf.to_string(),
@@ -681,16 +795,42 @@ fn layer_name(hf: &str) -> String {
         "mlp.up_proj" => "ffn_up",
         "mlp.down_proj" => "ffn_down",
         "mlp.gate" => "ffn_gate_inp",
+        "mlp.shared_expert.gate_proj" => "ffn_gate_shexp",
+        "mlp.shared_expert.up_proj" => "ffn_up_shexp",
+        "mlp.shared_expert.down_proj" => "ffn_down_shexp",
+        "mlp.shared_expert_gate" => "ffn_gate_inp_shexp",
+        "linear_attn.in_proj_qkv" => "attn_qkv",
+        "linear_attn.in_proj_z" => "attn_gate",
+        "linear_attn.in_proj_b" => "ssm_beta",
+        "linear_attn.in_proj_a" => "ssm_alpha",
+        "linear_attn.conv1d" => "ssm_conv1d",
+        "linear_attn.norm" => "ssm_norm",
+        "linear_attn.out_proj" => "ssm_out",
         other => other,
     };
     format!("blk.{layer}.{mapped}.{suffix}")
 }
 
 impl GgufWeights {
+    /// The name the file uses: `qwen35` files call the norm before the feed-forward block
+    /// `post_attention_norm` where the others say `ffn_norm`.
+    fn present(&self, (name, expert): (String, Option<usize>)) -> (String, Option<usize>) {
+        let infos = &self.file.content.tensor_infos;
+        if infos.contains_key(&name) {
+            return (name, expert);
+        }
+        match name.strip_suffix(".ffn_norm.weight") {
+            Some(block) if infos.contains_key(&format!("{block}.post_attention_norm.weight")) => {
+                (format!("{block}.post_attention_norm.weight"), expert)
+            }
+            _ => (name, expert),
+        }
+    }
+
     /// The file's tensor `hf` (or the slice of one expert) with its expected shape checked,
     /// and where its data starts.
     fn info(&self, hf: &str, shape: &[usize]) -> Result<Located> {
-        let (name, expert) = gguf_tensor(hf);
+        let (name, expert) = self.present(gguf_tensor(hf));
         let info = self.file.content.tensor_infos.get(&name).ok_or_else(|| {
             EngineError::MissingTensor {
                 name: name.clone(),
@@ -969,7 +1109,7 @@ impl WeightSource for GgufWeights {
         self.file
             .content
             .tensor_infos
-            .contains_key(&gguf_name(name))
+            .contains_key(&self.present(gguf_tensor(name)).0)
     }
     fn tensor(&self, name: &str, shape: &[usize], dtype: DType) -> Result<Tensor> {
         Ok(self

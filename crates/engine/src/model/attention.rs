@@ -1,4 +1,6 @@
-//! Grouped-query self-attention reading and writing an explicit [`KvCache`].
+//! Grouped-query self-attention reading and writing an explicit [`KvCache`]; for Qwen3.5, gated
+//! (q_proj gives each head's query and an output gate, `o · sigmoid(gate)` before o_proj) and
+//! rotated over part of each head.
 
 use super::rotary::Rotary;
 use crate::cache::kv::KvCache;
@@ -20,6 +22,8 @@ pub struct Attention {
     kv_heads: usize,
     head_dim: usize,
     eps: f32,
+    /// Whether q_proj gives each head `[query, gate]` (Qwen3.5's gated attention).
+    gated: bool,
 }
 
 impl Attention {
@@ -34,13 +38,15 @@ impl Attention {
     pub fn load(w: &dyn WeightSource, prefix: &str, cfg: &QwenConfig, act: DType) -> Result<Self> {
         let (h, d) = (cfg.hidden_size, cfg.head_dim);
         let (q_out, kv_out) = (cfg.num_attention_heads * d, cfg.num_key_value_heads * d);
+        let gated = cfg.family.is_hybrid();
+        let q_rows = if gated { 2 * q_out } else { q_out };
         let weight = |name: &str, rows: usize, cols: usize| {
             w.projection(&format!("{prefix}.{name}.weight"), &[rows, cols])
         };
         let bias =
             |name: &str, rows: usize| w.tensor(&format!("{prefix}.{name}.bias"), &[rows], act);
         let qkv_w = vec![
-            weight("q_proj", q_out, h)?,
+            weight("q_proj", q_rows, h)?,
             weight("k_proj", kv_out, h)?,
             weight("v_proj", kv_out, h)?,
         ];
@@ -61,11 +67,16 @@ impl Attention {
         } else {
             None
         };
+        let norm = |name: &str| -> Result<Tensor> {
+            let t = w.tensor(&format!("{prefix}.{name}.weight"), &[d], act)?;
+            Ok(if cfg.norm_weights_offset {
+                (t + 1.0)?
+            } else {
+                t
+            })
+        };
         let qk_norm = match cfg.family.has_qk_norm() {
-            true => Some((
-                w.tensor(&format!("{prefix}.q_norm.weight"), &[d], act)?,
-                w.tensor(&format!("{prefix}.k_norm.weight"), &[d], act)?,
-            )),
+            true => Some((norm("q_norm")?, norm("k_norm")?)),
             false => None,
         };
         Ok(Self {
@@ -76,7 +87,34 @@ impl Attention {
             kv_heads: cfg.num_key_value_heads,
             head_dim: d,
             eps: cfg.rms_norm_eps as f32,
+            gated,
         })
+    }
+
+    /// The fused projection of `x`, and for gated attention the gates taken out of it:
+    /// `([1, len, (heads + 2 kv_heads) d], Some([1, len, heads · d]))`.
+    fn project(&self, x: &Tensor) -> CResult<(Tensor, Option<Tensor>)> {
+        let qkv = self.qkv.forward(x)?;
+        if !self.gated {
+            return Ok((qkv, None));
+        }
+        let (b, len, _) = qkv.dims3()?;
+        let (h, d) = (self.heads, self.head_dim);
+        let q_full = qkv
+            .narrow(D::Minus1, 0, 2 * h * d)?
+            .reshape((b, len, h, 2 * d))?;
+        let q = q_full.narrow(3, 0, d)?.reshape((b, len, h * d))?;
+        let gate = q_full.narrow(3, d, d)?.reshape((b, len, h * d))?;
+        let kv = qkv.narrow(D::Minus1, 2 * h * d, 2 * self.kv_heads * d)?;
+        Ok((Tensor::cat(&[&q, &kv], D::Minus1)?, Some(gate)))
+    }
+
+    /// The output projection of the attention's `out`, gated where the layer is.
+    fn output(&self, out: &Tensor, gate: Option<Tensor>) -> CResult<Tensor> {
+        match gate {
+            Some(g) => self.o.forward(&(out * candle_nn::ops::sigmoid(&g)?)?),
+            None => self.o.forward(out),
+        }
     }
 
     /// `x`: `[1, len, hidden]` at positions `cache.len()..`; `mask`: `[len, cache.len() + len]`
@@ -89,12 +127,13 @@ impl Attention {
         rotary: &Rotary,
         mask: Option<&Tensor>,
     ) -> CResult<Tensor> {
+        let (qkv, gate) = self.project(x)?;
         if x.device().is_cpu() && x.dtype() == DType::F32 {
-            let out = self.attend_cpu(&self.qkv.forward(x)?, layer, &mut [cache], rotary)?;
-            return self.o.forward(&out);
+            let out = self.attend_cpu(&qkv, layer, &mut [cache], rotary)?;
+            return self.output(&out, gate);
         }
-        let out = self.attend(&self.qkv.forward(x)?, layer, cache, rotary, mask)?;
-        self.o.forward(&out)
+        let out = self.attend(&qkv, layer, cache, rotary, mask)?;
+        self.output(&out, gate)
     }
 
     /// One decoding step of several sequences: `x` is `[1, batch, hidden]`, row `i` the new
@@ -107,17 +146,17 @@ impl Attention {
         caches: &mut [&mut KvCache],
         rotary: &Rotary,
     ) -> CResult<Tensor> {
-        let qkv = self.qkv.forward(x)?;
+        let (qkv, gate) = self.project(x)?;
         if x.device().is_cpu() && x.dtype() == DType::F32 {
             let out = self.attend_cpu(&qkv, layer, caches, rotary)?;
-            return self.o.forward(&out);
+            return self.output(&out, gate);
         }
         let outs = caches
             .iter_mut()
             .enumerate()
             .map(|(i, cache)| self.attend(&qkv.narrow(1, i, 1)?, layer, cache, rotary, None))
             .collect::<CResult<Vec<_>>>()?;
-        self.o.forward(&Tensor::cat(&outs, 1)?)
+        self.output(&Tensor::cat(&outs, 1)?, gate)
     }
 
     /// Attention of the fused projection's output `qkv` (`[1, len, (heads + 2 kv_heads) d]`)
@@ -223,7 +262,7 @@ impl Attention {
         for (seq, cache) in caches.iter_mut().enumerate() {
             let rows = &mut rows[seq * len * width..(seq + 1) * len * width];
             let offset = cache.len();
-            rotate(rows, width, 0, h + kvh, d, offset, cos, sin);
+            rotate(rows, width, 0, h + kvh, d, rotary.rotated, offset, cos, sin);
             // The cache holds `[1, kv_heads, positions, dim]`.
             let new = |first: usize| {
                 let mut t = Vec::with_capacity(kvh * len * d);

@@ -8,6 +8,9 @@
 //! the pool's threads (each product split across them too), straight from slices. Each
 //! token's sum runs over its experts in expert order whatever else shares the step, so a row
 //! computes the same alone, in a prompt or in a batch.
+//!
+//! Qwen3.5-MoE adds a shared expert that every token runs, its output scaled by a sigmoid
+//! gate of the token (`shared_expert`, `shared_expert_gate`) and added to the routed sum.
 
 use super::mlp::Mlp;
 use crate::error::{EngineError, Result};
@@ -24,6 +27,8 @@ pub struct Moe {
     experts: Vec<Mlp>,
     top_k: usize,
     norm_topk_prob: bool,
+    /// The shared expert and its gate (`[1, hidden]`), where the model has one.
+    shared: Option<(Mlp, Linear)>,
 }
 
 impl Moe {
@@ -51,18 +56,47 @@ impl Moe {
                 format!("{} of {n} experts", cfg.experts_per_token),
             ));
         }
+        let shared = match cfg.shared_expert_intermediate_size {
+            Some(size) => Some((
+                Mlp::load(w, &format!("{prefix}.shared_expert"), hidden, size)?,
+                Linear::fused(
+                    vec![w.projection(
+                        &format!("{prefix}.shared_expert_gate.weight"),
+                        &[1, hidden],
+                    )?],
+                    None,
+                )?
+                .with_kernels(w.kernels()),
+            )),
+            None => None,
+        };
         Ok(Self {
             router: Linear::fused(vec![router], None)?.with_kernels(w.kernels()),
             experts,
             top_k: cfg.experts_per_token,
             norm_topk_prob: cfg.norm_topk_prob,
+            shared,
         })
     }
 
-    /// Bytes of weights one token's pass reads: the router and `top_k` experts.
+    /// Bytes of weights one token's pass reads: the router, `top_k` experts and the shared
+    /// expert.
     pub fn weight_bytes(&self) -> usize {
         let expert = self.experts.first().map_or(0, Mlp::weight_bytes);
-        self.router.bytes() + self.top_k * expert
+        let shared = self
+            .shared
+            .as_ref()
+            .map_or(0, |(m, g)| m.weight_bytes() + g.bytes());
+        self.router.bytes() + self.top_k * expert + shared
+    }
+
+    /// `routed` plus the shared expert's output scaled by its sigmoid gate, where there is one.
+    fn plus_shared(&self, x: &Tensor, routed: Tensor) -> CResult<Tensor> {
+        let Some((mlp, gate)) = &self.shared else {
+            return Ok(routed);
+        };
+        let g = candle_nn::ops::sigmoid(&gate.forward(x)?)?;
+        routed + mlp.forward(x)?.broadcast_mul(&g)?
     }
 
     /// The experts on the CPU in f32 (`x`: `[tokens, hidden]`): every chosen expert at once
@@ -118,10 +152,11 @@ impl Module for Moe {
         let x = x.reshape((tokens, hidden))?;
         let logits = self.router_logits(&x)?;
         let groups = route(&logits, self.experts.len(), self.top_k, self.norm_topk_prob);
-        if let Some(out) = self.cpu_experts(&x, &groups)? {
-            return Tensor::from_vec(out, dims, x.device());
-        }
-        self.tensor_experts(&x, &groups)?.reshape(dims)
+        let routed = match self.cpu_experts(&x, &groups)? {
+            Some(out) => Tensor::from_vec(out, (tokens, hidden), x.device())?,
+            None => self.tensor_experts(&x, &groups)?,
+        };
+        self.plus_shared(&x, routed)?.reshape(dims)
     }
 }
 
@@ -290,6 +325,7 @@ mod tests {
             norm_topk_prob: true,
             decoder_sparse_step: 1,
             mlp_only_layers: vec![],
+            shared_expert_intermediate_size: None,
         };
         let mut m = HashMap::new();
         m.insert("l.gate.weight".into(), Matrix::Dense(random(8, HIDDEN, 1)?));

@@ -1,11 +1,15 @@
 //! The Qwen decoder: embeddings, layers, final norm and the LM head. It holds no per-sequence
-//! state; every call reads and extends the caller's [`KvCache`].
+//! state; every call reads and extends the caller's [`KvCache`]. A hybrid model's (Qwen3.5)
+//! layers mix tokens by Gated DeltaNet ([`DeltaNet`]) or gated full attention, in the order its
+//! config gives.
 
 use super::attention::Attention;
+use super::delta_net::DeltaNet;
 use super::mlp::Mlp;
 use super::moe::Moe;
 use super::rotary::Rotary;
 use crate::cache::kv::KvCache;
+use crate::cache::recurrent::StateShape;
 use crate::error::{EngineError, Result};
 use crate::load::config::QwenConfig;
 use crate::load::weights::{Matrix, WeightSource};
@@ -16,9 +20,25 @@ use std::sync::atomic::{AtomicBool, Ordering};
 #[derive(Debug, Clone)]
 struct Layer {
     input_norm: Tensor,
-    attn: Attention,
+    mixer: Mixer,
     post_norm: Tensor,
     ffn: FeedForward,
+}
+
+/// A layer's token mixer.
+#[derive(Debug, Clone)]
+enum Mixer {
+    Attention(Attention),
+    Linear(DeltaNet),
+}
+
+impl Mixer {
+    fn weight_bytes(&self) -> usize {
+        match self {
+            Self::Attention(a) => a.weight_bytes(),
+            Self::Linear(d) => d.weight_bytes(),
+        }
+    }
 }
 
 /// A layer's feed-forward block: dense, or routed to experts.
@@ -98,20 +118,37 @@ impl Qwen {
         let device = w.device().clone();
         let act = activation_dtype(w.dtype(), &device);
         let (h, eps_dims) = (cfg.hidden_size, [cfg.hidden_size]);
-        let embed = Embedding(w.matrix("model.embed_tokens.weight", &[cfg.vocab_size, h])?);
+        let root = &cfg.weights_prefix;
+        // Qwen3.5's checkpoints store RMSNorm weights as offsets from one.
+        let norm = |name: &str| -> Result<Tensor> {
+            let t = w.tensor(name, &eps_dims, act)?;
+            Ok(if cfg.norm_weights_offset {
+                (t + 1.0)?
+            } else {
+                t
+            })
+        };
+        let embed =
+            Embedding(w.matrix(&format!("{root}.embed_tokens.weight"), &[cfg.vocab_size, h])?);
         let n = cfg.num_hidden_layers;
         progress(0, n);
         let layers = (0..n)
             .map(|i| {
-                let p = format!("model.layers.{i}");
+                let p = format!("{root}.layers.{i}");
+                let mixer = match &cfg.linear_attention {
+                    Some(l) if l.linear[i] => Mixer::Linear(DeltaNet::load(
+                        w,
+                        &format!("{p}.linear_attn"),
+                        h,
+                        l,
+                        cfg.rms_norm_eps,
+                    )?),
+                    _ => Mixer::Attention(Attention::load(w, &format!("{p}.self_attn"), cfg, act)?),
+                };
                 let layer = Ok(Layer {
-                    input_norm: w.tensor(&format!("{p}.input_layernorm.weight"), &eps_dims, act)?,
-                    attn: Attention::load(w, &format!("{p}.self_attn"), cfg, act)?,
-                    post_norm: w.tensor(
-                        &format!("{p}.post_attention_layernorm.weight"),
-                        &eps_dims,
-                        act,
-                    )?,
+                    input_norm: norm(&format!("{p}.input_layernorm.weight"))?,
+                    mixer,
+                    post_norm: norm(&format!("{p}.post_attention_layernorm.weight"))?,
                     ffn: FeedForward::load(w, &format!("{p}.mlp"), i, cfg)?,
                 });
                 progress(i + 1, n);
@@ -129,9 +166,9 @@ impl Qwen {
         .with_kernels(w.kernels());
         Ok(Self {
             cfg: cfg.clone(),
-            norm: w.tensor("model.norm.weight", &eps_dims, act)?,
+            norm: norm(&format!("{root}.norm.weight"))?,
             rotary: Rotary::new(
-                cfg.head_dim,
+                cfg.rotary_dim,
                 cfg.rope_theta,
                 cfg.max_position_embeddings,
                 act,
@@ -170,7 +207,7 @@ impl Qwen {
             .iter()
             .map(|l| {
                 tensor_bytes(&l.input_norm)
-                    + l.attn.weight_bytes()
+                    + l.mixer.weight_bytes()
                     + tensor_bytes(&l.post_norm)
                     + l.ffn.weight_bytes()
             })
@@ -179,12 +216,23 @@ impl Qwen {
         layers + tensor_bytes(&self.norm) + self.lm_head.bytes() + row
     }
 
-    /// A cache sized for this model.
+    /// A cache sized for this model: keys and values of its attention layers, and the
+    /// recurrent state of its linear-attention layers.
     pub fn new_cache(&self) -> KvCache {
         let c = &self.cfg;
-        let position = c.num_hidden_layers * 2 * c.num_key_value_heads * c.head_dim;
-        KvCache::new(c.num_hidden_layers, c.max_position_embeddings)
-            .with_position_bytes(position * self.act_dtype.size_in_bytes())
+        let linear = c.linear_attention.as_ref();
+        let attention_layers = c.num_hidden_layers - linear.map_or(0, |l| l.linear_layers());
+        let position = attention_layers * 2 * c.num_key_value_heads * c.head_dim;
+        let cache = KvCache::new(c.num_hidden_layers, c.max_position_embeddings)
+            .with_position_bytes(position * self.act_dtype.size_in_bytes());
+        match linear {
+            Some(l) => cache.with_recurrent_state(StateShape {
+                linear: l.linear.clone(),
+                conv: l.conv_dim() * (l.conv_kernel - 1),
+                delta: l.num_value_heads * l.key_head_dim * l.value_head_dim,
+            }),
+            None => cache,
+        }
     }
 
     /// Runs `tokens` at positions `cache.len()..`, extends the cache, and returns the logits of
@@ -221,8 +269,9 @@ impl Qwen {
         }
         self.on_pool(|| {
             crate::model::linear::rows_as_sequences(|| {
-                let x = self.layers_over(tokens, |attn, h, i| {
-                    attn.forward_batch(h, i, caches, &self.rotary)
+                let x = self.layers_over(tokens, |mixer, h, i| match mixer {
+                    Mixer::Attention(a) => a.forward_batch(h, i, caches, &self.rotary),
+                    Mixer::Linear(d) => d.forward(h, i, caches),
                 })?;
                 for cache in caches.iter_mut() {
                     cache.advance(1);
@@ -292,12 +341,12 @@ impl Qwen {
         Ok(())
     }
 
-    /// Embeds `tokens` (`[1, len, hidden]`) and runs every layer, with `attend(attention,
-    /// normed input, layer)` for the attention block; before the final norm.
+    /// Embeds `tokens` (`[1, len, hidden]`) and runs every layer, with `mix(mixer, normed
+    /// input, layer)` for the token mixer; before the final norm.
     fn layers_over(
         &self,
         tokens: &[u32],
-        mut attend: impl FnMut(&Attention, &Tensor, usize) -> candle_core::Result<Tensor>,
+        mut mix: impl FnMut(&Mixer, &Tensor, usize) -> candle_core::Result<Tensor>,
     ) -> Result<Tensor> {
         let ids = Tensor::new(tokens, &self.device)?;
         let mut x = self
@@ -308,7 +357,7 @@ impl Qwen {
         let eps = self.cfg.rms_norm_eps as f32;
         for (i, layer) in self.layers.iter().enumerate() {
             let h = candle_nn::ops::rms_norm(&x, &layer.input_norm, eps)?;
-            x = (x + attend(&layer.attn, &h, i)?)?;
+            x = (x + mix(&layer.mixer, &h, i)?)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.post_norm, eps)?;
             x = (x + layer.ffn.forward(&h)?)?;
         }
@@ -319,8 +368,9 @@ impl Qwen {
         self.check_step(tokens, cache)?;
         let (len, offset) = (tokens.len(), cache.len());
         let mask = causal_mask(len, offset, self.act_dtype, &self.device)?;
-        let x = self.layers_over(tokens, |attn, h, i| {
-            attn.forward(h, i, cache, &self.rotary, mask.as_ref())
+        let x = self.layers_over(tokens, |mixer, h, i| match mixer {
+            Mixer::Attention(a) => a.forward(h, i, cache, &self.rotary, mask.as_ref()),
+            Mixer::Linear(d) => d.forward(h, i, &mut [&mut *cache]),
         })?;
         cache.advance(len);
         let eps = self.cfg.rms_norm_eps as f32;

@@ -1,17 +1,22 @@
-//! Rotary position embedding (the "rotate half" layout of HF's Qwen2/Qwen3).
+//! Rotary position embedding (the "rotate half" layout of HF's Qwen2/Qwen3), over all of each
+//! head or, for Qwen3.5, its first dimensions (text positions make its multimodal RoPE this
+//! plain one: the three position ids are equal).
 
 use candle_core::{DType, Device, Result, Tensor};
 
 #[derive(Debug, Clone)]
 pub struct Rotary {
-    /// `[max_positions, head_dim / 2]`, in the activation dtype.
+    /// `[max_positions, rotated / 2]`, in the activation dtype.
     pub(super) cos: Tensor,
     pub(super) sin: Tensor,
+    /// Dimensions rotated at the start of each head.
+    pub(super) rotated: usize,
 }
 
 impl Rotary {
-    /// Positions and angles are computed in f32 (f64 for the frequencies) whatever the model
-    /// dtype: in bf16, positions above 256 would otherwise be rounded.
+    /// RoPE over the first `head_dim` dimensions of each head. Positions and angles are
+    /// computed in f32 (f64 for the frequencies) whatever the model dtype: in bf16, positions
+    /// above 256 would otherwise be rounded.
     pub fn new(
         head_dim: usize,
         theta: f64,
@@ -32,6 +37,7 @@ impl Rotary {
         Ok(Self {
             cos: angles.cos()?.to_dtype(dtype)?.to_device(device)?,
             sin: angles.sin()?.to_dtype(dtype)?.to_device(device)?,
+            rotated: head_dim,
         })
     }
 
@@ -40,6 +46,13 @@ impl Rotary {
         let len = x.dim(2)?;
         let cos = self.cos.narrow(0, offset, len)?;
         let sin = self.sin.narrow(0, offset, len)?;
+        let d = x.dim(3)?;
+        if self.rotated < d {
+            let rot = x.narrow(3, 0, self.rotated)?.contiguous()?;
+            let rot = candle_nn::rotary_emb::rope(&rot, &cos, &sin)?;
+            return Tensor::cat(&[&rot, &x.narrow(3, self.rotated, d - self.rotated)?], 3)?
+                .contiguous();
+        }
         candle_nn::rotary_emb::rope(&x.contiguous()?, &cos, &sin)
     }
 }

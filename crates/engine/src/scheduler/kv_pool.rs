@@ -67,16 +67,24 @@ impl KvPool {
             }
             None => {
                 let anonymous = |e: &Entry| e.session.is_none() && e.released_by.is_none();
+                // Held already where another cache holds these tokens and can resume after
+                // them (a recurrent state only at its checkpoints).
+                let holds = |e: &Entry, t: &[u32]| {
+                    e.tokens.starts_with(t) && e.cache.resumable(t.len()) == t.len()
+                };
                 if let Some(i) = self
                     .entries
                     .iter()
-                    .position(|e| anonymous(e) && e.tokens.starts_with(&tokens))
+                    .position(|e| anonymous(e) && holds(e, &tokens))
                 {
                     self.touch(i);
                     return;
                 }
-                self.entries
-                    .retain(|e| !(anonymous(e) && tokens.starts_with(&e.tokens)));
+                self.entries.retain(|e| {
+                    !(anonymous(e)
+                        && tokens.starts_with(&e.tokens)
+                        && cache.resumable(e.tokens.len()) == e.tokens.len())
+                });
             }
         }
         self.clock += 1;
@@ -130,13 +138,13 @@ impl KvPool {
         })
     }
 
-    /// The entry sharing the longest prefix with `prompt` (at least [`MIN_SHARED_PREFIX`]),
-    /// and that length.
+    /// The entry sharing the longest prefix with `prompt` that its cache can resume from (at
+    /// least [`MIN_SHARED_PREFIX`]), and that length.
     pub fn longest_prefix(&self, prompt: &[u32]) -> Option<(usize, usize)> {
         self.entries
             .iter()
             .enumerate()
-            .map(|(i, e)| (i, common_prefix(&e.tokens, prompt)))
+            .map(|(i, e)| (i, e.cache.resumable(common_prefix(&e.tokens, prompt))))
             .filter(|&(_, n)| n >= MIN_SHARED_PREFIX)
             .max_by_key(|&(i, n)| (n, self.entries[i].last_used))
     }

@@ -63,6 +63,8 @@ pub(crate) struct SessionCache {
     pub session: String,
     pub tokens: Vec<u32>,
     pub layers: Vec<(candle_core::Tensor, candle_core::Tensor)>,
+    /// A hybrid model's recurrent state after the tokens (empty for others).
+    pub state: Vec<crate::cache::recurrent::LayerState>,
 }
 
 /// What the scheduler holds at one moment.
@@ -91,6 +93,8 @@ pub(crate) struct Scheduler {
     /// Where the model came from, for errors.
     origin: String,
     tokenizer: Tokenizer,
+    /// `<|im_start|>`, after which a hybrid model's recurrent state is checkpointed.
+    message_start: Option<u32>,
     default_stop: Vec<u32>,
     load_time: Duration,
     config: SchedulerConfig,
@@ -116,10 +120,12 @@ impl Scheduler {
         config: SchedulerConfig,
         in_flight: Arc<AtomicUsize>,
     ) -> Self {
+        let message_start = tokenizer.token_id("<|im_start|>");
         Self {
             model,
             origin,
             tokenizer,
+            message_start,
             default_stop,
             load_time,
             config,
@@ -209,6 +215,11 @@ impl Scheduler {
             session: id.to_string(),
             tokens: e.tokens.clone(),
             layers: e.cache.layers_copy()?,
+            state: e
+                .cache
+                .recurrent()
+                .map(|r| r.layers().to_vec())
+                .unwrap_or_default(),
         }))
     }
 
@@ -227,7 +238,7 @@ impl Scheduler {
             ));
         }
         let mut cache = self.model.new_cache();
-        let need = c.tokens.len() * cache.position_bytes();
+        let need = c.tokens.len() * cache.position_bytes() + cache.bytes();
         self.pool.remove(&c.session);
         if !self.make_room(need, None) {
             return Err(EngineError::KvBudget {
@@ -248,6 +259,18 @@ impl Scheduler {
         cache
             .restore(layers)
             .map_err(|e| EngineError::invalid("session cache", e.to_string()))?;
+        match (cache.recurrent_mut(), c.state.is_empty()) {
+            (Some(r), _) => r
+                .restore(c.state)
+                .map_err(|e| EngineError::invalid("session cache", e.to_string()))?,
+            (None, true) => {}
+            (None, false) => {
+                return Err(EngineError::invalid(
+                    "session cache",
+                    "it holds a recurrent state, and this model has no linear-attention layers",
+                ))
+            }
+        }
         if cache.len() != c.tokens.len() {
             return Err(EngineError::invalid(
                 "session cache",
@@ -362,7 +385,21 @@ impl Scheduler {
                 .stop_token_ids
                 .clone()
                 .unwrap_or_else(|| self.default_stop.clone());
-            let seed = self.seed(&job.request.prompt, session.as_deref());
+            let mut seed = self.seed(&job.request.prompt, session.as_deref());
+            // A hybrid model's state is kept where each message starts: a later prompt that
+            // shares the system prompt or earlier turns resumes there.
+            if let Some(start) = self.message_start {
+                let from = seed.cache.len();
+                let marks: Vec<usize> = job
+                    .request
+                    .prompt
+                    .iter()
+                    .enumerate()
+                    .filter(|&(p, &t)| t == start && p + 1 > from)
+                    .map(|(p, _)| p + 1)
+                    .collect();
+                seed.cache.mark_checkpoints(&marks);
+            }
             match Sequence::new(job, stop, seed.cache, seed.tokens) {
                 Some(s) => self.running.push(s),
                 None => {
@@ -391,8 +428,14 @@ impl Scheduler {
         let usable = prompt.len().saturating_sub(1);
         if let Some(mut e) = session.and_then(|id| self.pool.take_session(id)) {
             let common = common_prefix(&e.tokens, prompt).min(usable);
-            e.cache.truncate(common);
-            e.tokens.truncate(common);
+            let kept = e.cache.truncate(common);
+            e.tokens.truncate(kept);
+            if kept < common {
+                tracing::info!(
+                    "session cache: the prompt shares {common} tokens, but the recurrent state resumes only after {kept}; recomputing {} tokens",
+                    prompt.len() - kept
+                );
+            }
             return Seed {
                 cache: e.cache,
                 tokens: e.tokens,
@@ -428,6 +471,18 @@ impl Scheduler {
             (Some((n, i)), None) => (n, Source::Pool(i)),
             (None, None) => return None,
         };
+        // A recurrent state resumes only at its checkpoints.
+        let shared = len;
+        let len = match source {
+            Source::Pool(i) => self.pool.entry(i).cache.resumable(len),
+            Source::Running(j) => self.running[j].cache.resumable(len),
+        };
+        if len < shared && shared >= MIN_SHARED_PREFIX {
+            tracing::info!(
+                "prefix cache: the prompt shares {shared} tokens, but the recurrent state resumes only after {len}; recomputing {} tokens",
+                prompt.len() - len
+            );
+        }
         if len < MIN_SHARED_PREFIX {
             return None;
         }
