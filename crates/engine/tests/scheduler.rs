@@ -97,7 +97,15 @@ fn batched_decoding_gives_the_logits_of_one_by_one_decoding() {
 
 #[test]
 fn batching_does_not_change_greedy_tokens() {
-    for family in ["qwen2", "qwen3", "qwen3-moe", "qwen3-moe-mixed"] {
+    let families = [
+        "qwen2",
+        "qwen3",
+        "qwen3-moe",
+        "qwen3-moe-mixed",
+        "qwen3.5",
+        "qwen3.5-moe",
+    ];
+    for family in families {
         // Small prefill chunks: long prompts come in over several steps while others decode.
         let settings = SchedulerOptions {
             max_seqs: Some(5),
@@ -260,7 +268,13 @@ fn a_released_session_leaves_its_cache_for_the_next_turn() {
 
 #[test]
 fn a_saved_session_cache_restores_in_another_engine() {
-    let a = engine("qwen2", SchedulerOptions::default());
+    for family in ["qwen2", "qwen3.5"] {
+        saved_session_restores(family);
+    }
+}
+
+fn saved_session_restores(family: &str) {
+    let a = engine(family, SchedulerOptions::default());
     let prompt: Vec<u32> = (0..40).map(|j| (j * 13 + 5) % 900).collect();
     let (first, _) = collect(a.generate(request(prompt.clone(), 6, Some("s"))).unwrap());
     a.release_session("s").unwrap();
@@ -275,7 +289,7 @@ fn a_saved_session_cache_restores_in_another_engine() {
     next.extend([7, 8, 9]);
     let (want, in_process) = collect(a.generate(request(next.clone(), 8, Some("s"))).unwrap());
 
-    let b = engine("qwen2", SchedulerOptions::default());
+    let b = engine(family, SchedulerOptions::default());
     let restored = b.restore_session_cache("s", &bytes).unwrap();
     assert_eq!(
         restored,
@@ -285,7 +299,7 @@ fn a_saved_session_cache_restores_in_another_engine() {
     let (got, resumed) = collect(b.generate(request(next, 8, Some("s"))).unwrap());
     assert_eq!(
         got, want,
-        "greedy tokens as in the process that ran the first turn"
+        "{family}: greedy tokens as in the process that ran the first turn"
     );
     assert_eq!(
         resumed.usage.cached_prompt_tokens,
@@ -294,7 +308,10 @@ fn a_saved_session_cache_restores_in_another_engine() {
     assert_eq!(resumed.usage.cached_prompt_tokens, restored);
 
     // Another model's cache, or damaged bytes, are refused with the reason.
-    let other = engine("qwen3", SchedulerOptions::default());
+    let other = engine(
+        if family == "qwen3" { "qwen2" } else { "qwen3" },
+        SchedulerOptions::default(),
+    );
     let err = other
         .restore_session_cache("s", &bytes)
         .unwrap_err()
@@ -462,4 +479,81 @@ fn non_finite_logits_are_an_error_naming_the_model() {
         message.contains("broken.gguf") && message.contains("NaN"),
         "{message}"
     );
+}
+
+/// `<|im_start|>` of the tiny fixtures' vocabulary.
+const IM_START: u32 = 1022;
+const IM_END: u32 = 1023;
+
+/// A chat-shaped prompt: a system message, then `turns` (each its own message).
+fn chat(system: &[u32], turns: &[&[u32]]) -> Vec<u32> {
+    let mut p = vec![IM_START];
+    p.extend(system);
+    for t in turns {
+        p.extend([IM_END, IM_START]);
+        p.extend(*t);
+    }
+    p
+}
+
+/// A hybrid model's recurrent state resumes only where it was checkpointed: two agents with
+/// one system prompt share it up to the second message's start, and the shared run gives the
+/// tokens of a fresh one.
+#[test]
+fn a_hybrid_shares_a_system_prompt_at_the_message_start() {
+    for family in ["qwen3.5", "qwen3.5-moe"] {
+        let e = engine(family, Default::default());
+        let system: Vec<u32> = (0..40).map(|j| (j * 11 + 5) % 1000).collect();
+        let a = chat(&system, &[&[900, 901, 902]]);
+        let (_, sa) = collect(e.generate(request(a, 4, Some("agent-a"))).unwrap());
+        assert_eq!(sa.usage.cached_prompt_tokens, 0);
+        // Shares 43 tokens (through `<|im_start|>` and its first token, 900): the state was kept
+        // after `<|im_start|>`, position 43.
+        let b = chat(&system, &[&[900, 950, 951, 952]]);
+        let (ids_b, sb) = collect(e.generate(request(b.clone(), 6, Some("agent-b"))).unwrap());
+        assert_eq!(sb.usage.cached_prompt_tokens, 1 + 40 + 2, "{family}");
+        let fresh = engine(family, Default::default());
+        let (ids_alone, s) = collect(fresh.generate(request(b, 6, None)).unwrap());
+        assert_eq!(s.usage.cached_prompt_tokens, 0);
+        assert_eq!(ids_b, ids_alone, "{family}: shared prefix vs fresh");
+    }
+}
+
+/// Turn to turn: a next turn that repeats the answer resumes at the state's end; one whose
+/// history differs from what was generated (a template that drops the thinking) resumes at
+/// the end of the previous prompt. Both give the tokens of a fresh run.
+#[test]
+fn a_hybrid_resumes_the_next_turn_without_recomputing_the_history() {
+    for family in ["qwen3.5", "qwen3.5-moe"] {
+        let e = engine(family, Default::default());
+        let turn1 = chat(
+            &(0..30).map(|j| (j * 17 + 3) % 1000).collect::<Vec<_>>(),
+            &[&[5, 6]],
+        );
+        let (ids, _) = collect(e.generate(request(turn1.clone(), 5, Some("chat"))).unwrap());
+        e.release_session("chat").unwrap();
+        let mut turn2 = turn1.clone();
+        turn2.extend(&ids[..4]);
+        turn2.extend([IM_END, IM_START, 7, 8, 9]);
+        let (got, s) = collect(e.generate(request(turn2.clone(), 6, Some("chat"))).unwrap());
+        assert_eq!(s.usage.cached_prompt_tokens, turn1.len() + 4, "{family}");
+        let fresh = engine(family, Default::default());
+        assert_eq!(
+            collect(fresh.generate(request(turn2, 6, None)).unwrap()).0,
+            got
+        );
+        e.release_session("chat").unwrap();
+        // The history written differently from what was generated.
+        let mut turn2b = turn1.clone();
+        turn2b.extend([700, 701, IM_END, IM_START, 7, 8, 9]);
+        let (got, s) = collect(
+            e.generate(request(turn2b.clone(), 6, Some("chat")))
+                .unwrap(),
+        );
+        assert_eq!(s.usage.cached_prompt_tokens, turn1.len(), "{family}");
+        assert_eq!(
+            collect(fresh.generate(request(turn2b, 6, None)).unwrap()).0,
+            got
+        );
+    }
 }

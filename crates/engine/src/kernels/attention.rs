@@ -13,7 +13,7 @@
 //! is compiled for AVX-512 and AVX2, run at the level [`super::cpu`] chose.
 
 #[cfg(target_arch = "x86_64")]
-use super::cpu::{self, CpuLevel};
+use super::cpu::CpuLevel;
 use super::dense::SharedOut;
 use rayon::prelude::*;
 use std::ops::Range;
@@ -51,34 +51,6 @@ pub fn exp(x: f32) -> f32 {
     // 2^n from the bits of `r` (`0x4B40_0000 + n`), in integer operations: a float-to-int
     // cast would not vectorise (it saturates).
     p * f32::from_bits(r.to_bits().wrapping_sub(0x4B40_0000 - 127) << 23)
-}
-
-/// Compiles `$body` (an `#[inline(always)]` function) for AVX-512 and AVX2 and calls the best
-/// this CPU runs.
-macro_rules! simd_dispatch {
-    ($vis:vis fn $name:ident($($arg:ident: $ty:ty),*) => $body:ident) => {
-        $vis fn $name($($arg: $ty),*) {
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
-                unsafe fn avx512($($arg: $ty),*) {
-                    $body($($arg),*)
-                }
-                #[target_feature(enable = "avx2,fma")]
-                unsafe fn avx2($($arg: $ty),*) {
-                    $body($($arg),*)
-                }
-                // SAFETY: `cpu::active()` never exceeds the detected level, whose features
-                // include these.
-                match cpu::active() {
-                    CpuLevel::Avx512 => return unsafe { avx512($($arg),*) },
-                    CpuLevel::Avx2 => return unsafe { avx2($($arg),*) },
-                    CpuLevel::Portable | CpuLevel::Neon => {}
-                }
-            }
-            $body($($arg),*)
-        }
-    };
 }
 
 /// Rotates the first `rotated` of the `dim` values of `heads` heads in each row of `rows`
@@ -578,6 +550,7 @@ fn silu_mul_row_portable(gate_up: &[f32], out: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::cpu;
 
     #[test]
     fn exp_matches_the_library_to_a_few_ulp() {

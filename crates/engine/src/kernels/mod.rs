@@ -11,6 +11,38 @@
 //! - [`quant_matmul`]: which kernel each block type takes at a level, and the parallel driver.
 //! - `dense`: f32/bf16/f16 weights; `attention`: attention, rotary embedding, SwiGLU.
 
+/// Compiles `$body` (an `#[inline(always)]` function) for AVX-512 and AVX2 and calls the best
+/// this CPU runs.
+macro_rules! simd_dispatch {
+    ($vis:vis fn $name:ident($($arg:ident: $ty:ty),*) => $body:ident) => {
+        #[allow(clippy::too_many_arguments)]
+        $vis fn $name($($arg: $ty),*) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                use $crate::kernels::cpu::{self, CpuLevel};
+                #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
+                #[allow(clippy::too_many_arguments)]
+                unsafe fn avx512($($arg: $ty),*) {
+                    $body($($arg),*)
+                }
+                #[target_feature(enable = "avx2,fma")]
+                #[allow(clippy::too_many_arguments)]
+                unsafe fn avx2($($arg: $ty),*) {
+                    $body($($arg),*)
+                }
+                // SAFETY: `cpu::active()` never exceeds the detected level, whose features
+                // include these.
+                match cpu::active() {
+                    CpuLevel::Avx512 => return unsafe { avx512($($arg),*) },
+                    CpuLevel::Avx2 => return unsafe { avx2($($arg),*) },
+                    CpuLevel::Portable | CpuLevel::Neon => {}
+                }
+            }
+            $body($($arg),*)
+        }
+    };
+}
+
 pub(crate) mod attention;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -18,6 +50,7 @@ mod avx2;
 mod avx512;
 pub mod blocks;
 pub mod cpu;
+pub(crate) mod delta_rule;
 pub(crate) mod dense;
 #[cfg(target_arch = "aarch64")]
 mod neon;

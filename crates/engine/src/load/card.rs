@@ -77,6 +77,14 @@ const CARDS: &[(&str, &str)] = embedded![
     "models" / "qwen3-1.7b.toml",
     "models" / "qwen3-4b.toml",
     "models" / "qwen3-8b.toml",
+    "models" / "qwen3.5-0.8b.toml",
+    "models" / "qwen3.5-2b.toml",
+    "models" / "qwen3.5-4b.toml",
+    "models" / "qwen3.5-9b.toml",
+    "models" / "qwen3.5-27b.toml",
+    "models" / "qwen3.5-35b-a3b.toml",
+    "models" / "qwen3.6-27b.toml",
+    "models" / "qwen3.6-35b-a3b.toml",
 ];
 
 const META_TEMPLATES: &[(&str, &str)] =
@@ -161,13 +169,21 @@ mod tests {
     #[test]
     fn every_built_in_card_parses() {
         let cards = ModelCard::all().unwrap();
-        assert_eq!(cards.len(), 13);
+        assert_eq!(cards.len(), 21);
         for name in [
             "qwen3-30b-a3b-instruct-2507",
             "qwen3-coder-30b-a3b-instruct-q4_k_m",
         ] {
             let c = ModelCard::find(name).unwrap().unwrap();
             assert_eq!(c.family, "qwen3_moe", "{name}");
+        }
+        for (name, family) in [
+            ("qwen3.5-9b", "qwen3_5"),
+            ("Qwen3.6-35B-A3B", "qwen3_5_moe"),
+        ] {
+            let c = ModelCard::find(name).unwrap().unwrap();
+            assert_eq!(c.family, family, "{name}");
+            assert_eq!(c.sampling.top_k, Some(20));
         }
         let c = ModelCard::find("Qwen2.5-0.5B-Instruct").unwrap().unwrap();
         assert_eq!(c.hub_id, "Qwen/Qwen2.5-0.5B-Instruct");

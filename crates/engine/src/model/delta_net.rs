@@ -17,6 +17,7 @@
 use crate::cache::kv::KvCache;
 use crate::cache::recurrent::LayerState;
 use crate::error::Result;
+use crate::kernels::delta_rule::{conv_silu, delta_step};
 use crate::load::config::LinearAttentionConfig;
 use crate::load::weights::WeightSource;
 use crate::model::linear::Linear;
@@ -30,7 +31,7 @@ const L2_EPS: f32 = 1e-6;
 pub struct DeltaNet {
     /// q, k, v (the convolution's input), z, b and a: one pass over the input.
     proj: Linear,
-    /// `[channels, taps]`.
+    /// Tap-major, `[taps, channels]`.
     conv: Vec<f32>,
     /// `-exp(A_log)` per value head.
     neg_a: Vec<f32>,
@@ -89,6 +90,11 @@ impl DeltaNet {
                 values("conv1d.weight", &[conv_dim, cfg.conv_kernel])?,
             ),
         };
+        // `[channels, taps]` → `[taps, channels]`: each tap's weights are one row over channels.
+        let taps = cfg.conv_kernel;
+        let conv = (0..taps * conv_dim)
+            .map(|i| conv[(i % conv_dim) * taps + i / conv_dim])
+            .collect();
         Ok(Self {
             proj,
             conv,
@@ -176,15 +182,12 @@ impl DeltaNet {
         let mut mixed = vec![0f32; len * conv_dim];
         for t in 0..len {
             let x = &rows[t * width..t * width + conv_dim];
-            let y = &mut mixed[t * conv_dim..(t + 1) * conv_dim];
-            for (ch, y) in y.iter_mut().enumerate() {
-                let w = &self.conv[ch * taps..(ch + 1) * taps];
-                let mut acc = w[taps - 1] * x[ch];
-                for j in 0..taps - 1 {
-                    acc += w[j] * window[j * conv_dim + ch];
-                }
-                *y = silu(acc);
-            }
+            conv_silu(
+                x,
+                &window,
+                &self.conv,
+                &mut mixed[t * conv_dim..(t + 1) * conv_dim],
+            );
             window.copy_within(conv_dim.., 0);
             window[(taps - 2) * conv_dim..].copy_from_slice(x);
             if keep.contains(&t) {
@@ -232,23 +235,8 @@ impl DeltaNet {
                     let k = &m[(kh + kh_of) * kd..(kh + kh_of + 1) * kd];
                     let v = &m[2 * kh * kd + h * vd..2 * kh * kd + (h + 1) * vd];
                     let (beta, decay) = gates[t * vh + h];
-                    mem.iter_mut().for_each(|x| *x = 0.0);
-                    for (row, &ki) in st.chunks_exact_mut(vd).zip(k) {
-                        for (s, m) in row.iter_mut().zip(mem.iter_mut()) {
-                            *s *= decay;
-                            *m += *s * ki;
-                        }
-                    }
-                    for (m, &vj) in mem.iter_mut().zip(v) {
-                        *m = (vj - *m) * beta;
-                    }
                     let ot = &mut o[t * vd..(t + 1) * vd];
-                    for ((row, &ki), &qi) in st.chunks_exact_mut(vd).zip(k).zip(q) {
-                        for ((s, &d), o) in row.iter_mut().zip(mem.iter()).zip(ot.iter_mut()) {
-                            *s += ki * d;
-                            *o += *s * qi;
-                        }
-                    }
+                    delta_step(st, q, k, v, beta, decay, &mut mem, ot);
                     if keep.contains(&t) {
                         kept.push(st.to_vec());
                     }
