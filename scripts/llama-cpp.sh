@@ -22,7 +22,11 @@ case $version in
   *) src=$cache/llama.cpp-$version/src ;;
 esac
 build=build
-cmake_cpu=(-DGGML_NATIVE=ON)
+# AMX tiles are left out: on machines that list them but do not grant the process their
+# state (virtual machines), ggml's AMX kernels stop on an illegal instruction.
+no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+cmake_cpu=(-DGGML_NATIVE=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+           "-DCMAKE_C_FLAGS=$no_amx" "-DCMAKE_CXX_FLAGS=$no_amx")
 case $level in
   native) ;;
   avx2) build=build-avx2

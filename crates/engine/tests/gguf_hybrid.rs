@@ -131,3 +131,84 @@ fn q8_0_gguf_matches_transformers_on_its_weights() -> hearth_engine::Result<()> 
     }
     Ok(())
 }
+
+/// The golden file `gguf_hybrid_golden.sh` writes beside the K-quant fixture.
+#[derive(serde::Deserialize)]
+struct LlamaCppGolden {
+    model_bytes: u64,
+    prompt_ids: Vec<u32>,
+    greedy: Vec<u32>,
+    /// Per step, llama.cpp's eight largest logits, `(id, logit)`, largest first.
+    top: Vec<Vec<(u32, f32)>>,
+}
+
+/// A Qwen3.5 file quantized Q4_K_M by llama.cpp's own `llama-quantize` (every matrix in K-quants:
+/// rows of 256), teacher-forced on llama.cpp's greedy tokens (llama.cpp run with an f32 KV
+/// cache): Hearth's logits of llama.cpp's eight best at every step within `BOUND` of their
+/// scale, Hearth's choice llama.cpp's wherever its two best are further apart than that, and
+/// decoding one token at a time gives the prompt's rows exactly.
+///
+/// Why 1 % and not the 1e-4 of the MoE fixture: on the F32 file the two agree to 2e-5 of the
+/// scale, but the delta rule's sums run in another order than llama.cpp's, and once a product's
+/// input is rounded to 8 bits a last-bit difference can move one value a whole step. On this
+/// model such steps add up to 0.4–0.8 % (llama.cpp's own Q4_K_M run parts from its dequantized
+/// weights by 10 %); each single matrix type in Q8_0, the rest F32, agrees to 4e-4.
+#[test]
+fn k_quants_match_llama_cpp() -> hearth_engine::Result<()> {
+    const BOUND: f32 = 0.01;
+    let path = fixture("qwen3.5-q4_k_m");
+    let golden = fixtures().join("golden/tiny-qwen3.5-q4_k_m-llamacpp.json");
+    let text =
+        std::fs::read_to_string(&golden).map_err(|e| hearth_engine::EngineError::io(&golden, e))?;
+    let g: LlamaCppGolden = serde_json::from_str(&text)
+        .map_err(|e| hearth_engine::EngineError::invalid("golden", e.to_string()))?;
+    let size = std::fs::metadata(&path)
+        .map_err(|e| hearth_engine::EngineError::io(&path, e))?
+        .len();
+    assert_eq!(size, g.model_bytes, "the golden is of another file");
+    let m = load("qwen3.5-q4_k_m")?;
+    let mut teacher = g.prompt_ids.clone();
+    teacher.extend(&g.greedy[..g.greedy.len() - 1]);
+    let all = m.forward_all(&teacher, &mut m.new_cache())?;
+    let vocab = all.dim(1)?;
+    let all = all.flatten_all()?.to_vec1::<f32>()?;
+    let mut cache = m.new_cache();
+    let mut step = m.forward(&g.prompt_ids, &mut cache)?;
+    let (mut picked, mut worst) = (0, 0f32);
+    for (i, (&want, top)) in g.greedy.iter().zip(&g.top).enumerate() {
+        let row = &all[(g.prompt_ids.len() - 1 + i) * vocab..][..vocab];
+        assert_eq!(
+            step.to_vec1::<f32>()?,
+            row,
+            "step {i}: decoding and the prompt differ"
+        );
+        let scale = top[0].1.abs();
+        let diff = top
+            .iter()
+            .map(|&(id, l)| (row[id as usize] - l).abs())
+            .fold(0f32, f32::max)
+            / scale;
+        worst = worst.max(diff);
+        assert!(
+            diff <= BOUND,
+            "step {i}: logits {diff} of their scale apart"
+        );
+        let got = hearth_engine::sampling::argmax(row);
+        if got == want {
+            picked += 1;
+        } else {
+            let gap = (top[0].1 - top[1].1) / scale;
+            assert!(
+                gap <= 2.0 * BOUND,
+                "step {i}: Hearth {got}, llama.cpp {want} ({gap} apart)"
+            );
+        }
+        step = m.forward(&[want], &mut cache)?;
+    }
+    println!(
+        "{picked} of {} steps pick llama.cpp's token; logits within {:.3} % of their scale",
+        g.greedy.len(),
+        100.0 * worst
+    );
+    Ok(())
+}

@@ -29,8 +29,11 @@ const L2_EPS: f32 = 1e-6;
 
 #[derive(Debug, Clone)]
 pub struct DeltaNet {
-    /// q, k, v (the convolution's input), z, b and a: one pass over the input.
+    /// q, k, v (the convolution's input) and z: one pass over the input.
     proj: Linear,
+    /// b and a, one row per value head each: apart, so that `proj` keeps the rows of 16 the
+    /// tiled kernels need when the value heads are fewer.
+    gates: Linear,
     /// Tap-major, `[taps, channels]`.
     conv: Vec<f32>,
     /// `-exp(A_log)` per value head.
@@ -47,7 +50,7 @@ impl DeltaNet {
     /// Bytes of weights one token's pass reads.
     pub fn weight_bytes(&self) -> usize {
         let small = self.conv.len() + self.neg_a.len() + self.dt_bias.len() + self.norm.len();
-        self.proj.bytes() + self.out.bytes() + 4 * small
+        self.proj.bytes() + self.gates.bytes() + self.out.bytes() + 4 * small
     }
 
     /// Loads `{prefix}.in_proj_qkv|in_proj_z|in_proj_b|in_proj_a|conv1d|A_log|dt_bias|norm|
@@ -67,9 +70,12 @@ impl DeltaNet {
             vec![
                 m("in_proj_qkv.weight", conv_dim)?,
                 m("in_proj_z.weight", vh * vd)?,
-                m("in_proj_b.weight", vh)?,
-                m("in_proj_a.weight", vh)?,
             ],
+            None,
+        )?
+        .with_kernels(w.kernels());
+        let gates = Linear::fused(
+            vec![m("in_proj_b.weight", vh)?, m("in_proj_a.weight", vh)?],
             None,
         )?
         .with_kernels(w.kernels());
@@ -97,6 +103,7 @@ impl DeltaNet {
             .collect();
         Ok(Self {
             proj,
+            gates,
             conv,
             neg_a,
             dt_bias: values("dt_bias", &[vh])?,
@@ -121,7 +128,7 @@ impl DeltaNet {
         caches: &mut [&mut KvCache],
     ) -> CResult<Tensor> {
         let (b, rows, _) = x.dims3()?;
-        let proj = self.proj.forward(x)?;
+        let proj = Tensor::cat(&[self.proj.forward(x)?, self.gates.forward(x)?], 2)?;
         let width = proj.dim(2)?;
         let proj: Vec<f32> = proj.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
         let len = if caches.len() == 1 { b * rows } else { 1 };

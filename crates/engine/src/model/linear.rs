@@ -193,6 +193,9 @@ fn tiles_to_qtensor(t: &TileMatrix) -> Result<QTensor> {
         BlockType::Q8_0 => GgmlDType::Q8_0,
         BlockType::Q4_1 => GgmlDType::Q4_1,
         BlockType::Q5_1 => GgmlDType::Q5_1,
+        BlockType::Q4K => GgmlDType::Q4K,
+        BlockType::Q5K => GgmlDType::Q5K,
+        BlockType::Q6K => GgmlDType::Q6K,
         other => candle_core::bail!("{other:?} is never in tiles"),
     };
     qtensor_from_ggml(dtype, &t.to_blocks(), vec![t.rows, t.cols], &Device::Cpu)
