@@ -3,7 +3,7 @@
 //!
 //!     cargo bench --bench session_reuse -- "$(scripts/fetch-test-models.sh)"
 //!
-//! Writes benches/results/<date>-session-reuse.json.
+//! Writes benches/results/<date>-session-reuse-<model file>.json.
 
 use hearth_engine::{
     ChatMessage, ChatRequest, DeviceSpec, Engine, Event, LoadOptions, SamplingParams,
@@ -54,6 +54,15 @@ fn conversation(e: &Engine, session: Option<&str>) -> Vec<(f64, usize, usize)> {
         .collect()
 }
 
+/// The model's file or directory name, without `.gguf`.
+fn stem(model: &str) -> String {
+    let name = std::path::Path::new(model.trim_end_matches('/'))
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_else(|| model.replace('/', "-"));
+    name.trim_end_matches(".gguf").to_string()
+}
+
 fn main() {
     let model = std::env::args()
         .skip(1)
@@ -93,8 +102,10 @@ fn main() {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default();
-    let out = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("benches/results/{date}-session-reuse.json"));
+    let out = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!(
+        "benches/results/{date}-session-reuse-{}.json",
+        stem(&model)
+    ));
     let rows: Vec<serde_json::Value> = (0..TURNS)
         .map(|k| serde_json::json!({"turn": k + 1, "prompt_tokens": reuse[k].1, "cached_tokens": reuse[k].2, "ttft_reuse_s": reuse[k].0, "ttft_reprefill_s": fresh[k].0}))
         .collect();

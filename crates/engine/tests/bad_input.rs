@@ -85,6 +85,34 @@ fn tensor_missing_from_the_weights() {
     );
 }
 
+/// A Qwen3.5 checkpoint without a layer's recurrent-state parameters, or with a convolution
+/// that does not match the config's linear-attention dims: the tensor is named.
+#[test]
+fn hybrid_state_tensors_missing_or_misshapen() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixture("qwen3.5", tmp.path());
+    rewrite_weights(tmp.path(), |t| {
+        t.remove("model.layers.1.linear_attn.A_log");
+    });
+    let err = load_err(tmp.path());
+    assert!(
+        err.contains("`model.layers.1.linear_attn.A_log` is missing"),
+        "{err}"
+    );
+    copy_fixture("qwen3.5", tmp.path());
+    rewrite_weights(tmp.path(), |t| {
+        t.insert(
+            "model.layers.0.linear_attn.conv1d.weight".into(),
+            Tensor::zeros((96, 1, 4), DType::F32, &Device::Cpu).unwrap(),
+        );
+    });
+    let err = load_err(tmp.path());
+    assert!(
+        err.contains("`model.layers.0.linear_attn.conv1d.weight`") && err.contains("[128, 1, 4]"),
+        "{err}"
+    );
+}
+
 #[test]
 fn tensor_with_a_wrong_shape() {
     let tmp = tempfile::tempdir().unwrap();

@@ -86,15 +86,18 @@ impl DeltaNet {
         };
         // Checkpoints keep A_log and the convolution as `[channels, 1, taps]`; llama.cpp's
         // GGUF files keep -exp(A_log) itself and `[channels, taps]`.
-        let (neg_a, conv) = match w.contains(&name("A_log")) {
-            true => (
-                values("A_log", &[vh])?.iter().map(|a| -a.exp()).collect(),
-                values("conv1d.weight", &[conv_dim, 1, cfg.conv_kernel])?,
-            ),
-            false => (
+        // Without either, the error names A_log (the checkpoint's name).
+        let gguf_names = !w.contains(&name("A_log")) && w.contains(&name("A"));
+        let (neg_a, conv) = if gguf_names {
+            (
                 values("A", &[vh])?,
                 values("conv1d.weight", &[conv_dim, cfg.conv_kernel])?,
-            ),
+            )
+        } else {
+            (
+                values("A_log", &[vh])?.iter().map(|a| -a.exp()).collect(),
+                values("conv1d.weight", &[conv_dim, 1, cfg.conv_kernel])?,
+            )
         };
         // `[channels, taps]` → `[taps, channels]`: each tap's weights are one row over channels.
         let taps = cfg.conv_kernel;
