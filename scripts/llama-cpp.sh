@@ -47,6 +47,7 @@ fi
 missing=()
 for t in "$@"; do [ -x "$src/$build/bin/$t" ] || missing+=("$t"); done
 if [ ${#missing[@]} -gt 0 ]; then
+  command -v cmake >/dev/null || { echo "llama-cpp.sh: cmake is needed to build llama.cpp (pip install cmake)" >&2; exit 1; }
   (cd "$src" && cmake -B "$build" -DCMAKE_BUILD_TYPE=Release "${cmake_cpu[@]}" -DLLAMA_BUILD_TESTS=OFF -DLLAMA_CURL=OFF -DLLAMA_USE_PREBUILT_UI=OFF >&2 \
      && cmake --build "$build" -j"${JOBS:-2}" --target "${missing[@]}" >&2)
 fi

@@ -314,3 +314,41 @@ fn bench_reports_the_decode_roofline() {
     ]);
     assert!(!ok && stderr.contains("--roofline"), "{stderr}");
 }
+
+/// Qwen3.5 from the command line: the checkpoint passes `hearth parity` against its
+/// transformers golden, and llama.cpp's GGUF of it runs greedy, the same twice.
+#[test]
+fn a_hybrid_checkpoint_passes_parity_and_its_gguf_runs() {
+    let model = common::tiny("qwen3.5");
+    let golden = common::fixtures().join("golden/tiny-qwen3.5.json");
+    let (ok, stdout, stderr) = hearth(&[
+        "parity",
+        "--model",
+        model.to_str().unwrap(),
+        "--golden",
+        golden.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--dtype",
+        "f32",
+    ]);
+    assert!(ok, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["pass"], true, "{stdout}");
+    let gguf = common::fixtures().join("gguf/tiny-qwen3.5-q8_0.gguf");
+    let args = [
+        "run",
+        "--model",
+        gguf.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "8",
+        "Hello, world!",
+    ];
+    let (ok, first, stderr) = hearth(&args);
+    assert!(ok && stderr.contains(" generated"), "{stderr}");
+    assert_eq!(first, hearth(&args).1);
+}

@@ -854,6 +854,46 @@ async fn a_body_that_never_ends_gets_a_400_in_bounded_time() -> TestResult {
     Ok(())
 }
 
+/// A client that sends its headers a byte at a time (slowloris) has its connection closed once
+/// `--header-timeout` passes, and others are served while it trickles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_trickles_its_headers_is_cut_off() -> TestResult {
+    let s = Server::start(&["--header-timeout", "1"])?;
+    let addr = s.addr.clone();
+    let slow = std::thread::spawn(move || -> std::io::Result<Option<Duration>> {
+        let mut t = TcpStream::connect(&addr)?;
+        t.set_read_timeout(Some(Duration::from_millis(100)))?;
+        let started = Instant::now();
+        t.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ")?;
+        let mut buf = [0u8; 256];
+        while started.elapsed() < Duration::from_secs(10) {
+            if t.write_all(b"a").is_err() {
+                return Ok(Some(started.elapsed()));
+            }
+            match t.read(&mut buf) {
+                Ok(0) => return Ok(Some(started.elapsed())),
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => return Ok(Some(started.elapsed())),
+            }
+        }
+        Ok(None)
+    });
+    let (status, _) = post(&s, "/v1/chat/completions", hello(2)).await?;
+    assert_eq!(status, 200);
+    let closed_after = slow.join().map_err(|_| "the slow client panicked")??;
+    let waited = closed_after.ok_or("the trickling connection was still open after 10 s")?;
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(4),
+        "{waited:?}"
+    );
+    Ok(())
+}
+
 /// Hostile bodies each get a clear 4xx naming the problem, in bounded time: JSON nested far
 /// deeper than any request, bytes that are not UTF-8, a 40 MB body, 10,000 stop strings, a 1 MB
 /// stop string, a negative temperature. Prints each case's status and time.
@@ -1013,5 +1053,40 @@ async fn a_thousand_clients_that_leave_leave_the_pool_as_it_was() -> TestResult 
     assert!(pool(&h).1 <= after_one.1.max(1), "{h}");
     // And it still answers.
     assert_eq!(post(&s, "/v1/chat/completions", hello(2)).await?.0, 200);
+    Ok(())
+}
+
+/// A Qwen3.5 hybrid (Gated DeltaNet state beside the KV cache) through the server: answers
+/// batched with others equal the answer alone, and the next turn resumes from the state the
+/// last one left instead of recomputing the conversation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hybrid_model_batches_and_resumes_its_next_turn() -> TestResult {
+    let s = Server::start_model(&common::tiny("qwen3.5"), &[])?;
+    let (status, alone) = post(&s, "/v1/chat/completions", hello(8)).await?;
+    assert_eq!(status, 200, "{alone}");
+    let answer = alone["choices"][0]["message"]["content"].clone();
+    let together =
+        futures::future::join_all((0..4).map(|_| post(&s, "/v1/chat/completions", hello(8)))).await;
+    for r in together {
+        let (status, v) = r?;
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["choices"][0]["message"]["content"], answer);
+    }
+    let mut body = hello(4);
+    let messages = body["messages"].as_array_mut().ok_or("messages")?;
+    messages.push(json!({"role": "assistant", "content": answer}));
+    messages.push(json!({"role": "user", "content": "And then?"}));
+    let (status, next) = post(&s, "/v1/chat/completions", body).await?;
+    assert_eq!(status, 200, "{next}");
+    let cached = next["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap_or(0);
+    // The state resumes at the last checkpoint the history still matches: the start of the
+    // answer's message (its empty thinking block is not rendered again in the history).
+    let first_prompt = alone["usage"]["prompt_tokens"].as_u64().unwrap_or(0);
+    assert!(
+        first_prompt > 8 && cached + 8 >= first_prompt && cached < first_prompt + 8,
+        "{cached} cached of a first prompt of {first_prompt}"
+    );
     Ok(())
 }

@@ -5,6 +5,7 @@
 mod chat;
 mod completions;
 mod error;
+mod listen;
 mod request;
 mod tool_stream;
 
@@ -57,6 +58,10 @@ pub struct ServeArgs {
     /// Seconds a client may take to send a request's body (a body that never ends is a 400).
     #[arg(long, default_value_t = 30, value_name = "SECS")]
     pub body_timeout: u64,
+    /// Seconds a client may take to send a request's line and headers; past them the
+    /// connection is closed.
+    #[arg(long, default_value_t = 10, value_name = "SECS")]
+    pub header_timeout: u64,
     /// Seconds running answers may take to finish after SIGTERM or Ctrl-C (no new requests are
     /// taken meanwhile); then each ends with its final event and the server exits.
     #[arg(long, default_value_t = 30, value_name = "SECS")]
@@ -145,24 +150,24 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
         // Tests and scripts read this line to find a port picked with --port 0.
         eprintln!("listening on http://{addr}");
-        axum::serve(listener, router(app))
-            .with_graceful_shutdown(async move {
-                stop_signal().await;
-                tracing::info!(
-                    "shutting down: no new requests; running answers have {} s to finish",
-                    grace.as_secs()
-                );
-                tokio::spawn(async move {
-                    tokio::time::sleep(grace).await;
-                    tracing::info!("shutdown grace over: ending the running answers");
-                    let _ = close_tx.send(true);
-                    // An answer ends within a step; a connection that still hangs is cut.
-                    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
-                    std::process::exit(0);
-                });
-            })
-            .await
-            .context("server failed")
+        let header_timeout = std::time::Duration::from_secs(args.header_timeout.max(1));
+        listen::serve(listener, router(app), header_timeout, async move {
+            stop_signal().await;
+            tracing::info!(
+                "shutting down: no new requests; running answers have {} s to finish",
+                grace.as_secs()
+            );
+            tokio::spawn(async move {
+                tokio::time::sleep(grace).await;
+                tracing::info!("shutdown grace over: ending the running answers");
+                let _ = close_tx.send(true);
+                // An answer ends within a step; a connection that still hangs is cut.
+                tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+                std::process::exit(0);
+            });
+        })
+        .await;
+        Ok(())
     })
 }
 

@@ -709,7 +709,8 @@ struct Located {
     dtype: GgmlDType,
     dims: Vec<usize>,
     start: u64,
-    /// One expert of a 3-D tensor.
+    /// Read as bytes and rebuilt in `dims`: one expert of a 3-D tensor, or a shape the file
+    /// writes with other leading ones.
     slice: bool,
 }
 
@@ -852,7 +853,7 @@ impl GgufWeights {
             .checked_add(info.offset)
             .ok_or_else(overflow)?;
         match expert {
-            None if dims != shape => return Err(mismatch(shape.to_vec())),
+            None if !same_shape(dims, shape) => return Err(mismatch(shape.to_vec())),
             None => {}
             Some(e) => {
                 if dims.len() != 3 || dims[1..] != *shape {
@@ -884,7 +885,7 @@ impl GgufWeights {
             dtype: info.ggml_dtype,
             dims: shape.to_vec(),
             start,
-            slice: expert.is_some(),
+            slice: expert.is_some() || dims != shape,
         })
     }
 
@@ -958,6 +959,14 @@ impl GgufWeights {
         let name = t.name;
         loaded.map_err(|e| self.file.tensor_err(&name, &e))
     }
+}
+
+/// One shape up to leading ones: converters write a `[1, n]` weight as `[n]` or as `[1, n]`
+/// (ggml pads every shape with ones), and both hold the same values in the same order.
+fn same_shape(file: &[usize], wanted: &[usize]) -> bool {
+    let strip = |d: &[usize]| d.iter().position(|&n| n != 1).map_or(0, |i| d.len() - i);
+    let (f, w) = (strip(file), strip(wanted));
+    file[file.len() - f..] == wanted[wanted.len() - w..]
 }
 
 /// Reads a tensor's blocks from the file straight into the buffer the model keeps (candle's
@@ -1156,6 +1165,15 @@ fn first_line(e: &candle_core::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shapes_match_up_to_leading_ones() {
+        assert!(same_shape(&[2048], &[1, 2048]));
+        assert!(same_shape(&[1, 2048], &[2048]));
+        assert!(same_shape(&[1], &[1, 1]));
+        assert!(!same_shape(&[2048, 1], &[2048]));
+        assert!(!same_shape(&[2, 2048], &[1, 2048]));
+    }
 
     #[test]
     fn maps_hugging_face_names_to_gguf() {
