@@ -157,7 +157,7 @@ impl RecurrentState {
         Ok(())
     }
 
-    /// Ends a step: its pending checkpoints are kept, within [`MAX_CHECKPOINTS`] (the first and
+    /// Ends a step: its pending checkpoints are kept, within `MAX_CHECKPOINTS` (the first and
     /// the latest).
     pub fn advance(&mut self) {
         for c in std::mem::take(&mut self.pending) {
