@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
-# Runs the property tests (crates/*/tests/fuzz.rs) for a time budget per crate, in rounds of
-# HEARTH_FUZZ_CASES cases per property, each round with fresh random inputs.
-#   scripts/fuzz.sh [seconds-per-target]     (default 600)
+# Runs the property tests (crates/*/tests/fuzz.rs, and the server's request decoders in
+# src/serve/request/fuzz.rs) for a time budget per target, in rounds of HEARTH_FUZZ_CASES cases
+# per property, each round with fresh random inputs.
+#   scripts/fuzz.sh [seconds-per-target] [agent engine graph serve]   (default 600, all four)
 # Prints, per property, the cases run and whether any failed; exits non-zero on a failure.
 set -u
 budget=${1:-600}
+shift || true
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(agent engine graph serve)
 round=${HEARTH_FUZZ_CASES:-2000}
 cd "$(dirname "$0")/.."
 
 failed=0
-for crate in agent engine graph; do
-    pkg="hearth-$crate"
-    exe=$(cargo test -p "$pkg" --test fuzz --no-run 2>&1 |
-        sed -n 's/.*Executable tests\/fuzz.rs (\(.*\))/\1/p' | tail -1)
+for target in "${targets[@]}"; do
+    case $target in
+        # The server's request decoders are unit tests of the binary.
+        serve) pkg=hearth; dir=.; build=(--bin hearth); filter=(serve::request::fuzz) ;;
+        *) pkg="hearth-$target"; dir="crates/$target"; build=(--test fuzz); filter=() ;;
+    esac
+    exe=$(cargo test -p "$pkg" "${build[@]}" --no-run 2>&1 |
+        sed -n 's/.*Executable \(unittests \)\{0,1\}\(tests\/fuzz.rs\|src\/main.rs\) (\(.*\))/\3/p' | tail -1)
     if [ -z "$exe" ]; then
         echo "$pkg: the fuzz tests do not build" >&2
-        cargo test -p "$pkg" --test fuzz --no-run
+        cargo test -p "$pkg" "${build[@]}" --no-run
         failed=1
         continue
     fi
@@ -25,7 +33,7 @@ for crate in agent engine graph; do
     rounds=0
     status=ok
     while [ $((SECONDS - start)) -lt "$budget" ]; do
-        if ! (cd "crates/$crate" && HEARTH_FUZZ_CASES=$round "$exe" --nocapture --test-threads 1) \
+        if ! (cd "$dir" && HEARTH_FUZZ_CASES=$round "$exe" "${filter[@]}" --nocapture --test-threads 1) \
             >>"$log" 2>&1; then
             status=FAILED
             break

@@ -32,7 +32,12 @@ impl Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_hearth"))
             .args(["serve", "--model"])
             .arg(model)
-            .args(["--device", "cpu", "--port", "0", "--alias", "tiny"])
+            .args(["--device", "cpu", "--alias", "tiny"])
+            .args(if extra.contains(&"--port") {
+                &[][..]
+            } else {
+                &["--port", "0"][..]
+            })
             .args(extra)
             .env("HF_HUB_OFFLINE", "1")
             .stderr(Stdio::piped())
@@ -818,6 +823,42 @@ async fn sigterm_lets_running_answers_end_and_exits_cleanly() -> TestResult {
         assert!(status.success(), "grace {grace}: {status:?}");
         assert!(client().get(s.url("/health")).send().await.is_err());
     }
+    Ok(())
+}
+
+/// A server killed outright (SIGKILL) mid-stream: the client's stream ends in an error, not a
+/// hang, and a new server starts at once on the same port (its connections still closing) and
+/// answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_server_restarts_on_its_port_and_serves() -> TestResult {
+    let mut s = Server::start(&[])?;
+    let port = s.addr.rsplit(':').next().ok_or("no port")?.to_string();
+    let mut body = hello(400);
+    body["stream"] = json!(true);
+    body["temperature"] = json!(1.0);
+    let mut stream = client()
+        .post(s.url("/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await?;
+    assert_eq!(stream.status().as_u16(), 200);
+    assert!(stream.chunk().await?.is_some(), "no first chunk");
+    s.child.kill()?; // SIGKILL
+    s.child.wait()?;
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match stream.chunk().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => return false,
+                Err(_) => return true,
+            }
+        }
+    })
+    .await?;
+    assert!(ended, "the stream of a killed server ended as if whole");
+    let again = Server::start(&["--port", &port])?;
+    let (status, v) = post(&again, "/v1/chat/completions", hello(4)).await?;
+    assert_eq!(status, 200, "{v}");
     Ok(())
 }
 

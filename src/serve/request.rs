@@ -599,6 +599,9 @@ fn tool_choice(v: Option<&Value>, names: &[String]) -> Result<ToolChoice, ApiErr
 }
 
 #[cfg(test)]
+mod fuzz;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
