@@ -937,7 +937,8 @@ async fn a_client_that_trickles_its_headers_is_cut_off() -> TestResult {
 
 /// Hostile bodies each get a clear 4xx naming the problem, in bounded time: JSON nested far
 /// deeper than any request, bytes that are not UTF-8, a 40 MB body, 10,000 stop strings, a 1 MB
-/// stop string, a negative temperature. Prints each case's status and time.
+/// stop string, a negative temperature, a million choices, out-of-range token counts and
+/// sampling values, a 10,000-entry logit_bias. Prints each case's status and time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_bodies_get_clear_4xx_in_bounded_time() -> TestResult {
     let s = Server::start(&[])?;
@@ -978,6 +979,27 @@ async fn hostile_bodies_get_clear_4xx_in_bounded_time() -> TestResult {
             with("temperature", json!(-1.0)),
             400,
         ),
+        ("n = 1,000,000", with("n", json!(1_000_000)), 400),
+        ("max_tokens 1e30", with("max_tokens", json!(1e30)), 400),
+        ("negative max_tokens", with("max_tokens", json!(-5)), 400),
+        (
+            "a huge logit_bias",
+            with(
+                "logit_bias",
+                json!((0..10_000)
+                    .map(|i| (i.to_string(), json!(100)))
+                    .collect::<serde_json::Map<_, _>>()),
+            ),
+            400,
+        ),
+        // JSON has no NaN; a number past f64 is the nearest a client can send.
+        (
+            "top_p 1e999",
+            br#"{"messages": [{"role": "user", "content": "hi"}], "top_p": 1e999}"#.to_vec(),
+            400,
+        ),
+        ("top_p above 1", with("top_p", json!(1.5)), 400),
+        ("negative top_k", with("top_k", json!(-3)), 400),
     ];
     for (what, body, want) in cases {
         let started = Instant::now();

@@ -155,15 +155,24 @@ impl RawSampling {
         if let Some(t) = self.temperature {
             s.temperature = t;
         }
+        // 1 (top_p), 0 (min_p) and -1 or 0 (top_k, vLLM's convention) turn a filter off;
+        // values out of range are refused below, not taken as off.
         if let Some(p) = self.top_p {
-            s.top_p = (p < 1.0).then_some(p);
+            s.top_p = (p != 1.0).then_some(p);
         }
         if let Some(k) = self.top_k {
-            // vLLM's convention: -1 (or 0) turns top-k off.
-            s.top_k = usize::try_from(k).ok().filter(|&k| k > 0);
+            s.top_k = match k {
+                -1 | 0 => None,
+                k => Some(usize::try_from(k).map_err(|_| {
+                    ApiError::invalid(
+                        "top_k",
+                        format!("invalid top_k: {k} (must be -1 or 0 for off, or positive)"),
+                    )
+                })?),
+            };
         }
         if let Some(p) = self.min_p {
-            s.min_p = (p > 0.0).then_some(p);
+            s.min_p = (p != 0.0).then_some(p);
         }
         if let Some(r) = self.repetition_penalty {
             s.repetition_penalty = r;
@@ -633,6 +642,30 @@ mod tests {
             Some("messages[1].tool_call_id".into())
         );
         assert_eq!(param(json!({"messages": [user], "n": 2})), Some("n".into()));
+        // Out of range is refused, not taken as the filter off.
+        assert_eq!(
+            param(json!({"messages": [user], "top_p": 1.5})),
+            Some("top_p".into())
+        );
+        assert_eq!(
+            param(json!({"messages": [user], "min_p": -0.1})),
+            Some("min_p".into())
+        );
+        assert_eq!(
+            param(json!({"messages": [user], "top_k": -3})),
+            Some("top_k".into())
+        );
+        for off in [
+            json!({"top_p": 1.0}),
+            json!({"min_p": 0.0}),
+            json!({"top_k": -1}),
+        ] {
+            let mut body = json!({"messages": [user]});
+            body.as_object_mut()
+                .unwrap()
+                .extend(off.as_object().unwrap().clone());
+            assert!(call(body).is_ok());
+        }
         assert_eq!(
             param(json!({"messages": [user], "logit_bias": {"50256": -100}})),
             Some("logit_bias".into())
