@@ -10,12 +10,8 @@ hearth=${1:-${CARGO_TARGET_DIR:-$HOME/.cache/hearth-target}/release/hearth}
 model=${2:-$("$repo/scripts/fetch-test-models.sh")}
 threads=${3:-2}; widths=${4:-1,8,32,64}; per=${5:-2}; max=${6:-32}
 export RAYON_NUM_THREADS=$threads
-log=$(mktemp)
-"$hearth" serve -m "$model" --port 0 -q 2>"$log" &
-pid=$!
-trap 'kill $pid 2>/dev/null || true; rm -f "$log"' EXIT
-for _ in $(seq 120); do grep -q "listening on" "$log" && break; sleep 0.5; done
-addr=$(sed -n 's/.*listening on http:\/\///p' "$log" | head -1)
+. "$repo/benches/serve-start.sh"
+start_server "$hearth" "$model"
 rows=$(python3 "$repo/benches/serve_load.py" "http://$addr/v1" "$widths" "$per" "$max")
 python3 - "$rows" <<'PY'
 import json, sys

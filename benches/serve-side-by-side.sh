@@ -12,12 +12,8 @@ threads=${3:-2}; pp=${4:-32}; tg=${5:-128}; widths=${6:-1,8}
 export RAYON_NUM_THREADS=$threads
 
 inproc=$("$hearth" bench -m "$model" --concurrency "$widths" -p "$pp" -n "$tg" -t "$threads" -r 3 --json -q)
-log=$(mktemp)
-"$hearth" serve -m "$model" --port 0 --max-seqs 8 -q 2>"$log" &
-pid=$!
-trap 'kill $pid 2>/dev/null || true; rm -f "$log"' EXIT
-for _ in $(seq 120); do grep -q "listening on" "$log" && break; sleep 0.5; done
-addr=$(sed -n 's/.*listening on http:\/\///p' "$log" | head -1)
+. "$repo/benches/serve-start.sh"
+start_server "$hearth" "$model" --max-seqs 8
 vocab=$(curl -s "http://$addr/v1/models" | python3 -c 'import json, sys; print(json.load(sys.stdin)["data"][0]["meta"]["n_vocab"])')
 served=$(python3 "$repo/benches/serve_bench.py" "http://$addr/v1" "$vocab" "$pp" "$tg" "$widths")
 python3 - "$inproc" "$served" <<'PY'

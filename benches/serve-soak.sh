@@ -11,12 +11,8 @@ hearth=${1:-${CARGO_TARGET_DIR:-$HOME/.cache/hearth-target}/release/hearth}
 model=${2:-$("$repo/scripts/fetch-test-models.sh")}
 minutes=${3:-30}; clients=${4:-8}; threads=${5:-2}
 export RAYON_NUM_THREADS=$threads
-log=$(mktemp)
-"$hearth" serve -m "$model" --port 0 -q 2>"$log" &
-pid=$!
-trap 'kill $pid 2>/dev/null || true; rm -f "$log"' EXIT
-for _ in $(seq 120); do grep -q "listening on" "$log" && break; sleep 0.5; done
-addr=$(sed -n 's/.*listening on http:\/\///p' "$log" | head -1)
+. "$repo/benches/serve-start.sh"
+start_server "$hearth" "$model"
 out="$repo/benches/results/$(date +%F)-serve-soak.json"
 python3 "$repo/benches/serve_soak.py" "http://$addr/v1" "$pid" "$minutes" "$clients" >"$out"
 python3 - "$out" <<'PY'

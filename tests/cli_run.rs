@@ -17,6 +17,25 @@ fn hearth(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// `hearth parity` of `model` against `golden` on the CPU: (success, stdout, stderr).
+fn parity(
+    model: &std::path::Path,
+    golden: &std::path::Path,
+    dtype: &str,
+) -> (bool, String, String) {
+    hearth(&[
+        "parity",
+        "--model",
+        model.to_str().unwrap(),
+        "--golden",
+        golden.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--dtype",
+        dtype,
+    ])
+}
+
 #[test]
 fn run_streams_a_completion_and_timings() {
     let model = common::tiny("qwen2");
@@ -124,34 +143,14 @@ fn parity_passes_against_the_goldens_and_fails_against_the_wrong_one() {
     let model = common::tiny("qwen2");
     let golden = common::fixtures().join("golden/tiny-qwen2.json");
     for dtype in ["f32", "bf16"] {
-        let (ok, stdout, stderr) = hearth(&[
-            "parity",
-            "--model",
-            model.to_str().unwrap(),
-            "--golden",
-            golden.to_str().unwrap(),
-            "--device",
-            "cpu",
-            "--dtype",
-            dtype,
-        ]);
+        let (ok, stdout, stderr) = parity(&model, &golden, dtype);
         assert!(ok, "{dtype}: {stderr}");
         let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
         assert_eq!(report["pass"], true, "{stdout}");
         assert_eq!(report["dtype"], dtype);
     }
     let wrong = common::fixtures().join("golden/tiny-qwen3.json");
-    let (ok, _, stderr) = hearth(&[
-        "parity",
-        "--model",
-        model.to_str().unwrap(),
-        "--golden",
-        wrong.to_str().unwrap(),
-        "--device",
-        "cpu",
-        "--dtype",
-        "f32",
-    ]);
+    let (ok, _, stderr) = parity(&model, &wrong, "f32");
     assert!(!ok && stderr.contains("tiny-qwen3.json"), "{stderr}");
 }
 
@@ -321,17 +320,7 @@ fn bench_reports_the_decode_roofline() {
 fn a_hybrid_checkpoint_passes_parity_and_its_gguf_runs() {
     let model = common::tiny("qwen3.5");
     let golden = common::fixtures().join("golden/tiny-qwen3.5.json");
-    let (ok, stdout, stderr) = hearth(&[
-        "parity",
-        "--model",
-        model.to_str().unwrap(),
-        "--golden",
-        golden.to_str().unwrap(),
-        "--device",
-        "cpu",
-        "--dtype",
-        "f32",
-    ]);
+    let (ok, stdout, stderr) = parity(&model, &golden, "f32");
     assert!(ok, "{stderr}");
     let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(report["pass"], true, "{stdout}");

@@ -9,7 +9,7 @@ use hearth_agent::parser::{
 use hearth_agent::tools::{evaluate, Calculator, Number};
 use hearth_agent::{ActionStatusCode, ToolCall, ToolRegistry};
 use proptest::prelude::*;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use std::sync::Arc;
 
 use hearth_fuzz::check;
@@ -54,21 +54,7 @@ fn model_text() -> impl Strategy<Value = String> {
 }
 
 fn json_value() -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        any::<i64>().prop_map(Value::from),
-        any::<f64>()
-            .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
-        "\\PC{0,12}".prop_map(Value::String),
-    ];
-    leaf.prop_recursive(4, 32, 6, |inner| {
-        prop_oneof![
-            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
-            prop::collection::vec(("\\PC{0,8}", inner), 0..6)
-                .prop_map(|kv| Value::Object(kv.into_iter().collect::<Map<_, _>>())),
-        ]
-    })
+    hearth_fuzz::json_value("\\PC{0,12}", "\\PC{0,8}", 4, 6)
 }
 
 fn parsers() -> Vec<(&'static str, Box<dyn OutputParser>)> {

@@ -294,21 +294,7 @@ fn gguf_reader_answers_arbitrary_bytes() {
 // ---------------------------------------------------------------- chat rendering
 
 fn json_value() -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        any::<i64>().prop_map(Value::from),
-        any::<f64>()
-            .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
-        ".{0,12}".prop_map(Value::String),
-    ];
-    leaf.prop_recursive(3, 24, 5, |inner| {
-        prop_oneof![
-            prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
-            prop::collection::vec((".{0,8}", inner), 0..5)
-                .prop_map(|kv| Value::Object(kv.into_iter().collect::<Map<_, _>>())),
-        ]
-    })
+    hearth_fuzz::json_value(".{0,12}", ".{0,8}", 3, 5)
 }
 
 /// Text with the markers templates and models use.

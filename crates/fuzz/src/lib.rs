@@ -5,6 +5,7 @@
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use serde_json::{Map, Value};
 use std::time::{Duration, Instant};
 
 /// One input may take this long; more is a hang.
@@ -46,4 +47,28 @@ pub fn check<S: Strategy>(
         panic!("{name}: {e}");
     }
     eprintln!("fuzz {name}: {} cases", ran.get());
+}
+
+/// JSON of any shape: leaves of every type (strings from `text`), arrays and objects (keys
+/// from `keys`) nested up to `depth` deep with at most `width` items each.
+pub fn json_value<T, K>(text: T, keys: K, depth: u32, width: usize) -> impl Strategy<Value = Value>
+where
+    T: Strategy<Value = String> + 'static,
+    K: Strategy<Value = String> + Clone + 'static,
+{
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<f64>()
+            .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+        text.prop_map(Value::String),
+    ];
+    leaf.prop_recursive(depth, depth * 8, width as u32, move |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..width).prop_map(Value::Array),
+            prop::collection::vec((keys.clone(), inner), 0..width)
+                .prop_map(|kv| Value::Object(kv.into_iter().collect::<Map<_, _>>())),
+        ]
+    })
 }

@@ -8,37 +8,27 @@ use hearth_fuzz::check;
 use proptest::prelude::*;
 use serde_json::{json, Map};
 
+/// JSON of any shape, its strings now and then the words a chat request's values use.
 fn json_value() -> impl Strategy<Value = Value> {
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        any::<i64>().prop_map(Value::from),
-        any::<f64>()
-            .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
-        ".{0,12}".prop_map(Value::String),
-        prop_oneof![
-            Just("user"),
-            Just("assistant"),
-            Just("tool"),
-            Just("system"),
-            Just("function"),
-            Just("auto"),
-            Just("required"),
-            Just("json_schema"),
-        ]
-        .prop_map(|s| Value::String(s.into())),
+    let text = prop_oneof![
+        ".{0,12}",
+        prop::sample::select(vec![
+            "user",
+            "assistant",
+            "tool",
+            "system",
+            "function",
+            "auto",
+            "required",
+            "json_schema",
+        ])
+        .prop_map(str::to_owned),
     ];
-    leaf.prop_recursive(3, 24, 5, |inner| {
-        prop_oneof![
-            prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
-            prop::collection::vec((field(), inner), 0..5)
-                .prop_map(|kv| Value::Object(kv.into_iter().collect::<Map<_, _>>())),
-        ]
-    })
+    hearth_fuzz::json_value(text, field(), 3, 5)
 }
 
 /// The names a chat request's objects have, and a few others.
-fn field() -> impl Strategy<Value = String> {
+fn field() -> impl Strategy<Value = String> + Clone {
     prop_oneof![
         4 => prop::sample::select(vec![
             "role", "content", "name", "tool_calls", "tool_call_id", "id", "type",
