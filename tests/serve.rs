@@ -1153,3 +1153,243 @@ async fn a_hybrid_model_batches_and_resumes_its_next_turn() -> TestResult {
     );
     Ok(())
 }
+
+/// The `(event, data)` pairs of a stream whose events are named (Anthropic's, Responses').
+async fn named_events(
+    s: &Server,
+    path: &str,
+    body: Value,
+) -> Result<Vec<(String, Value)>, Box<dyn std::error::Error>> {
+    let r = client().post(s.url(path)).json(&body).send().await?;
+    assert_eq!(r.status().as_u16(), 200);
+    let text = r.text().await?;
+    let mut out = vec![];
+    let mut name = String::new();
+    for line in text.lines() {
+        if let Some(n) = line.strip_prefix("event: ") {
+            name = n.to_string();
+        } else if let Some(d) = line.strip_prefix("data: ") {
+            let data: Value = serde_json::from_str(d)?;
+            // Each event's name is its data's `type`.
+            assert_eq!(data["type"].as_str(), Some(name.as_str()), "{line}");
+            out.push((std::mem::take(&mut name), data));
+        }
+    }
+    Ok(out)
+}
+
+/// The same conversation through chat completions, Anthropic's messages and OpenAI's
+/// responses renders the same prompt (the same token count) and, greedy, the same answer,
+/// whole and streamed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_three_apis_render_the_same_prompt_and_answer() -> TestResult {
+    let s = Server::start(&[])?;
+    let (system, user) = ("Be brief.", "Hello there");
+    let (status, chat) = post(&s, "/v1/chat/completions", hello(8)).await?;
+    assert_eq!(status, 200, "{chat}");
+    let text = chat["choices"][0]["message"]["content"].clone();
+    let prompt = chat["usage"]["prompt_tokens"].as_u64();
+    assert!(text.as_str().is_some_and(|t| !t.is_empty()), "{chat}");
+
+    let anthropic = json!({"model": "tiny", "system": system, "max_tokens": 8, "temperature": 0,
+        "messages": [{"role": "user", "content": user}]});
+    let (status, message) = post(&s, "/v1/messages", anthropic.clone()).await?;
+    assert_eq!(status, 200, "{message}");
+    assert_eq!(message["type"], json!("message"));
+    assert_eq!(message["content"][0]["text"], text, "{message}");
+    let usage = &message["usage"];
+    let read = |k: &str| usage[k].as_u64().unwrap_or(0);
+    assert_eq!(
+        Some(read("input_tokens") + read("cache_read_input_tokens")),
+        prompt
+    );
+    let (status, count) = post(&s, "/v1/messages/count_tokens", anthropic.clone()).await?;
+    assert_eq!((status, count["input_tokens"].as_u64()), (200, prompt));
+
+    let responses = json!({"model": "tiny", "instructions": system, "input": user,
+        "max_output_tokens": 8, "temperature": 0});
+    let (status, response) = post(&s, "/v1/responses", responses.clone()).await?;
+    assert_eq!(status, 200, "{response}");
+    assert_eq!(
+        response["output"][0]["content"][0]["text"], text,
+        "{response}"
+    );
+    assert_eq!(response["usage"]["input_tokens"].as_u64(), prompt);
+
+    // Streamed: Anthropic's event order, and the deltas add up to the same text.
+    let mut streamed = anthropic;
+    streamed["stream"] = json!(true);
+    let events = named_events(&s, "/v1/messages", streamed).await?;
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names[..3], ["message_start", "ping", "content_block_start"]);
+    assert_eq!(
+        names[names.len() - 3..],
+        ["content_block_stop", "message_delta", "message_stop"]
+    );
+    let deltas: String = events
+        .iter()
+        .filter_map(|(_, d)| d["delta"]["text"].as_str())
+        .collect();
+    assert_eq!(Some(deltas.as_str()), text.as_str());
+    assert_eq!(
+        events[0].1["message"]["usage"]["input_tokens"].as_u64(),
+        prompt
+    );
+
+    let mut streamed = responses;
+    streamed["stream"] = json!(true);
+    let events = named_events(&s, "/v1/responses", streamed).await?;
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names[..2], ["response.created", "response.in_progress"]);
+    assert!(
+        matches!(
+            names.last(),
+            Some(&"response.completed" | &"response.incomplete")
+        ),
+        "{names:?}"
+    );
+    for (i, (_, d)) in events.iter().enumerate() {
+        assert_eq!(d["sequence_number"].as_u64(), Some(i as u64));
+    }
+    let deltas: String = events
+        .iter()
+        .filter(|(n, _)| n == "response.output_text.delta")
+        .filter_map(|(_, d)| d["delta"].as_str())
+        .collect();
+    assert_eq!(Some(deltas.as_str()), text.as_str());
+    Ok(())
+}
+
+/// A thinking model's reasoning comes back as Anthropic `thinking` blocks and Responses
+/// `reasoning` items, streamed as their own deltas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reasoning_comes_back_as_thinking_blocks_and_reasoning_items() -> TestResult {
+    // Qwen3.5's own template: its generation prompt opens the thinking block.
+    let template = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/crates/engine/tests/fixtures/templates/Qwen3.5-4B.jinja"
+    );
+    let s = Server::start_model(&common::tiny("qwen3.5"), &["--template", template])?;
+    let body = json!({"model": "tiny", "max_tokens": 6, "temperature": 0,
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "messages": [{"role": "user", "content": "Hello there"}]});
+    let (status, message) = post(&s, "/v1/messages", body.clone()).await?;
+    assert_eq!(status, 200, "{message}");
+    let first = &message["content"][0];
+    assert_eq!(first["type"], json!("thinking"), "{message}");
+    let thought = first["thinking"].as_str().ok_or("no thinking")?;
+    assert!(!thought.is_empty());
+    let mut streamed = body;
+    streamed["stream"] = json!(true);
+    let events = named_events(&s, "/v1/messages", streamed).await?;
+    assert_eq!(
+        events[2].1["content_block"]["type"],
+        json!("thinking"),
+        "{events:?}"
+    );
+    let deltas: String = events
+        .iter()
+        .filter_map(|(_, d)| d["delta"]["thinking"].as_str())
+        .collect();
+    assert_eq!(deltas, thought);
+
+    let body = json!({"model": "tiny", "max_output_tokens": 6, "temperature": 0,
+        "reasoning": {"effort": "medium"}, "input": "Hello there"});
+    let (status, response) = post(&s, "/v1/responses", body).await?;
+    assert_eq!(status, 200, "{response}");
+    let item = &response["output"][0];
+    assert_eq!(item["type"], json!("reasoning"), "{response}");
+    assert_eq!(item["content"][0]["text"].as_str(), Some(thought));
+    // Cut off by max_output_tokens.
+    assert_eq!(response["status"], json!("incomplete"));
+    assert_eq!(
+        response["incomplete_details"]["reason"],
+        json!("max_output_tokens")
+    );
+    Ok(())
+}
+
+/// Each API's bad requests get that API's error shape and a 4xx naming the field; the key
+/// is read from `x-api-key` as Anthropic's clients send it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_api_answers_bad_requests_in_its_own_shape() -> TestResult {
+    let s = Server::start(&["--api-key", "sesame"])?;
+    let send = |path: &'static str, body: Value, key: Option<(&'static str, &'static str)>| {
+        let mut r = client().post(s.url(path)).json(&body);
+        if let Some((h, v)) = key {
+            r = r.header(h, v);
+        }
+        async move {
+            let r = r.send().await?;
+            let status = r.status().as_u16();
+            Ok::<_, reqwest::Error>((status, r.json::<Value>().await?))
+        }
+    };
+    let x_key = Some(("x-api-key", "sesame"));
+    let user = json!([{"role": "user", "content": "hi"}]);
+    for (body, field) in [
+        (json!({"messages": user}), "max_tokens"),
+        (
+            json!({"max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}),
+            "messages[0].content[0].type",
+        ),
+        (
+            json!({"max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1"}]}]}),
+            "messages[0].content[0].tool_use_id",
+        ),
+        (
+            json!({"max_tokens": 4, "messages": user, "temperature": "warm"}),
+            "temperature",
+        ),
+    ] {
+        let (status, v) = send("/v1/messages", body, x_key).await?;
+        assert_eq!(status, 400, "{v}");
+        assert_eq!(v["type"], json!("error"), "{v}");
+        assert_eq!(v["error"]["type"], json!("invalid_request_error"), "{v}");
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with(field), "{field}: {v}");
+    }
+    let (status, v) = send(
+        "/v1/messages",
+        json!({"max_tokens": 4, "messages": user}),
+        None,
+    )
+    .await?;
+    assert_eq!(
+        (status, &v["error"]["type"]),
+        (401, &json!("authentication_error"))
+    );
+    let bearer = Some(("authorization", "Bearer sesame"));
+    for (body, field) in [
+        (
+            json!({"input": "hi", "previous_response_id": "resp_1"}),
+            "previous_response_id",
+        ),
+        (
+            json!({"input": [{"type": "function_call_output", "call_id": "c", "output": "4"}]}),
+            "input[0].call_id",
+        ),
+        (json!({"input": 5}), "input"),
+    ] {
+        let (status, v) = send("/v1/responses", body, bearer).await?;
+        assert_eq!(status, 400, "{v}");
+        assert_eq!(v["error"]["param"], json!(field), "{v}");
+    }
+    // Not JSON at all: still the API's shape, and the server keeps serving.
+    let r = client()
+        .post(s.url("/v1/messages"))
+        .header("x-api-key", "sesame")
+        .body("{not json")
+        .send()
+        .await?;
+    assert_eq!(r.status().as_u16(), 400);
+    assert_eq!(r.json::<Value>().await?["type"], json!("error"));
+    let (status, _) = send(
+        "/v1/messages",
+        json!({"max_tokens": 2, "messages": user}),
+        x_key,
+    )
+    .await?;
+    assert_eq!(status, 200);
+    Ok(())
+}

@@ -1,21 +1,16 @@
 //! `POST /v1/chat/completions`: one answer as JSON, or a stream of server-sent chunks.
 //! Tool calls come back in OpenAI's `tool_calls`, reasoning as `reasoning_content`.
 
+use super::answer::{Answer, Part};
 use super::error::ApiError;
 use super::request::{chat_call, json_object, ChatCall};
-use super::tool_stream::{Piece, ToolCallSplitter};
-use super::{
-    body_bytes, finish_reason, off_the_runtime, unix_now, usage_json, App, Closing, RequestId,
-};
+use super::{body_bytes, finish_reason, off_the_runtime, unix_now, usage_json, App, RequestId};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use hearth_engine::chat::tool_call::CLOSE;
-use hearth_engine::{
-    ChatRequest, ChatStream, Constraint, EngineError, Event, Summary, ToolCall, ToolChoice,
-};
+use hearth_engine::{Summary, ToolCall};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -25,13 +20,12 @@ pub async fn chat_completions(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     match off_the_runtime(&app, body, start).await {
-        Ok((call, stream, splitter)) => {
+        Ok((call, answer)) => {
             let reply = Reply::new(&app, call.include_usage);
-            let closing = Closing::new(&app);
             if call.stream {
-                streamed(reply, stream, splitter, closing)
+                streamed(reply, answer)
             } else {
-                match whole(reply, stream, splitter, closing).await {
+                match whole(reply, answer).await {
                     Ok(v) => Json(v).into_response(),
                     Err(e) => e.into_response(),
                 }
@@ -42,69 +36,11 @@ pub async fn chat_completions(
 }
 
 /// Checks the request and queues it on the engine.
-fn start(
-    app: &App,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<(ChatCall, ChatStream, ToolCallSplitter), ApiError> {
+fn start(app: &App, body: Result<Bytes, BytesRejection>) -> Result<(ChatCall, Answer), ApiError> {
     let body = json_object(&body_bytes(body, app.body_limit)?)?;
-    let info = app.engine.info();
-    let call = chat_call(&body, &info.sampling)?;
-    let offered = call.tool_choice != ToolChoice::None && !call.tools.is_empty();
-    let constraint = constraint(app, &call)?;
-    let mut stop = info.stop_strings.clone();
-    stop.extend(call.stop.iter().cloned());
-    if offered && !call.parallel_tool_calls {
-        // One call: the answer ends at its closing tag (the call is read without it).
-        stop.push(CLOSE.into());
-    }
-    let stream = app
-        .engine
-        .chat(ChatRequest {
-            messages: call.messages.clone(),
-            tools: offered.then(|| call.tools.clone()),
-            max_tokens: call.max_tokens.unwrap_or(info.max_positions),
-            sampling: Some(call.sampling.clone()),
-            stop: Some(stop),
-            enable_thinking: call.enable_thinking,
-            session: None,
-            prefill: None,
-            constraint,
-        })
-        .map_err(|e| match e {
-            // The schema is the client's: say which field it came from.
-            EngineError::InvalidArgument {
-                arg: "constraint",
-                message,
-            } => ApiError::invalid("response_format", message),
-            e => ApiError::from(e),
-        })?;
-    let splitter = match offered {
-        true => ToolCallSplitter::new(call.tools.clone(), call.tool_names.clone()),
-        false => ToolCallSplitter::new(vec![], vec![]),
-    };
-    Ok((call, stream, splitter))
-}
-
-/// What the answer is decoded under: the `response_format` schema, or with tools offered,
-/// the grammar of Qwen's tool calls as `tool_choice` allows them (calls always parse, name an
-/// offered tool and carry arguments valid against its schema; `required` and a named tool
-/// force a call).
-fn constraint(app: &App, call: &ChatCall) -> Result<Option<Constraint>, ApiError> {
-    if call.tools.is_empty() || !app.constrain_tools {
-        return Ok(call.response_format.clone());
-    }
-    let choice = &call.tool_choice;
-    match (&call.response_format, choice) {
-        (Some(_), ToolChoice::Required | ToolChoice::Named(_)) => Err(ApiError::invalid(
-            "response_format",
-            "a forced tool call and a response_format cannot both hold",
-        )),
-        // The answer must be that JSON: no call can open.
-        (Some(format), _) => Ok(Some(format.clone())),
-        // Text only: nothing to constrain.
-        (None, ToolChoice::None) => Ok(None),
-        (None, _) => Ok(app.engine.grammars()?.tool_calls(&call.tools, choice)?),
-    }
+    let call = chat_call(&body, &app.engine.info().sampling)?;
+    let answer = Answer::start(app, &call)?;
+    Ok((call, answer))
 }
 
 /// What every chunk and the final answer share.
@@ -176,48 +112,29 @@ impl Reply {
 }
 
 /// The whole answer as one `chat.completion`.
-async fn whole(
-    mut reply: Reply,
-    mut stream: ChatStream,
-    mut splitter: ToolCallSplitter,
-    mut closing: Closing,
-) -> Result<Value, ApiError> {
+async fn whole(mut reply: Reply, mut answer: Answer) -> Result<Value, ApiError> {
     let (mut content, mut reasoning, mut calls) = (String::new(), String::new(), vec![]);
     let mut invalid = vec![];
-    let mut take = |pieces: Vec<Piece>, reply: &mut Reply, content: &mut String| {
-        for p in pieces {
-            match p {
-                Piece::Text(t) => content.push_str(&t),
-                Piece::Invalid { error, raw } => invalid.push(json!({"error": error, "raw": raw})),
-                // Streamed calls come whole at their end.
-                Piece::CallOpen { .. } | Piece::CallArgs(_) => {}
-                Piece::Call(c) | Piece::CallEnd(c) => {
-                    let mut call = reply.call_json(&c);
-                    // `index` belongs to streamed deltas only.
-                    if let Some(o) = call.as_object_mut() {
-                        o.remove("index");
-                    }
-                    calls.push(call)
-                }
-            }
-        }
-    };
     let summary = loop {
-        match closing.next(&mut stream).await {
-            Some(Event::Text { text }) => {
-                take(splitter.push(&text), &mut reply, &mut content);
-                if splitter.repeated() {
-                    stream.end();
+        match answer.next().await {
+            Some(Part::Text(t)) => content.push_str(&t),
+            Some(Part::Reasoning(t)) => reasoning.push_str(&t),
+            Some(Part::Invalid { error, raw }) => invalid.push(json!({"error": error, "raw": raw})),
+            // Streamed calls come whole at their end.
+            Some(Part::CallOpen(_) | Part::CallArgs(_)) => {}
+            Some(Part::Call(c) | Part::CallEnd(c)) => {
+                let mut call = reply.call_json(&c);
+                // `index` belongs to streamed deltas only.
+                if let Some(o) = call.as_object_mut() {
+                    o.remove("index");
                 }
+                calls.push(call)
             }
-            Some(Event::Reasoning { text }) => reasoning.push_str(&text),
-            Some(Event::Token { .. }) => {}
-            Some(Event::Finished(s)) => break s,
-            Some(Event::Error { message }) => return Err(ApiError::internal(message)),
+            Some(Part::Done(s)) => break s,
+            Some(Part::Failed(message)) => return Err(ApiError::internal(message)),
             None => return Err(ApiError::internal("the engine stopped")),
         }
     };
-    take(splitter.finish(), &mut reply, &mut content);
     let mut message = json!({"role": "assistant", "content": content});
     if !reasoning.is_empty() {
         message["reasoning_content"] = Value::String(reasoning);
@@ -247,12 +164,7 @@ async fn whole(
 
 /// Chunks as server-sent events. A client that goes away cancels the generation: the
 /// task sees the channel close and drops the engine's stream.
-fn streamed(
-    mut reply: Reply,
-    mut stream: ChatStream,
-    mut splitter: ToolCallSplitter,
-    mut closing: Closing,
-) -> Response {
+fn streamed(mut reply: Reply, mut answer: Answer) -> Response {
     let (tx, rx) = mpsc::channel::<Value>(64);
     tokio::spawn(async move {
         let first = reply.chunk(json!({"role": "assistant", "content": ""}), None);
@@ -260,63 +172,46 @@ fn streamed(
             return;
         }
         loop {
-            let event = tokio::select! {
+            let part = tokio::select! {
                 _ = tx.closed() => return,
-                e = closing.next(&mut stream) => e,
+                p = answer.next() => p,
             };
-            let mut out = vec![];
-            let pieces = |pieces: Vec<Piece>, reply: &mut Reply, out: &mut Vec<Value>| {
-                for p in pieces {
-                    let delta = match p {
-                        Piece::Text(t) => json!({"content": t}),
-                        Piece::Call(c) => json!({"tool_calls": [reply.call_json(&c)]}),
-                        Piece::CallOpen { name } => json!({"tool_calls": [reply.call_open(&name)]}),
-                        Piece::CallArgs(args) => json!({"tool_calls": [reply.call_args(&args)]}),
-                        // Every piece of it has gone out.
-                        Piece::CallEnd(_) => continue,
-                        Piece::Invalid { error, raw } => {
-                            json!({"invalid_tool_calls": [{"error": error, "raw": raw}]})
-                        }
-                    };
-                    out.push(reply.chunk(delta, None));
+            let (delta, done) = match part {
+                Some(Part::Text(t)) => (json!({"content": t}), false),
+                Some(Part::Reasoning(t)) => (json!({"reasoning_content": t}), false),
+                Some(Part::Call(c)) => (json!({"tool_calls": [reply.call_json(&c)]}), false),
+                Some(Part::CallOpen(name)) => {
+                    (json!({"tool_calls": [reply.call_open(&name)]}), false)
                 }
-            };
-            let mut done = false;
-            match event {
-                Some(Event::Text { text }) => {
-                    pieces(splitter.push(&text), &mut reply, &mut out);
-                    if splitter.repeated() {
-                        stream.end();
-                    }
+                Some(Part::CallArgs(args)) => {
+                    (json!({"tool_calls": [reply.call_args(&args)]}), false)
                 }
-                Some(Event::Reasoning { text }) => {
-                    out.push(reply.chunk(json!({"reasoning_content": text}), None))
-                }
-                Some(Event::Token { .. }) => {}
-                Some(Event::Finished(summary)) => {
-                    pieces(splitter.finish(), &mut reply, &mut out);
-                    out.push(reply.chunk(json!({}), Some(reply.finish(&summary))));
+                // Every piece of it has gone out.
+                Some(Part::CallEnd(_)) => continue,
+                Some(Part::Invalid { error, raw }) => (
+                    json!({"invalid_tool_calls": [{"error": error, "raw": raw}]}),
+                    false,
+                ),
+                Some(Part::Done(summary)) => {
+                    let mut out = vec![reply.chunk(json!({}), Some(reply.finish(&summary)))];
                     if reply.include_usage {
                         let mut last = reply.chunk(json!({}), None);
                         last["choices"] = json!([]);
                         last["usage"] = usage_json(&summary);
                         out.push(last);
                     }
-                    done = true;
+                    let _ = super::send_all(&tx, out).await;
+                    return;
                 }
-                Some(Event::Error { message }) => {
-                    out.push(ApiError::internal(message).body());
-                    done = true;
-                }
-                None => {
-                    out.push(ApiError::internal("the engine stopped").body());
-                    done = true;
-                }
-            }
-            if super::send_all(&tx, out).await.is_err() {
-                return;
-            }
-            if done {
+                Some(Part::Failed(message)) => (ApiError::internal(message).body(), true),
+                None => (ApiError::internal("the engine stopped").body(), true),
+            };
+            let chunk = if done {
+                delta
+            } else {
+                reply.chunk(delta, None)
+            };
+            if tx.send(chunk).await.is_err() || done {
                 return;
             }
         }

@@ -46,7 +46,7 @@ impl ApiError {
     pub fn unauthorized() -> Self {
         Self {
             status: StatusCode::UNAUTHORIZED,
-            message: "invalid or missing API key: send `Authorization: Bearer <key>`".into(),
+            message: "invalid or missing API key: send `Authorization: Bearer <key>` or `x-api-key: <key>`".into(),
             kind: "authentication_error",
             param: None,
             code: Some("invalid_api_key"),
@@ -127,16 +127,22 @@ impl From<EngineError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut response = (self.status, Json(self.body())).into_response();
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
-            // The queue drains a sequence at a time: worth trying again shortly.
-            response.headers_mut().insert(
-                axum::http::header::RETRY_AFTER,
-                axum::http::HeaderValue::from_static("1"),
-            );
-        }
-        response
+        with_retry_after(
+            self.status,
+            (self.status, Json(self.body())).into_response(),
+        )
     }
+}
+
+fn with_retry_after(status: StatusCode, mut response: Response) -> Response {
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        // The queue drains a sequence at a time: worth trying again shortly.
+        response.headers_mut().insert(
+            axum::http::header::RETRY_AFTER,
+            axum::http::HeaderValue::from_static("1"),
+        );
+    }
+    response
 }
 
 impl std::fmt::Display for ApiError {
@@ -145,5 +151,34 @@ impl std::fmt::Display for ApiError {
             Some(p) if !p.is_empty() => write!(f, "{p}: {}", self.message),
             _ => f.write_str(&self.message),
         }
+    }
+}
+
+/// An error in Anthropic's shape, `{"type": "error", "error": {"type", "message"}}`, for
+/// `/v1/messages`: the same status, the type Anthropic's clients read from it.
+pub struct AnthropicError(pub ApiError);
+
+impl AnthropicError {
+    pub fn body(&self) -> serde_json::Value {
+        let kind = match self.0.status.as_u16() {
+            400 => "invalid_request_error",
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            413 => "request_too_large",
+            429 => "rate_limit_error",
+            503 => "overloaded_error",
+            _ => "api_error",
+        };
+        json!({"type": "error", "error": {"type": kind, "message": self.0.to_string()}})
+    }
+}
+
+impl IntoResponse for AnthropicError {
+    fn into_response(self) -> Response {
+        with_retry_after(
+            self.0.status,
+            (self.0.status, Json(self.body())).into_response(),
+        )
     }
 }

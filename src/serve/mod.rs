@@ -2,11 +2,14 @@
 //! Requests go to the engine's scheduler, so concurrent clients are decoded together, and
 //! a client that resends a growing conversation reuses the cached prefix of its last turn.
 
+mod answer;
 mod chat;
 mod completions;
 mod error;
 mod listen;
+mod messages;
 mod request;
+mod responses;
 mod tool_stream;
 
 use crate::model_args::ModelArgs;
@@ -16,6 +19,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, StatusCode, Uri};
 use axum::middleware::Next;
+use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -187,7 +191,7 @@ impl Closing {
 
     /// The answer's next event; once the server is closing, the answer is told to end after
     /// the token being made, and its last events (the summary) still come.
-    pub async fn next<A: Answer>(&mut self, answer: &mut A) -> Option<Event> {
+    pub async fn next<A: Running>(&mut self, answer: &mut A) -> Option<Event> {
         loop {
             tokio::select! {
                 _ = self.now() => answer.end(),
@@ -209,14 +213,14 @@ impl Closing {
 }
 
 /// A running answer's stream, as the handlers read it.
-pub trait Answer {
+pub trait Running {
     /// Ends the answer after the token being made.
     fn end(&self);
     /// The next event; `None` once the answer has ended.
     fn next(&mut self) -> impl std::future::Future<Output = Option<Event>> + Send;
 }
 
-impl Answer for ChatStream {
+impl Running for ChatStream {
     fn end(&self) {
         ChatStream::end(self)
     }
@@ -225,7 +229,7 @@ impl Answer for ChatStream {
     }
 }
 
-impl Answer for EventStream {
+impl Running for EventStream {
     fn end(&self) {
         EventStream::end(self)
     }
@@ -254,6 +258,9 @@ pub fn router(app: Arc<App>) -> Router {
     let guarded = Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
+        .route("/v1/messages", post(messages::messages))
+        .route("/v1/messages/count_tokens", post(messages::count_tokens))
+        .route("/v1/responses", post(responses::responses))
         .route("/v1/models", get(models))
         .route_layer(axum::middleware::from_fn_with_state(app.clone(), auth));
     let router = Router::new()
@@ -290,15 +297,26 @@ fn cors(origin: Option<&str>) -> Option<tower_http::cors::CorsLayer> {
     )
 }
 
+/// The key comes as `Authorization: Bearer KEY` (OpenAI's clients) or `x-api-key: KEY`
+/// (Anthropic's).
 async fn auth(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
     if let Some(key) = &app.api_key {
-        let sent = request
-            .headers()
+        let headers = request.headers();
+        let bearer = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
-        if !sent.is_some_and(|s| same_key(s, key)) {
-            return ApiError::unauthorized().into_response();
+        let x_api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
+        if ![bearer, x_api_key]
+            .into_iter()
+            .flatten()
+            .any(|s| same_key(s, key))
+        {
+            let error = ApiError::unauthorized();
+            if request.uri().path().starts_with("/v1/messages") {
+                return error::AnthropicError(error).into_response();
+            }
+            return error.into_response();
         }
     }
     next.run(request).await
@@ -432,15 +450,34 @@ async fn send_all(tx: &tokio::sync::mpsc::Sender<Value>, values: Vec<Value>) -> 
 /// The chunks a generation task sends, as server-sent events: each one JSON, then OpenAI's
 /// `[DONE]` once the task has finished (or the body ends when the client goes).
 fn event_stream(rx: tokio::sync::mpsc::Receiver<Value>) -> Response {
-    use axum::response::sse::{Event, KeepAlive, Sse};
-    let events = futures::stream::unfold(Some(rx), |rx| async move {
+    sse(
+        rx,
+        |v| SseEvent::default().data(v.to_string()),
+        Some("[DONE]"),
+    )
+}
+
+/// The events of Anthropic's and OpenAI's Responses streams: each named by its `type`
+/// (`event: message_start`, `event: response.output_text.delta`, …); no `[DONE]`.
+fn typed_event_stream(rx: tokio::sync::mpsc::Receiver<Value>) -> Response {
+    let named = |v: Value| {
+        let name = v["type"].as_str().unwrap_or("message").to_string();
+        SseEvent::default().event(name).data(v.to_string())
+    };
+    sse(rx, named, None)
+}
+
+fn sse(
+    rx: tokio::sync::mpsc::Receiver<Value>,
+    frame: fn(Value) -> SseEvent,
+    last: Option<&'static str>,
+) -> Response {
+    use axum::response::sse::{KeepAlive, Sse};
+    let events = futures::stream::unfold(Some(rx), move |rx| async move {
         let mut rx = rx?;
         match rx.recv().await {
-            Some(v) => Some((
-                Ok::<_, std::convert::Infallible>(Event::default().data(v.to_string())),
-                Some(rx),
-            )),
-            None => Some((Ok(Event::default().data("[DONE]")), None)),
+            Some(v) => Some((Ok::<_, std::convert::Infallible>(frame(v)), Some(rx))),
+            None => last.map(|l| (Ok(SseEvent::default().data(l)), None)),
         }
     });
     Sse::new(events)

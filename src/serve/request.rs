@@ -25,6 +25,8 @@ pub struct ChatCall {
     pub response_format: Option<Constraint>,
     /// `parallel_tool_calls` (default true): false ends the answer after its first call.
     pub parallel_tool_calls: bool,
+    /// Text the answer starts with (Anthropic's trailing assistant message), not sent back.
+    pub prefill: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -81,7 +83,8 @@ pub struct RawSampling {
     logprobs: Option<Value>,
     #[serde(default)]
     logit_bias: Option<Value>,
-    #[serde(default)]
+    /// Anthropic's name for it, in `/v1/messages`.
+    #[serde(default, alias = "stop_sequences")]
     stop: Option<Value>,
 }
 
@@ -279,6 +282,7 @@ pub fn chat_call(body: &Value, defaults: &SamplingParams) -> Result<ChatCall, Ap
         enable_thinking,
         response_format,
         parallel_tool_calls: raw.parallel_tool_calls.unwrap_or(true),
+        prefill: None,
     })
 }
 
@@ -473,7 +477,7 @@ fn assistant_calls(
 }
 
 /// The offered tools' names, each tool checked: a function with a name and an object schema.
-fn tool_names(tools: &[Value]) -> Result<Vec<String>, ApiError> {
+pub fn tool_names(tools: &[Value]) -> Result<Vec<String>, ApiError> {
     let mut names: Vec<String> = vec![];
     for (i, t) in tools.iter().enumerate() {
         let at = format!("tools[{i}]");

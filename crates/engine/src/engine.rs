@@ -193,6 +193,7 @@ impl Engine {
         }
         let (events, rx) = mpsc::unbounded_channel();
         let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let prompt_tokens = request.prompt.len();
         let job = Job {
             request,
             guide,
@@ -208,7 +209,11 @@ impl Engine {
             self.in_flight.fetch_sub(1, Ordering::Relaxed);
             return Err(EngineError::WorkerGone);
         }
-        Ok(EventStream { rx, ended })
+        Ok(EventStream {
+            rx,
+            ended,
+            prompt_tokens,
+        })
     }
 
     /// Tokenizes `prompt` and generates a plain completion of it.

@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 pub struct EventStream {
     pub(crate) rx: mpsc::UnboundedReceiver<Event>,
     pub(crate) ended: Arc<AtomicBool>,
+    pub(crate) prompt_tokens: usize,
 }
 
 impl EventStream {
@@ -28,6 +29,12 @@ impl EventStream {
     /// The next event; `None` once the generation has ended.
     pub async fn next(&mut self) -> Option<Event> {
         self.rx.recv().await
+    }
+
+    /// The prompt's length in tokens (APIs that report it before the answer, as Anthropic's
+    /// `message_start` does).
+    pub fn prompt_tokens(&self) -> usize {
+        self.prompt_tokens
     }
 
     /// For callers outside an async runtime.
@@ -79,6 +86,11 @@ impl ChatStream {
     /// Ends the answer where it is (see [`EventStream::end`]).
     pub fn end(&self) {
         self.events.end();
+    }
+
+    /// The prompt's length in tokens.
+    pub fn prompt_tokens(&self) -> usize {
+        self.events.prompt_tokens
     }
 
     /// The next event; `None` once the answer has ended.

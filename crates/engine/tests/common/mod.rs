@@ -158,21 +158,21 @@ pub fn real_gguf() -> Option<PathBuf> {
     }
 }
 
-/// A Python with the official `openai` client: `HEARTH_OPENAI_PYTHON`, else the virtual
-/// environment `scripts/fetch-openai-client.sh` makes (`$HEARTH_CACHE/venv-openai`).
-pub fn openai_python() -> Option<PathBuf> {
-    let python = std::env::var_os("HEARTH_OPENAI_PYTHON")
+/// A Python with the official `openai` and `anthropic` clients: `HEARTH_API_PYTHON`, else
+/// the virtual environment `scripts/fetch-api-clients.sh` makes (`$HEARTH_CACHE/venv-clients`).
+pub fn api_python() -> Option<PathBuf> {
+    let python = std::env::var_os("HEARTH_API_PYTHON")
         .map(PathBuf::from)
-        .unwrap_or_else(|| cache_dir().join("venv-openai/bin/python"));
+        .unwrap_or_else(|| cache_dir().join("venv-clients/bin/python"));
     let works = std::process::Command::new(&python)
-        .args(["-c", "import openai"])
+        .args(["-c", "import openai, anthropic"])
         .output()
         .is_ok_and(|o| o.status.success());
     if works {
         Some(python)
     } else {
         missing(format!(
-            "{} cannot import openai; run scripts/fetch-openai-client.sh",
+            "{} cannot import openai and anthropic; run scripts/fetch-api-clients.sh",
             python.display()
         ));
         None
