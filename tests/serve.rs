@@ -1393,3 +1393,64 @@ async fn each_api_answers_bad_requests_in_its_own_shape() -> TestResult {
     assert_eq!(status, 200);
     Ok(())
 }
+
+/// The value of the sample `name` (with its labels, as written) in a Prometheus text page.
+fn sample(page: &str, name: &str) -> Option<f64> {
+    page.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// `/metrics` counts requests by route and status and the tokens of finished answers,
+/// times the first tokens, and shows the scheduler's gauges; it needs the key like /v1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_requests_tokens_and_times() -> TestResult {
+    let s = Server::start(&["--api-key", "sesame"])?;
+    let authed = |path: &str| {
+        client()
+            .post(s.url(path))
+            .header("authorization", "Bearer sesame")
+    };
+    for _ in 0..2 {
+        let r = authed("/v1/chat/completions").json(&hello(4)).send().await?;
+        assert_eq!(r.status().as_u16(), 200);
+    }
+    let r = authed("/v1/chat/completions")
+        .json(&json!({"messages": []}))
+        .send()
+        .await?;
+    assert_eq!(r.status().as_u16(), 400);
+    let r = authed("/v1/completions")
+        .json(&json!({"prompt": "Hi", "max_tokens": 3}))
+        .send()
+        .await?;
+    assert_eq!(r.status().as_u16(), 200);
+    let r = client().get(s.url("/metrics")).send().await?;
+    assert_eq!(r.status().as_u16(), 401);
+    let r = client()
+        .get(s.url("/metrics"))
+        .header("authorization", "Bearer sesame")
+        .send()
+        .await?;
+    let ctype = r
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    assert!(ctype.starts_with("application/openmetrics-text"), "{ctype}");
+    let page = r.text().await?;
+    let chat = r#"hearth_requests_total{route="/v1/chat/completions",status="#;
+    assert_eq!(sample(&page, &format!("{chat}\"200\"}}")), Some(2.0), "{page}");
+    assert_eq!(sample(&page, &format!("{chat}\"400\"}}")), Some(1.0));
+    assert_eq!(
+        sample(&page, r#"hearth_requests_total{route="/metrics",status="401"}"#),
+        Some(1.0)
+    );
+    let generated = sample(&page, "hearth_generated_tokens_total").unwrap_or(0.0);
+    assert!((3.0..=11.0).contains(&generated), "{page}");
+    assert!(sample(&page, "hearth_prompt_tokens_total").unwrap_or(0.0) > 10.0);
+    assert_eq!(sample(&page, "hearth_time_to_first_token_seconds_count"), Some(3.0));
+    assert!(sample(&page, "hearth_kv_cache_budget_bytes").unwrap_or(0.0) > 0.0);
+    assert_eq!(sample(&page, "hearth_running_sequences"), Some(0.0));
+    Ok(())
+}

@@ -50,6 +50,7 @@ impl From<Piece> for Part {
 
 /// A queued answer, read part by part.
 pub struct Answer {
+    app: std::sync::Arc<App>,
     stream: ChatStream,
     splitter: ToolCallSplitter,
     closing: Closing,
@@ -60,7 +61,7 @@ pub struct Answer {
 impl Answer {
     /// Queues `call` on the engine: decoded under its `response_format`, or with tools
     /// offered, under the grammar of the model's tool calls as `tool_choice` allows them.
-    pub fn start(app: &App, call: &ChatCall) -> Result<Self, ApiError> {
+    pub fn start(app: &std::sync::Arc<App>, call: &ChatCall) -> Result<Self, ApiError> {
         let info = app.engine.info();
         let offered = call.tool_choice != ToolChoice::None && !call.tools.is_empty();
         let constraint = constraint(app, call)?;
@@ -96,6 +97,7 @@ impl Answer {
             false => ToolCallSplitter::new(vec![], vec![]),
         };
         Ok(Self {
+            app: app.clone(),
             stream,
             splitter,
             closing: Closing::new(app),
@@ -126,6 +128,7 @@ impl Answer {
                 Some(Event::Token { .. }) => vec![],
                 Some(Event::Finished(summary)) => {
                     self.over = true;
+                    self.app.metrics.finished(&summary);
                     let mut parts: Vec<Part> =
                         self.splitter.finish().into_iter().map(Part::from).collect();
                     parts.push(Part::Done(summary));

@@ -36,7 +36,10 @@ pub async fn chat_completions(
 }
 
 /// Checks the request and queues it on the engine.
-fn start(app: &App, body: Result<Bytes, BytesRejection>) -> Result<(ChatCall, Answer), ApiError> {
+fn start(
+    app: &Arc<App>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(ChatCall, Answer), ApiError> {
     let body = json_object(&body_bytes(body, app.body_limit)?)?;
     let call = chat_call(&body, &app.engine.info().sampling)?;
     let answer = Answer::start(app, &call)?;

@@ -57,7 +57,7 @@ pub async fn completions(
 }
 
 fn start(
-    app: &App,
+    app: &Arc<App>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(EventStream, bool, bool), ApiError> {
     let body = json_object(&body_bytes(body, app.body_limit)?)?;
@@ -141,6 +141,7 @@ async fn whole(app: &App, id: String, mut stream: EventStream) -> Result<Value, 
         match closing.next(&mut stream).await {
             Some(Event::Text { text: t }) => text.push_str(&t),
             Some(Event::Finished(s)) => {
+                app.metrics.finished(&s);
                 let mut v = chunk(app, &id, &text, Some(finish_reason(&s.reason, false)));
                 v["usage"] = usage_json(&s);
                 v["timings"] = super::timings_json(&s);
@@ -153,7 +154,7 @@ async fn whole(app: &App, id: String, mut stream: EventStream) -> Result<Value, 
     }
 }
 
-fn streamed(app: &App, id: String, mut stream: EventStream, include_usage: bool) -> Response {
+fn streamed(app: &Arc<App>, id: String, mut stream: EventStream, include_usage: bool) -> Response {
     let (tx, rx) = mpsc::channel::<Value>(64);
     let (model, created) = (app.model_id.clone(), unix_now());
     let chunk = move |text: &str, finish: Option<&str>| {
@@ -164,7 +165,9 @@ fn streamed(app: &App, id: String, mut stream: EventStream, include_usage: bool)
         })
     };
     let mut closing = Closing::new(app);
+    let app = app.clone();
     tokio::spawn(async move {
+        let metrics = &app.metrics;
         loop {
             let event = tokio::select! {
                 _ = tx.closed() => return,
@@ -173,6 +176,7 @@ fn streamed(app: &App, id: String, mut stream: EventStream, include_usage: bool)
             let out = match event {
                 Some(Event::Text { text }) => vec![chunk(&text, None)],
                 Some(Event::Finished(s)) => {
+                    metrics.finished(&s);
                     let mut out = vec![chunk("", Some(finish_reason(&s.reason, false)))];
                     if include_usage {
                         let mut last = chunk("", None);

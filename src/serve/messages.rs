@@ -38,7 +38,10 @@ pub async fn messages(
     }
 }
 
-fn start(app: &App, body: Result<Bytes, BytesRejection>) -> Result<(ChatCall, Answer), ApiError> {
+fn start(
+    app: &Arc<App>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(ChatCall, Answer), ApiError> {
     let body = json_object(&body_bytes(body, app.body_limit)?)?;
     let call = request::messages_call(&body, &app.engine.info().sampling, false)?;
     let answer = Answer::start(app, &call)?;
@@ -56,7 +59,7 @@ pub async fn count_tokens(
     }
 }
 
-fn count(app: &App, body: Result<Bytes, BytesRejection>) -> Result<usize, ApiError> {
+fn count(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<usize, ApiError> {
     let body = json_object(&body_bytes(body, app.body_limit)?)?;
     let call = request::messages_call(&body, &app.engine.info().sampling, true)?;
     let offered = call.tool_choice != hearth_engine::ToolChoice::None && !call.tools.is_empty();

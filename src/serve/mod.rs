@@ -8,6 +8,7 @@ mod completions;
 mod error;
 mod listen;
 mod messages;
+mod metrics;
 mod request;
 mod responses;
 mod tool_stream;
@@ -91,15 +92,19 @@ pub struct App {
     pub created: u64,
     /// Tool calls decoded under the tool-call grammar.
     pub constrain_tools: bool,
+    pub metrics: metrics::Metrics,
 }
+
+/// A request body as the handlers take it: its bytes, or why they could not be read.
+type Body = Result<Bytes, BytesRejection>;
 
 /// Runs a handler's `start` (template rendering, tokenizing megabytes, compiling grammars:
 /// up to a second of CPU) on tokio's blocking pool, so that it never holds up the threads
 /// that carry every other client's stream.
 async fn off_the_runtime<T: Send + 'static>(
     app: &Arc<App>,
-    body: Result<Bytes, BytesRejection>,
-    start: fn(&App, Result<Bytes, BytesRejection>) -> Result<T, ApiError>,
+    body: Body,
+    start: fn(&Arc<App>, Body) -> Result<T, ApiError>,
 ) -> Result<T, ApiError> {
     let app = app.clone();
     tokio::task::spawn_blocking(move || start(&app, body))
@@ -137,6 +142,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         body_limit: args.max_body_mb.saturating_mul(1 << 20),
         created: unix_now(),
         constrain_tools: !args.free_tool_calls,
+        metrics: metrics::Metrics::new(),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -262,12 +268,14 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/messages/count_tokens", post(messages::count_tokens))
         .route("/v1/responses", post(responses::responses))
         .route("/v1/models", get(models))
+        .route("/metrics", get(metrics))
         .route_layer(axum::middleware::from_fn_with_state(app.clone(), auth));
     let router = Router::new()
         .route("/health", get(health))
         .merge(guarded)
         .fallback(not_found)
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+        .layer(axum::middleware::from_fn_with_state(app.clone(), count))
         // The handlers read the body themselves and answer an oversized one, or one that takes
         // too long to arrive, in OpenAI's shape.
         .layer(DefaultBodyLimit::max(app.body_limit))
@@ -327,6 +335,30 @@ async fn auth(State(app): State<Arc<App>>, request: Request, next: Next) -> Resp
 fn same_key(sent: &str, key: &str) -> bool {
     use subtle::ConstantTimeEq;
     sent.as_bytes().ct_eq(key.as_bytes()).into()
+}
+
+/// Counts every request by route and status.
+async fn count(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    let path = request.uri().path().to_string();
+    let response = next.run(request).await;
+    app.metrics.request(&path, response.status().as_u16());
+    response
+}
+
+async fn metrics(State(app): State<Arc<App>>) -> Response {
+    let engine = app.engine.clone();
+    match tokio::task::spawn_blocking(move || engine.stats()).await {
+        Ok(Ok(stats)) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            app.metrics.render(&stats),
+        )
+            .into_response(),
+        Ok(Err(e)) => ApiError::from(e).into_response(),
+        Err(e) => ApiError::internal(e.to_string()).into_response(),
+    }
 }
 
 /// Liveness, and what the scheduler holds: a client that left must not keep a sequence.

@@ -38,7 +38,7 @@ pub async fn responses(
 }
 
 fn start(
-    app: &App,
+    app: &Arc<App>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(ChatCall, Output, Answer), ApiError> {
     let body = json_object(&body_bytes(body, app.body_limit)?)?;
