@@ -1411,7 +1411,10 @@ async fn metrics_count_requests_tokens_and_times() -> TestResult {
             .header("authorization", "Bearer sesame")
     };
     for _ in 0..2 {
-        let r = authed("/v1/chat/completions").json(&hello(4)).send().await?;
+        let r = authed("/v1/chat/completions")
+            .json(&hello(4))
+            .send()
+            .await?;
         assert_eq!(r.status().as_u16(), 200);
     }
     let r = authed("/v1/chat/completions")
@@ -1440,17 +1443,53 @@ async fn metrics_count_requests_tokens_and_times() -> TestResult {
     assert!(ctype.starts_with("application/openmetrics-text"), "{ctype}");
     let page = r.text().await?;
     let chat = r#"hearth_requests_total{route="/v1/chat/completions",status="#;
-    assert_eq!(sample(&page, &format!("{chat}\"200\"}}")), Some(2.0), "{page}");
+    assert_eq!(
+        sample(&page, &format!("{chat}\"200\"}}")),
+        Some(2.0),
+        "{page}"
+    );
     assert_eq!(sample(&page, &format!("{chat}\"400\"}}")), Some(1.0));
     assert_eq!(
-        sample(&page, r#"hearth_requests_total{route="/metrics",status="401"}"#),
+        sample(
+            &page,
+            r#"hearth_requests_total{route="/metrics",status="401"}"#
+        ),
         Some(1.0)
     );
     let generated = sample(&page, "hearth_generated_tokens_total").unwrap_or(0.0);
     assert!((3.0..=11.0).contains(&generated), "{page}");
     assert!(sample(&page, "hearth_prompt_tokens_total").unwrap_or(0.0) > 10.0);
-    assert_eq!(sample(&page, "hearth_time_to_first_token_seconds_count"), Some(3.0));
+    assert_eq!(
+        sample(&page, "hearth_time_to_first_token_seconds_count"),
+        Some(3.0)
+    );
     assert!(sample(&page, "hearth_kv_cache_budget_bytes").unwrap_or(0.0) > 0.0);
     assert_eq!(sample(&page, "hearth_running_sequences"), Some(0.0));
+    Ok(())
+}
+
+/// `/` is the chat page: HTML that needs no key, confined by its content security policy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chat_page_is_served_without_a_key_and_confined() -> TestResult {
+    let s = Server::start(&["--api-key", "sesame"])?;
+    let r = client().get(s.url("/")).send().await?;
+    assert_eq!(r.status().as_u16(), 200);
+    let header = |name: &str| {
+        r.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(header("content-type").starts_with("text/html"));
+    let csp = header("content-security-policy");
+    assert!(
+        csp.contains("connect-src 'self'") && csp.contains("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    let page = r.text().await?;
+    assert!(page.contains("/v1/chat/completions") && page.contains("textContent"));
+    // The model's words are never parsed as HTML.
+    assert!(!page.contains("innerHTML"));
     Ok(())
 }

@@ -14,7 +14,8 @@ type Labels = Vec<(&'static str, String)>;
 
 /// The routes counted by name; any other path counts as `other`, so that a client cannot
 /// grow the label set.
-const ROUTES: [&str; 8] = [
+const ROUTES: [&str; 9] = [
+    "/",
     "/v1/chat/completions",
     "/v1/completions",
     "/v1/messages",

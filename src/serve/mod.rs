@@ -271,6 +271,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/metrics", get(metrics))
         .route_layer(axum::middleware::from_fn_with_state(app.clone(), auth));
     let router = Router::new()
+        .route("/", get(page))
         .route("/health", get(health))
         .merge(guarded)
         .fallback(not_found)
@@ -335,6 +336,23 @@ async fn auth(State(app): State<Arc<App>>, request: Request, next: Next) -> Resp
 fn same_key(sent: &str, key: &str) -> bool {
     use subtle::ConstantTimeEq;
     sent.as_bytes().ct_eq(key.as_bytes()).into()
+}
+
+/// The chat page (src/serve/page.html): static, so it needs no key; its calls to the API
+/// carry the key the user types in. Its own script and styles only, and no framing by other
+/// sites.
+async fn page() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; frame-ancestors 'none'",
+            ),
+        ],
+        include_str!("page.html"),
+    )
+        .into_response()
 }
 
 /// Counts every request by route and status.

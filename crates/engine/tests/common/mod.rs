@@ -161,18 +161,45 @@ pub fn real_gguf() -> Option<PathBuf> {
 /// A Python with the official `openai` and `anthropic` clients: `HEARTH_API_PYTHON`, else
 /// the virtual environment `scripts/fetch-api-clients.sh` makes (`$HEARTH_CACHE/venv-clients`).
 pub fn api_python() -> Option<PathBuf> {
-    let python = std::env::var_os("HEARTH_API_PYTHON")
+    python_with(
+        "HEARTH_API_PYTHON",
+        "venv-clients",
+        "openai, anthropic",
+        "scripts/fetch-api-clients.sh",
+    )
+}
+
+/// A Python with Selenium, beside Debian's Chromium and ChromeDriver: `HEARTH_BROWSER_PYTHON`,
+/// else the virtual environment `scripts/fetch-browser.sh` makes (`$HEARTH_CACHE/venv-browser`).
+pub fn browser_python() -> Option<PathBuf> {
+    let python = python_with(
+        "HEARTH_BROWSER_PYTHON",
+        "venv-browser",
+        "selenium",
+        "scripts/fetch-browser.sh",
+    )?;
+    let browser = ["/usr/bin/chromium", "/usr/bin/chromedriver"];
+    if let Some(absent) = browser.iter().find(|p| !std::path::Path::new(p).exists()) {
+        missing(format!("{absent} is missing; run scripts/fetch-browser.sh"));
+        return None;
+    }
+    Some(python)
+}
+
+/// `$var`, else `$HEARTH_CACHE/<venv>/bin/python`, if it can import `modules`.
+fn python_with(var: &str, venv: &str, modules: &str, script: &str) -> Option<PathBuf> {
+    let python = std::env::var_os(var)
         .map(PathBuf::from)
-        .unwrap_or_else(|| cache_dir().join("venv-clients/bin/python"));
+        .unwrap_or_else(|| cache_dir().join(venv).join("bin/python"));
     let works = std::process::Command::new(&python)
-        .args(["-c", "import openai, anthropic"])
+        .args(["-c", &format!("import {modules}")])
         .output()
         .is_ok_and(|o| o.status.success());
     if works {
         Some(python)
     } else {
         missing(format!(
-            "{} cannot import openai and anthropic; run scripts/fetch-api-clients.sh",
+            "{} cannot import {modules}; run {script}",
             python.display()
         ));
         None
