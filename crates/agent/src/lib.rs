@@ -27,6 +27,7 @@ pub mod hooks;
 pub mod knowledge;
 pub mod llm;
 pub mod loop_policy;
+pub mod mcp;
 pub mod memory;
 pub mod message;
 pub mod parser;
@@ -49,7 +50,7 @@ pub use memory::{Memory, MemoryManager};
 pub use message::{ActionStatusCode, AgentMessage, AgentStatusCode};
 pub use parser::{OutputParser, ParseStatus, ParsedOutput};
 pub use store::{open_database, SavedSession, SessionClaim, SessionStore};
-pub use tool::{Tool, ToolRegistry, ToolResult};
+pub use tool::{Tool, ToolRegistry, ToolResult, ToolSource};
 pub use tool_agent::{
     StopReason, ToolAgent, ToolAgentEvent, ToolAgentRun, ToolChoice, ToolExecutor,
 };

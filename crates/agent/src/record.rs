@@ -60,7 +60,7 @@ impl AgentConfig {
             instructions: agent.instructions.clone(),
             max_iterations: agent.max_iterations,
             history_window: agent.history_window,
-            tools: agent.executor.tools.specs(),
+            tools: agent.executor.tools.resolved().specs(),
             max_tokens: agent.llm_agent.request.max_tokens,
             sampling: agent.llm_agent.request.sampling.clone(),
             stop: agent.llm_agent.request.stop.clone(),

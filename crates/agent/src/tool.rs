@@ -68,10 +68,42 @@ impl ToolResult {
     }
 }
 
+/// Tools whose list can change while the agent lives (an MCP server's, which says so with
+/// `tools/list_changed`): the registry reads it again at the start of every run.
+pub trait ToolSource: Send + Sync {
+    /// What the source is called; prefixes its tools' names where they clash with others.
+    fn name(&self) -> &str;
+    /// Its tools now.
+    fn tools(&self) -> Vec<Arc<dyn Tool>>;
+}
+
+/// A tool offered under another name (a source's tool whose own name was taken).
+struct Renamed {
+    name: String,
+    inner: Arc<dyn Tool>,
+}
+
+#[async_trait]
+impl Tool for Renamed {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn description(&self) -> &str {
+        self.inner.description()
+    }
+    fn parameters(&self) -> Value {
+        self.inner.parameters()
+    }
+    async fn call(&self, arguments: Value) -> Result<String, String> {
+        self.inner.call(arguments).await
+    }
+}
+
 /// Tools by name; runs calls with argument checks and a timeout (30 s by default).
 #[derive(Clone)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<dyn Tool>>,
+    sources: Vec<Arc<dyn ToolSource>>,
     timeout: Duration,
 }
 
@@ -79,6 +111,7 @@ impl Default for ToolRegistry {
     fn default() -> Self {
         Self {
             tools: BTreeMap::new(),
+            sources: vec![],
             timeout: Duration::from_secs(30),
         }
     }
@@ -99,6 +132,41 @@ impl ToolRegistry {
     /// Adds a tool, replacing one of the same name.
     pub fn add(&mut self, tool: Arc<dyn Tool>) {
         self.tools.insert(tool.name().to_string(), tool);
+    }
+
+    /// Adds a source whose tools are read at the start of every run ([`Self::resolved`]).
+    pub fn add_source(&mut self, source: Arc<dyn ToolSource>) {
+        self.sources.push(source);
+    }
+
+    /// The tools with the sources' tools as they are now: a source's tool whose name is taken
+    /// (by a tool or an earlier source's tool) is offered as `<source>_<name>`; one whose
+    /// prefixed name is taken too is left out, with a warning.
+    pub fn resolved(&self) -> ToolRegistry {
+        let mut out = ToolRegistry {
+            tools: self.tools.clone(),
+            sources: vec![],
+            timeout: self.timeout,
+        };
+        for source in &self.sources {
+            for tool in source.tools() {
+                if !out.tools.contains_key(tool.name()) {
+                    out.add(tool);
+                    continue;
+                }
+                let name = format!("{}_{}", source.name(), tool.name());
+                if out.tools.contains_key(&name) {
+                    tracing::warn!(
+                        "`{}` of {} is left out: its name and `{name}` are both taken",
+                        tool.name(),
+                        source.name()
+                    );
+                    continue;
+                }
+                out.add(Arc::new(Renamed { name, inner: tool }));
+            }
+        }
+        out
     }
 
     /// Removes a tool; false if there was none.

@@ -143,7 +143,7 @@ impl ToolExecutor {
     /// The tools a run may call (`registry`, with the run's extra ones) and those it offers
     /// the model, as `tool_choice` allows: `(registry, offered)`.
     fn for_run(&self, options: &RunOptions) -> (ToolRegistry, ToolRegistry) {
-        let mut registry = self.tools.clone();
+        let mut registry = self.tools.resolved();
         for t in &options.extra_tools {
             registry.add(t.clone());
         }

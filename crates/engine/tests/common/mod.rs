@@ -186,6 +186,31 @@ pub fn browser_python() -> Option<PathBuf> {
     Some(python)
 }
 
+/// The MCP servers `scripts/fetch-mcp-servers.sh` installs: `HEARTH_MCP_SERVERS`, else
+/// `$HEARTH_CACHE/mcp-servers` (`venv/bin/mcp-server-time`, `node_modules/.bin/…`).
+pub fn mcp_servers() -> Option<PathBuf> {
+    let dir = std::env::var_os("HEARTH_MCP_SERVERS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache_dir().join("mcp-servers"));
+    let wanted = [
+        "venv/bin/mcp-server-time",
+        "venv/bin/mcp-server-git",
+        "node_modules/.bin/mcp-server-filesystem",
+        "node_modules/.bin/mcp-server-memory",
+        "node_modules/.bin/mcp-server-everything",
+    ];
+    match wanted.iter().find(|w| !dir.join(w).exists()) {
+        None => Some(dir),
+        Some(w) => {
+            missing(format!(
+                "{} is missing; run scripts/fetch-mcp-servers.sh",
+                dir.join(w).display()
+            ));
+            None
+        }
+    }
+}
+
 /// `$var`, else `$HEARTH_CACHE/<venv>/bin/python`, if it can import `modules`.
 fn python_with(var: &str, venv: &str, modules: &str, script: &str) -> Option<PathBuf> {
     let python = std::env::var_os(var)
