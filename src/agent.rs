@@ -22,6 +22,8 @@ pub struct AgentArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub mcp: crate::mcp_args::McpArgs,
     /// Tools to offer: calculator, time, files, python (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "calculator,time")]
     pub tools: Vec<String>,
@@ -100,8 +102,9 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     if args.session.as_deref().is_some_and(|s| s.trim().is_empty()) {
         bail!("invalid --session: empty name");
     }
-    let tools = hearth_agent::tools::registry(&args.tools, args.workspace.clone())
+    let mut tools = hearth_agent::tools::registry(&args.tools, args.workspace.clone())
         .map_err(anyhow::Error::msg)?;
+    let mcp_servers = args.mcp.specs()?;
     // The database is checked before the model loads: a bad file fails fast.
     let mut durable = match &args.session {
         Some(name) => Some(Durable::open(name, args.db.clone())?),
@@ -116,6 +119,15 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    // Started before the model loads: a server that cannot start fails fast.
+    let mcp = args.mcp.connect(&rt, &mcp_servers)?;
+    for source in &mcp {
+        tools.add_source(source.clone());
+    }
+    if args.mcp.any() && args.mcp.approve == crate::mcp_args::Approve::Ask {
+        // The user's answer is not the tool's time: the call's own timeout runs after it.
+        tools = tools.with_timeout(std::time::Duration::from_secs(3600));
+    }
     let mut engine = None;
     let llm: Arc<dyn Llm> = match &args.llm_url {
         Some(url) => Arc::new(remote_llm(
@@ -185,6 +197,10 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             d.save(&agent, &session, engine.as_deref())?;
         }
     }
+    // The agent holds the servers' tools; then their sessions end (on an early return, the
+    // runtime's end kills a stdio server's process).
+    drop(agent);
+    crate::mcp_args::close(&rt, mcp);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&run)?);
     }

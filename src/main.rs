@@ -4,6 +4,7 @@ mod agent;
 mod bench;
 mod chat;
 mod graph;
+mod mcp_args;
 mod model_args;
 mod models;
 mod parity;
@@ -60,10 +61,11 @@ enum Command {
 fn main() -> std::process::ExitCode {
     hearth_engine::memory::one_arena();
     let cli = Cli::parse();
+    // The MCP SDK's session chatter only from -vv on.
     let level = match (cli.quiet, cli.verbose) {
         (true, _) => "warn",
-        (false, 0) => "info",
-        (false, 1) => "debug",
+        (false, 0) => "info,rmcp=warn",
+        (false, 1) => "debug,rmcp=warn",
         (false, _) => "trace",
     };
     tracing_subscriber::fmt()

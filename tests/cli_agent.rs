@@ -80,3 +80,108 @@ fn agent_json_stdout_is_only_the_run() {
         "the run's progress belongs on stderr: {stderr}"
     );
 }
+
+/// `--mcp` offers an MCP server's tools: the real 0.5B model calls mcp-server-time's
+/// `get_current_time` for the time in Tokyo and answers with what it returned.
+#[test]
+fn an_agent_calls_an_mcp_servers_tool() {
+    let (Some(model), Some(servers)) = (common::real_gguf(), common::mcp_servers()) else {
+        return;
+    };
+    let time = format!(
+        "{} --local-timezone UTC",
+        servers.join("venv/bin/mcp-server-time").display()
+    );
+    let (ok, stdout, stderr) = hearth(&[
+        "agent",
+        "--model",
+        model.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--tools",
+        "calculator",
+        "--mcp",
+        &time,
+        "--approve",
+        "auto",
+        "--max-tokens",
+        "128",
+        "--max-iterations",
+        "3",
+        "--json",
+        "What time is it now in Tokyo? Use the get_current_time tool.",
+    ]);
+    let run: serde_json::Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("stdout is not the run ({e}): {stdout}{stderr}"));
+    let calls = run["tool_calls"].as_array().cloned().unwrap_or_default();
+    let first = calls.first().unwrap_or_else(|| panic!("no call: {stdout}"));
+    assert_eq!(first["name"], "get_current_time", "{stdout}");
+    assert_eq!(first["arguments"]["timezone"], "Asia/Tokyo", "{stdout}");
+    assert!(
+        first["content"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("+09:00"),
+        "{stdout}"
+    );
+    assert!(
+        ok || run["stop_reason"] == "max_iterations",
+        "{stdout}{stderr}"
+    );
+}
+
+/// `--approve deny` leaves the tools offered but runs no call, and the model is told so; a
+/// server that cannot start, and a bad `--mcp-config`, stop the run before the model loads,
+/// naming the server or the file's field.
+#[test]
+fn mcp_calls_can_be_denied_and_bad_servers_are_named() {
+    let model = common::tiny("qwen2");
+    let fault = format!(
+        "python3 {}/tests/mcp_fault_server.py",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let base = [
+        "agent",
+        "--model",
+        model.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--max-tokens",
+        "8",
+        "--max-iterations",
+        "1",
+    ];
+    let (ok, _, stderr) = hearth(&[&base[..], &["--mcp", "/no/such/server", "hi"]].concat());
+    assert!(!ok && stderr.contains("/no/such/server"), "{stderr}");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("servers.json");
+    std::fs::write(&config, r#"{"mcpServers": {"x": {"command": ["a"]}}}"#).unwrap();
+    let (ok, _, stderr) =
+        hearth(&[&base[..], &["--mcp-config", config.to_str().unwrap(), "hi"]].concat());
+    assert!(
+        !ok && stderr.contains("servers.json") && stderr.contains("mcpServers.x.command"),
+        "{stderr}"
+    );
+    // Denied: the server starts, its tools are listed in the log, no call runs.
+    let (_, stdout, stderr) = hearth(
+        &[
+            &base[..],
+            &["--mcp", &fault, "--approve", "deny", "--json", "hi"],
+        ]
+        .concat(),
+    );
+    assert!(
+        stderr.contains("MCP server mcp_fault_server: echo"),
+        "{stderr}"
+    );
+    let run: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    for call in run["tool_calls"].as_array().cloned().unwrap_or_default() {
+        assert!(
+            call["content"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("not allowed"),
+            "{call}"
+        );
+    }
+}

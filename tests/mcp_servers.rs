@@ -291,3 +291,49 @@ async fn a_server_that_cannot_start_is_named_in_the_error() {
     assert!(start.elapsed() < Duration::from_secs(10));
     assert!(!Path::new("/no/such/mcp-server").exists());
 }
+
+/// The everything server over streamable HTTP: reached by URL, its tools answer as over stdio.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_is_reached_over_streamable_http() -> TestResult {
+    let Some(dir) = common::mcp_servers() else {
+        return Ok(());
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let mut server =
+        tokio::process::Command::new(dir.join("node_modules/.bin/mcp-server-everything"))
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()?;
+    let stderr = server.stderr.take().ok_or("no stderr")?;
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stderr));
+    let listening = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains("listening") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(listening, Ok(true), "the everything server did not start");
+    let tools = connect(
+        &format!("http://127.0.0.1:{port}/mcp"),
+        McpOptions::default(),
+    )
+    .await?;
+    let mut registry = ToolRegistry::new();
+    registry.add_source(tools);
+    let (ok, text) = call(
+        &registry.resolved(),
+        "echo",
+        json!({"message": "over http"}),
+    )
+    .await;
+    assert!(ok && text.contains("over http"), "{text}");
+    server.kill().await?;
+    Ok(())
+}
