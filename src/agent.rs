@@ -24,6 +24,9 @@ pub struct AgentArgs {
     pub sampling: SamplingArgs,
     #[command(flatten)]
     pub mcp: crate::mcp_args::McpArgs,
+    /// Calls to MCP tools: ask on the terminal before each, auto (run them all), or deny.
+    #[arg(long, value_enum, default_value_t = crate::mcp_args::Approve::Ask)]
+    pub approve: crate::mcp_args::Approve,
     /// Tools to offer: calculator, time, files, python (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "calculator,time")]
     pub tools: Vec<String>,
@@ -120,13 +123,20 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     // Started before the model loads: a server that cannot start fails fast.
-    let mcp = args.mcp.connect(&rt, &mcp_servers)?;
+    let mcp = args
+        .mcp
+        .connect(&rt, &mcp_servers, args.approve.approval())?;
     for source in &mcp {
         tools.add_source(source.clone());
     }
-    if args.mcp.any() && args.mcp.approve == crate::mcp_args::Approve::Ask {
-        // The user's answer is not the tool's time: the call's own timeout runs after it.
-        tools = tools.with_timeout(std::time::Duration::from_secs(3600));
+    if args.mcp.any() {
+        // The call's own timeout (--mcp-timeout) comes first, and the user's answer is not
+        // the tool's time: that timeout runs after it.
+        let secs = match args.approve {
+            crate::mcp_args::Approve::Ask => 3600,
+            _ => args.mcp.mcp_timeout.max(25) + 5,
+        };
+        tools = tools.with_timeout(std::time::Duration::from_secs(secs));
     }
     let mut engine = None;
     let llm: Arc<dyn Llm> = match &args.llm_url {

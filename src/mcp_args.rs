@@ -18,19 +18,27 @@ pub struct McpArgs {
     /// MCP servers from a JSON file in the `mcpServers` format of Claude Desktop and Cursor.
     #[arg(long, value_name = "FILE")]
     pub mcp_config: Option<PathBuf>,
-    /// Calls to MCP tools: ask on the terminal before each, auto (run them all), or deny.
-    #[arg(long, value_enum, default_value_t = Approve::Ask)]
-    pub approve: Approve,
     /// Seconds one MCP tool call may take.
     #[arg(long, default_value_t = 60, value_name = "SECS")]
     pub mcp_timeout: u64,
 }
 
+/// Whether `hearth agent` runs a call to an MCP tool (`--approve`).
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
 pub enum Approve {
     Ask,
     Auto,
     Deny,
+}
+
+impl Approve {
+    pub fn approval(self) -> Approval {
+        match self {
+            Approve::Auto => Approval::Auto,
+            Approve::Deny => Approval::Deny,
+            Approve::Ask => Approval::Ask(Arc::new(ask)),
+        }
+    }
 }
 
 impl McpArgs {
@@ -59,14 +67,11 @@ impl McpArgs {
         &self,
         rt: &tokio::runtime::Runtime,
         specs: &[McpServer],
+        approval: Approval,
     ) -> anyhow::Result<Vec<Arc<McpTools>>> {
         let options = McpOptions {
             call_timeout: Duration::from_secs(self.mcp_timeout.max(1)),
-            approval: match self.approve {
-                Approve::Auto => Approval::Auto,
-                Approve::Deny => Approval::Deny,
-                Approve::Ask => Approval::Ask(Arc::new(ask)),
-            },
+            approval,
             ..McpOptions::default()
         };
         let connected = rt.block_on(futures::future::join_all(

@@ -1,7 +1,8 @@
 """An MCP server (stdio, newline-delimited JSON-RPC, no SDK) that misbehaves on request, for the
-tests of Hearth's MCP client: `echo` answers, `fail` returns a tool error, `hang` never answers,
+tests of Hearth's MCP client: `echo` and `clock` answer, `fail` returns a tool error, `hang` never answers,
 `crash` exits mid-call, `grow` adds a tool and says the list changed, and `bad_schema` has an
-input schema that describes no object. Usage: mcp_fault_server.py"""
+input schema that describes no object. Usage: mcp_fault_server.py [TOOL …] (only those tools
+listed; default all)"""
 
 import json
 import sys
@@ -9,12 +10,17 @@ import sys
 TOOLS = [
     {"name": "echo", "description": "Says the text back", "inputSchema": {
         "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}},
+    {"name": "clock", "description": "The time", "inputSchema": {"type": "object", "properties": {}}},
     {"name": "fail", "description": "Always fails", "inputSchema": {"type": "object", "properties": {}}},
     {"name": "hang", "description": "Never answers", "inputSchema": {"type": "object", "properties": {}}},
     {"name": "crash", "description": "Exits mid-call", "inputSchema": {"type": "object", "properties": {}}},
     {"name": "grow", "description": "Adds the tool `late`", "inputSchema": {"type": "object", "properties": {}}},
     {"name": "bad_schema", "description": "Takes a string, not an object", "inputSchema": {"type": "string"}},
 ]
+
+
+if len(sys.argv) > 1:
+    TOOLS = [t for t in TOOLS if t["name"] in sys.argv[1:]]
 
 
 def send(message):
@@ -47,6 +53,8 @@ for line in sys.stdin:
         args = msg["params"].get("arguments") or {}
         if name == "echo":
             result = text(args.get("text", ""))
+        elif name == "clock":
+            result = text("12:00")
         elif name == "fail":
             result = text("boom", error=True)
         elif name == "hang":

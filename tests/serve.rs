@@ -1493,3 +1493,62 @@ async fn the_chat_page_is_served_without_a_key_and_confined() -> TestResult {
     assert!(!page.contains("innerHTML"));
     Ok(())
 }
+
+/// With `--mcp`, the server's MCP tools are offered beside the client's; a turn whose calls
+/// are all to them is run by the server, which asks the model again: the client gets the
+/// answer, with `mcp_calls` saying what ran (even a call the server's tool failed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_tools_are_run_by_the_server_and_the_answer_goes_on() -> TestResult {
+    // Two tools: the tiny model's context is 512 tokens.
+    let fault = format!(
+        "python3 {}/tests/mcp_fault_server.py clock fail",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let s = Server::start(&["--mcp", &fault])?;
+    let mut body = hello(48);
+    body["tool_choice"] = json!({"type": "function", "function": {"name": "clock"}});
+    let (status, v) = post(&s, "/v1/chat/completions", body.clone()).await?;
+    assert_eq!(status, 200, "{v}");
+    let message = &v["choices"][0]["message"];
+    let ran = &message["mcp_calls"][0];
+    assert_eq!(ran["name"], json!("clock"), "{v}");
+    assert_eq!(ran["ok"], json!(true), "{v}");
+    assert_eq!(ran["result"], json!("12:00"), "{v}");
+    // The calls the server ran are not the client's to run.
+    assert!(message["tool_calls"].is_null(), "{v}");
+    // Generated over both turns: the call, then the answer.
+    assert!(
+        v["usage"]["completion_tokens"].as_u64().unwrap_or(0) > 6,
+        "{v}"
+    );
+
+    // Streamed: the same, as an `mcp_calls` delta.
+    body["stream"] = json!(true);
+    let chunks = sse(&s, body).await?;
+    let ran: Vec<Value> = chunks
+        .iter()
+        .filter_map(|c| serde_json::from_str::<Value>(c).ok())
+        .filter_map(|c| c["choices"][0]["delta"]["mcp_calls"].as_array().cloned())
+        .flatten()
+        .collect();
+    assert_eq!(ran.len(), 1, "{chunks:?}");
+    assert_eq!(ran[0]["name"], json!("clock"));
+    assert!(
+        !chunks.iter().any(|c| c.contains("\"tool_calls\"")),
+        "{chunks:?}"
+    );
+
+    // A tool that fails: its error goes back to the model, and the answer still comes.
+    let mut body = hello(48);
+    body["tool_choice"] = json!({"type": "function", "function": {"name": "fail"}});
+    let (status, v) = post(&s, "/v1/chat/completions", body).await?;
+    assert_eq!(status, 200, "{v}");
+    let ran = &v["choices"][0]["message"]["mcp_calls"][0];
+    assert_eq!(
+        (&ran["name"], &ran["ok"]),
+        (&json!("fail"), &json!(false)),
+        "{v}"
+    );
+    assert!(ran["result"].as_str().unwrap_or_default().contains("boom"));
+    Ok(())
+}

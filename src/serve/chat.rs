@@ -41,7 +41,7 @@ fn start(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(ChatCall, Answer), ApiError> {
     let body = json_object(&body_bytes(body, app.body_limit)?)?;
-    let call = chat_call(&body, &app.engine.info().sampling)?;
+    let call = chat_call(&body, &app.engine.info().sampling, &app.mcp_tools())?;
     let answer = Answer::start(app, &call)?;
     Ok((call, answer))
 }
@@ -117,9 +117,10 @@ impl Reply {
 /// The whole answer as one `chat.completion`.
 async fn whole(mut reply: Reply, mut answer: Answer) -> Result<Value, ApiError> {
     let (mut content, mut reasoning, mut calls) = (String::new(), String::new(), vec![]);
-    let mut invalid = vec![];
+    let (mut invalid, mut mcp_calls) = (vec![], vec![]);
     let summary = loop {
         match answer.next().await {
+            Some(Part::McpCalls(log)) => mcp_calls.extend(log),
             Some(Part::Text(t)) => content.push_str(&t),
             Some(Part::Reasoning(t)) => reasoning.push_str(&t),
             Some(Part::Invalid { error, raw }) => invalid.push(json!({"error": error, "raw": raw})),
@@ -145,6 +146,10 @@ async fn whole(mut reply: Reply, mut answer: Answer) -> Result<Value, ApiError> 
     if !invalid.is_empty() {
         // Calls that could not be read: not in `content`, and not lost.
         message["invalid_tool_calls"] = Value::Array(invalid);
+    }
+    if !mcp_calls.is_empty() {
+        // What the server ran on its MCP tools on the way to this answer.
+        message["mcp_calls"] = Value::Array(mcp_calls);
     }
     if !calls.is_empty() {
         // OpenAI's shape: content is null when the answer is only calls.
@@ -182,6 +187,7 @@ fn streamed(mut reply: Reply, mut answer: Answer) -> Response {
             let (delta, done) = match part {
                 Some(Part::Text(t)) => (json!({"content": t}), false),
                 Some(Part::Reasoning(t)) => (json!({"reasoning_content": t}), false),
+                Some(Part::McpCalls(log)) => (json!({"mcp_calls": log}), false),
                 Some(Part::Call(c)) => (json!({"tool_calls": [reply.call_json(&c)]}), false),
                 Some(Part::CallOpen(name)) => {
                     (json!({"tool_calls": [reply.call_open(&name)]}), false)

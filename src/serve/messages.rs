@@ -3,7 +3,7 @@
 //! Anthropic's events (`message_start`, `content_block_start`, `content_block_delta`,
 //! `content_block_stop`, `message_delta`, `message_stop`); errors in Anthropic's shape.
 
-mod request;
+pub(super) mod request;
 
 use super::answer::{read_whole, stream_events, Answer, Part, Shape};
 use super::error::{AnthropicError, ApiError};
@@ -43,7 +43,7 @@ fn start(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(ChatCall, Answer), ApiError> {
     let body = json_object(&body_bytes(body, app.body_limit)?)?;
-    let call = request::messages_call(&body, &app.engine.info().sampling, false)?;
+    let call = request::messages_call(&body, &app.engine.info().sampling, false, &app.mcp_tools())?;
     let answer = Answer::start(app, &call)?;
     Ok((call, answer))
 }
@@ -61,7 +61,7 @@ pub async fn count_tokens(
 
 fn count(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<usize, ApiError> {
     let body = json_object(&body_bytes(body, app.body_limit)?)?;
-    let call = request::messages_call(&body, &app.engine.info().sampling, true)?;
+    let call = request::messages_call(&body, &app.engine.info().sampling, true, &app.mcp_tools())?;
     let offered = call.tool_choice != hearth_engine::ToolChoice::None && !call.tools.is_empty();
     let mut prompt = app.engine.render(&ChatInput {
         messages: &call.messages,
@@ -191,6 +191,9 @@ impl Shape for Message {
     fn take(&mut self, part: Part) -> Vec<Value> {
         let mut out = vec![];
         match part {
+            // The calls the server ran have no place in this API's shape; their results
+            // are in the text that follows.
+            Part::McpCalls(_) => {}
             Part::Text(t) | Part::Invalid { raw: t, .. } => {
                 if t.is_empty() {
                     return out;

@@ -37,6 +37,10 @@ const FINGERPRINT: &str = concat!("hearth-", env!("CARGO_PKG_VERSION"));
 pub struct ServeArgs {
     #[command(flatten)]
     pub model: ModelArgs,
+    /// MCP servers whose tools the model may call: the server runs those calls itself and
+    /// asks the model again, so clients see the answer (and `mcp_calls`).
+    #[command(flatten)]
+    pub mcp: crate::mcp_args::McpArgs,
     /// Address to listen on; 0.0.0.0 serves other machines too.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
@@ -93,6 +97,8 @@ pub struct App {
     /// Tool calls decoded under the tool-call grammar.
     pub constrain_tools: bool,
     pub metrics: metrics::Metrics,
+    /// The MCP servers' tools (`--mcp`), run by the server.
+    pub mcp: Option<hearth_agent::ToolRegistry>,
 }
 
 /// A request body as the handlers take it: its bytes, or why they could not be read.
@@ -126,6 +132,24 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     let mut opts = args.model.load_options()?;
     opts.scheduler.max_waiting = args.max_queue;
+    let mcp_servers = args.mcp.specs()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    // The operator named these servers: their calls run without asking.
+    let sources = args
+        .mcp
+        .connect(&runtime, &mcp_servers, hearth_agent::mcp::Approval::Auto)?;
+    let mcp = (!sources.is_empty()).then(|| {
+        // The call's own timeout (--mcp-timeout) comes first.
+        let mut registry = hearth_agent::ToolRegistry::new()
+            .with_timeout(std::time::Duration::from_secs(args.mcp.mcp_timeout + 5));
+        for s in sources {
+            registry.add_source(s);
+        }
+        registry
+    });
     let engine = Engine::load(&args.model.model, &opts)?;
     let (close_tx, close_rx) = tokio::sync::watch::channel(false);
     let grace = std::time::Duration::from_secs(args.shutdown_grace);
@@ -143,11 +167,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         created: unix_now(),
         constrain_tools: !args.free_tool_calls,
         metrics: metrics::Metrics::new(),
+        mcp,
     });
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
             .await
@@ -179,6 +200,16 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .await;
         Ok(())
     })
+}
+
+impl App {
+    /// The names of the server's MCP tools as they are now.
+    pub fn mcp_tools(&self) -> Vec<String> {
+        self.mcp
+            .as_ref()
+            .map(|r| r.resolved().names())
+            .unwrap_or_default()
+    }
 }
 
 /// Tells one running answer that the server is closing (its shutdown grace has passed), once.

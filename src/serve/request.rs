@@ -230,8 +230,13 @@ impl RawSampling {
     }
 }
 
-/// The whole request, checked against the model's sampling defaults.
-pub fn chat_call(body: &Value, defaults: &SamplingParams) -> Result<ChatCall, ApiError> {
+/// The whole request, checked against the model's sampling defaults; `server_tools` are the
+/// tools the server offers besides the client's (its MCP tools), which `tool_choice` may name.
+pub fn chat_call(
+    body: &Value,
+    defaults: &SamplingParams,
+    server_tools: &[String],
+) -> Result<ChatCall, ApiError> {
     let raw: RawChat = typed(body)?;
     let sampling: RawSampling = typed(body)?;
     if raw.messages.is_empty() {
@@ -246,7 +251,10 @@ pub fn chat_call(body: &Value, defaults: &SamplingParams) -> Result<ChatCall, Ap
         .collect::<Result<Vec<_>, _>>()?;
     let tools = raw.tools.unwrap_or_default();
     let tool_names = tool_names(&tools)?;
-    let tool_choice = tool_choice(raw.tool_choice.as_ref(), &tool_names)?;
+    let tool_choice = tool_choice(
+        raw.tool_choice.as_ref(),
+        &[&tool_names[..], server_tools].concat(),
+    )?;
     let response_format = response_format(raw.response_format.as_ref())?;
     let enable_thinking = match raw
         .chat_template_kwargs
@@ -620,7 +628,7 @@ mod tests {
     use serde_json::json;
 
     fn call(body: Value) -> Result<ChatCall, ApiError> {
-        chat_call(&body, &SamplingParams::default())
+        chat_call(&body, &SamplingParams::default(), &[])
     }
 
     fn param(body: Value) -> Option<String> {

@@ -3,7 +3,7 @@
 //! (`response.created`, `response.output_item.added`, `response.output_text.delta`,
 //! `response.function_call_arguments.delta`, …, `response.completed`).
 
-mod request;
+pub(super) mod request;
 
 use super::answer::{read_whole, stream_events, Answer, Part, Shape};
 use super::error::ApiError;
@@ -42,7 +42,7 @@ fn start(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(ChatCall, Output, Answer), ApiError> {
     let body = json_object(&body_bytes(body, app.body_limit)?)?;
-    let call = request::responses_call(&body, &app.engine.info().sampling)?;
+    let call = request::responses_call(&body, &app.engine.info().sampling, &app.mcp_tools())?;
     let answer = Answer::start(app, &call)?;
     Ok((call, Output::new(app, &body), answer))
 }
@@ -295,6 +295,9 @@ impl Shape for Output {
     fn take(&mut self, part: Part) -> Vec<Value> {
         let mut out = vec![];
         match part {
+            // The calls the server ran have no place in this API's shape; their results
+            // are in the text that follows.
+            Part::McpCalls(_) => {}
             Part::Text(t) | Part::Invalid { raw: t, .. } => {
                 if t.is_empty() {
                     return out;

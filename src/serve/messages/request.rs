@@ -36,6 +36,7 @@ pub fn messages_call(
     body: &Value,
     defaults: &SamplingParams,
     count_only: bool,
+    server_tools: &[String],
 ) -> Result<ChatCall, ApiError> {
     let raw: RawMessages = typed(body)?;
     let sampling: RawSampling = typed(body)?;
@@ -78,7 +79,10 @@ pub fn messages_call(
             ".",
         )
     })?;
-    let (tool_choice, parallel) = tool_choice(raw.tool_choice.as_ref(), &names)?;
+    let (tool_choice, parallel) = tool_choice(
+        raw.tool_choice.as_ref(),
+        &[&names[..], server_tools].concat(),
+    )?;
     Ok(ChatCall {
         messages,
         tools,
@@ -452,7 +456,7 @@ mod tests {
     use super::*;
 
     fn call(body: Value) -> Result<ChatCall, ApiError> {
-        messages_call(&body, &SamplingParams::default(), false)
+        messages_call(&body, &SamplingParams::default(), false, &[])
     }
 
     fn param(body: Value) -> Option<String> {
@@ -518,7 +522,8 @@ mod tests {
         assert!(messages_call(
             &json!({"messages": [user]}),
             &SamplingParams::default(),
-            true
+            true,
+            &[]
         )
         .is_ok());
         assert_eq!(

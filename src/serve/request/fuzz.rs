@@ -1,7 +1,7 @@
-//! Property tests of the request decoders on hostile bodies: arbitrary bytes, JSON of any
-//! shape in the places a chat request has fields, and valid bodies with bytes changed. Each
-//! answers a 4xx naming what is wrong, or a call; none panics or hangs (`scripts/fuzz.sh` runs
-//! them for minutes).
+//! Property tests of the request decoders — chat completions, Anthropic's messages, OpenAI's
+//! responses — on hostile bodies: arbitrary bytes, JSON of any shape in the places their
+//! requests have fields, and valid bodies with bytes changed. Each decoder answers a 4xx naming
+//! what is wrong, or a call; none panics or hangs (`scripts/fuzz.sh` runs them for minutes).
 
 use super::*;
 use hearth_fuzz::check;
@@ -34,6 +34,8 @@ fn field() -> impl Strategy<Value = String> + Clone {
             "role", "content", "name", "tool_calls", "tool_call_id", "id", "type",
             "function", "arguments", "parameters", "properties", "required", "text",
             "json_schema", "schema", "strict", "messages", "tools", "tool_choice",
+            "tool_use_id", "input", "input_schema", "call_id", "output", "thinking",
+            "tool_result", "tool_use", "function_call", "function_call_output", "input_text",
         ])
         .prop_map(str::to_owned),
         1 => ".{0,8}",
@@ -71,6 +73,16 @@ fn chat_body() -> impl Strategy<Value = Value> {
         "parallel_tool_calls",
         "session",
         "user",
+        "system",
+        "stop_sequences",
+        "thinking",
+        "output_config",
+        "input",
+        "instructions",
+        "max_output_tokens",
+        "text",
+        "reasoning",
+        "previous_response_id",
     ];
     (
         prop::collection::vec(message, 0..5),
@@ -86,14 +98,22 @@ fn chat_body() -> impl Strategy<Value = Value> {
         })
 }
 
-/// What the decoders must answer: a call, or a client error.
+/// What each decoder must answer: a call, or a client error.
 fn decoded(body: &Value) -> Result<(), TestCaseError> {
-    match chat_call(body, &SamplingParams::default()) {
-        Ok(call) => prop_assert!(!call.messages.is_empty(), "a call without messages"),
-        Err(e) => {
-            prop_assert!(e.status.is_client_error(), "{}: {}", e.status, e.message);
-            prop_assert!(!e.message.is_empty());
-            prop_assert!(e.param.as_deref() != Some(""), "an empty param name");
+    let defaults = SamplingParams::default();
+    let server_tools = ["clock".to_string()];
+    for call in [
+        chat_call(body, &defaults, &server_tools),
+        crate::serve::messages::request::messages_call(body, &defaults, false, &server_tools),
+        crate::serve::responses::request::responses_call(body, &defaults, &server_tools),
+    ] {
+        match call {
+            Ok(call) => prop_assert!(!call.messages.is_empty(), "a call without messages"),
+            Err(e) => {
+                prop_assert!(e.status.is_client_error(), "{}: {}", e.status, e.message);
+                prop_assert!(!e.message.is_empty());
+                prop_assert!(e.param.as_deref() != Some(""), "an empty param name");
+            }
         }
     }
     Ok(())

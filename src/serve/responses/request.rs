@@ -39,7 +39,11 @@ struct RawResponses {
 
 /// The request as a [`ChatCall`], and its tools as the client sent them (echoed back in
 /// the response object).
-pub fn responses_call(body: &Value, defaults: &SamplingParams) -> Result<ChatCall, ApiError> {
+pub fn responses_call(
+    body: &Value,
+    defaults: &SamplingParams,
+    server_tools: &[String],
+) -> Result<ChatCall, ApiError> {
     let raw: RawResponses = typed(body)?;
     let sampling: RawSampling = typed(body)?;
     if raw.previous_response_id.is_some() {
@@ -79,7 +83,10 @@ pub fn responses_call(body: &Value, defaults: &SamplingParams) -> Result<ChatCal
         }
         e
     })?;
-    let tool_choice = tool_choice(raw.tool_choice.as_ref(), &names)?;
+    let tool_choice = tool_choice(
+        raw.tool_choice.as_ref(),
+        &[&names[..], server_tools].concat(),
+    )?;
     Ok(ChatCall {
         messages,
         tools,
@@ -386,7 +393,7 @@ mod tests {
     use super::*;
 
     fn call(body: Value) -> Result<ChatCall, ApiError> {
-        responses_call(&body, &SamplingParams::default())
+        responses_call(&body, &SamplingParams::default(), &[])
     }
 
     fn param(body: Value) -> Option<String> {
