@@ -9,14 +9,14 @@ use hearth_engine::{ChatMessage, SamplingParams};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 /// A server on a free loopback port, stopped when dropped.
 struct Server {
-    child: Child,
+    served: common::Served,
     addr: String,
 }
 
@@ -29,42 +29,19 @@ impl Server {
         model: &std::path::Path,
         extra: &[&str],
     ) -> Result<Self, Box<dyn std::error::Error>> {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_hearth"))
-            .args(["serve", "--model"])
-            .arg(model)
-            .args(["--device", "cpu", "--alias", "tiny"])
-            .args(if extra.contains(&"--port") {
-                &[][..]
-            } else {
-                &["--port", "0"][..]
-            })
-            .args(extra)
-            .env("HF_HUB_OFFLINE", "1")
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()?;
-        let stderr = child.stderr.take().ok_or("no stderr")?;
-        let mut lines = BufReader::new(stderr).lines();
-        let addr = loop {
-            let line = lines.next().ok_or("the server exited before listening")??;
-            if let Some(a) = line.split("listening on http://").nth(1) {
-                break a.trim().to_string();
-            }
-        };
-        // Keep draining stderr so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        Ok(Self { child, addr })
+        let model = model.to_str().ok_or("model path")?;
+        let args = [
+            &["--model", model, "--device", "cpu", "--alias", "tiny"][..],
+            extra,
+        ]
+        .concat();
+        let served = common::Served::start(&args)?;
+        let addr = served.addr.clone();
+        Ok(Self { served, addr })
     }
 
     fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -787,7 +764,7 @@ async fn access_is_keyed_cors_is_opt_in_and_an_open_bind_is_warned() -> TestResu
 async fn sigterm_lets_running_answers_end_and_exits_cleanly() -> TestResult {
     for grace in ["0", "30"] {
         let mut s = Server::start(&["--shutdown-grace", grace])?;
-        let pid = s.child.id().to_string();
+        let pid = s.served.child.id().to_string();
         let mut body = hello(400);
         body["stream"] = json!(true);
         body["temperature"] = json!(1.0);
@@ -811,7 +788,7 @@ async fn sigterm_lets_running_answers_end_and_exits_cleanly() -> TestResult {
         );
         let started = Instant::now();
         let status = loop {
-            if let Some(status) = s.child.try_wait()? {
+            if let Some(status) = s.served.child.try_wait()? {
                 break status;
             }
             assert!(
@@ -843,8 +820,8 @@ async fn a_killed_server_restarts_on_its_port_and_serves() -> TestResult {
         .await?;
     assert_eq!(stream.status().as_u16(), 200);
     assert!(stream.chunk().await?.is_some(), "no first chunk");
-    s.child.kill()?; // SIGKILL
-    s.child.wait()?;
+    s.served.child.kill()?; // SIGKILL
+    s.served.child.wait()?;
     let ended = tokio::time::timeout(Duration::from_secs(10), async {
         loop {
             match stream.chunk().await {

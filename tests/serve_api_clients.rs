@@ -5,62 +5,38 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 #[test]
 fn the_official_clients_work_against_hearth_serve() -> Result<(), Box<dyn std::error::Error>> {
     let (Some(model), Some(python)) = (common::real_gguf(), common::api_python()) else {
         return Ok(());
     };
-    let mut server = Command::new(env!("CARGO_BIN_EXE_hearth"))
-        .args(["serve", "--model"])
-        .arg(&model)
-        .args([
-            "--device",
-            "cpu",
-            "--port",
-            "0",
-            "--api-key",
-            "test-key",
-            "-q",
-        ])
-        .env("HF_HUB_OFFLINE", "1")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()?;
-    let stderr = server.stderr.take().ok_or("no stderr")?;
-    let mut lines = BufReader::new(stderr).lines();
-    let addr = loop {
-        match lines.next() {
-            Some(line) => {
-                let line = line?;
-                if let Some(a) = line.split("listening on http://").nth(1) {
-                    break Ok(a.trim().to_string());
-                }
-            }
-            None => break Err("the server exited before listening"),
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
+    let server = common::Served::start(&[
+        "--model",
+        model.to_str().ok_or("model path")?,
+        "--device",
+        "cpu",
+        "--api-key",
+        "test-key",
+        "-q",
+    ])?;
+    let addr = &server.addr;
     let scripts = [
         ("openai_client.py", "/v1"),
         ("openai_responses_client.py", "/v1"),
         ("anthropic_client.py", ""),
     ];
-    let results = addr.map_err(|e| e.to_string()).map(|addr| {
-        scripts.map(|(script, path)| {
-            Command::new(&python)
-                .arg(format!("{}/tests/{script}", env!("CARGO_MANIFEST_DIR")))
-                .arg(format!("http://{addr}{path}"))
-                .arg("test-key")
-                .output()
-                .map_err(|e| e.to_string())
-        })
+    let results = scripts.map(|(script, path)| {
+        Command::new(&python)
+            .arg(format!("{}/tests/{script}", env!("CARGO_MANIFEST_DIR")))
+            .arg(format!("http://{addr}{path}"))
+            .arg("test-key")
+            .output()
+            .map_err(|e| e.to_string())
     });
-    let _ = server.kill();
-    let _ = server.wait();
-    for ((script, _), out) in scripts.iter().zip(results?) {
+    drop(server);
+    for ((script, _), out) in scripts.iter().zip(results) {
         let out = out?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -4,8 +4,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 #[test]
 fn the_chat_page_streams_answers_in_a_browser() -> Result<(), Box<dyn std::error::Error>> {
@@ -17,43 +16,29 @@ fn the_chat_page_streams_answers_in_a_browser() -> Result<(), Box<dyn std::error
         env!("CARGO_MANIFEST_DIR"),
         "/crates/engine/tests/fixtures/templates/Qwen3.5-4B.jinja"
     );
-    let mut server = Command::new(env!("CARGO_BIN_EXE_hearth"))
-        .args(["serve", "--model"])
-        .arg(common::tiny("qwen3.5"))
-        .args(["--template", template, "--device", "cpu", "--port", "0"])
-        .args(["--alias", "tiny", "-q"])
-        .env("HF_HUB_OFFLINE", "1")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()?;
-    let stderr = server.stderr.take().ok_or("no stderr")?;
-    let mut lines = BufReader::new(stderr).lines();
-    let addr = loop {
-        match lines.next() {
-            Some(line) => {
-                if let Some(a) = line?.split("listening on http://").nth(1) {
-                    break Ok(a.trim().to_string());
-                }
-            }
-            None => break Err("the server exited before listening"),
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
+    let tiny = common::tiny("qwen3.5");
+    let server = common::Served::start(&[
+        "--model",
+        tiny.to_str().ok_or("model path")?,
+        "--template",
+        template,
+        "--device",
+        "cpu",
+        "--alias",
+        "tiny",
+        "-q",
+    ])?;
     let screenshot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("chat-page.png");
-    let result = addr.map_err(|e| e.to_string()).and_then(|addr| {
-        Command::new(&python)
-            .arg(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/tests/page_browser.py"
-            ))
-            .arg(format!("http://{addr}"))
-            .arg(&screenshot)
-            .output()
-            .map_err(|e| e.to_string())
-    });
-    let _ = server.kill();
-    let _ = server.wait();
-    let out = result?;
+    let out = Command::new(&python)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/page_browser.py"
+        ))
+        .arg(format!("http://{}", server.addr))
+        .arg(&screenshot)
+        .output();
+    drop(server);
+    let out = out?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");

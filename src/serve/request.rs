@@ -303,19 +303,10 @@ fn response_format(v: Option<&Value>) -> Result<Option<Constraint>, ApiError> {
     match v.get("type").and_then(Value::as_str) {
         Some("text") => Ok(None),
         Some("json_object") => Ok(Some(Constraint::json_object())),
-        Some("json_schema") => {
-            let schema = v
-                .get("json_schema")
-                .and_then(|s| s.get("schema"))
-                .filter(|s| s.is_object() || s.is_boolean())
-                .ok_or_else(|| {
-                    ApiError::invalid(
-                        "response_format.json_schema.schema",
-                        "a json_schema response format needs a `schema` object",
-                    )
-                })?;
-            Ok(Some(Constraint::JsonSchema(schema.clone())))
-        }
+        Some("json_schema") => Ok(Some(json_schema(
+            v.get("json_schema").and_then(|s| s.get("schema")),
+            "response_format.json_schema.schema",
+        )?)),
         other => Err(ApiError::invalid(
             "response_format.type",
             format!("{other:?}: expected text, json_object or json_schema"),
@@ -595,12 +586,6 @@ fn tool_choice(v: Option<&Value>, names: &[String]) -> Result<ToolChoice, ApiErr
                         "a named tool choice is {\"type\": \"function\", \"function\": {\"name\": …}}",
                     )
                 })?;
-            if !names.iter().any(|n| n == name) {
-                return Err(ApiError::invalid(
-                    "tool_choice.function.name",
-                    format!("`{name}` is not among the tools offered"),
-                ));
-            }
             ToolChoice::Named(name.to_string())
         }
         Some(_) => {
@@ -610,6 +595,24 @@ fn tool_choice(v: Option<&Value>, names: &[String]) -> Result<ToolChoice, ApiErr
             ))
         }
     };
+    offered_choice(choice, names, "tool_choice.function.name")
+}
+
+/// `choice` if the tools offered (`names`) allow it: a named tool must be among them, and a
+/// required call needs one. `name_at` is where the API's request names the tool.
+pub fn offered_choice(
+    choice: ToolChoice,
+    names: &[String],
+    name_at: &str,
+) -> Result<ToolChoice, ApiError> {
+    if let ToolChoice::Named(name) = &choice {
+        if !names.iter().any(|n| n == name) {
+            return Err(ApiError::invalid(
+                name_at,
+                format!("`{name}` is not among the tools offered"),
+            ));
+        }
+    }
     if names.is_empty() && matches!(choice, ToolChoice::Required | ToolChoice::Named(_)) {
         return Err(ApiError::invalid(
             "tool_choice",
@@ -617,6 +620,17 @@ fn tool_choice(v: Option<&Value>, names: &[String]) -> Result<ToolChoice, ApiErr
         ));
     }
     Ok(choice)
+}
+
+/// A `{"type": "json_schema", …, "schema": {…}}` format's constraint (the schema at
+/// `schema_at` of the request).
+pub fn json_schema(schema: Option<&Value>, schema_at: &str) -> Result<Constraint, ApiError> {
+    let schema = schema
+        .filter(|s| s.is_object() || s.is_boolean())
+        .ok_or_else(|| {
+            ApiError::invalid(schema_at, "a json_schema format needs a `schema` object")
+        })?;
+    Ok(Constraint::JsonSchema(schema.clone()))
 }
 
 #[cfg(test)]

@@ -4,3 +4,48 @@
 #[path = "../../crates/engine/tests/common/mod.rs"]
 mod engine;
 pub use engine::*;
+
+/// `hearth serve` on a free loopback port (`--port 0`, unless `args` name one), stopped when
+/// dropped; `addr` is where it listens.
+pub struct Served {
+    pub child: std::process::Child,
+    pub addr: String,
+}
+
+impl Served {
+    pub fn start<S: AsRef<std::ffi::OsStr>>(
+        args: &[S],
+    ) -> Result<Self, Box<dyn std::error::Error>> {
+        use std::io::BufRead;
+        let port = args.iter().any(|a| a.as_ref() == "--port");
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hearth"))
+            .arg("serve")
+            .args(args)
+            .args(if port { &[][..] } else { &["--port", "0"][..] })
+            .env("HF_HUB_OFFLINE", "1")
+            .stderr(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()?;
+        let stderr = child.stderr.take().ok_or("no stderr")?;
+        let mut lines = std::io::BufReader::new(stderr).lines();
+        let addr = loop {
+            let Some(line) = lines.next() else {
+                let _ = child.kill();
+                return Err("the server exited before listening".into());
+            };
+            if let Some(a) = line?.split("listening on http://").nth(1) {
+                break a.trim().to_string();
+            }
+        };
+        // Keep draining stderr so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Ok(Self { child, addr })
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

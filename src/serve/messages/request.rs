@@ -3,7 +3,9 @@
 //! `tool_choice`, `stop_sequences` and `thinking`, turned into the call every API shares.
 
 use crate::serve::error::ApiError;
-use crate::serve::request::{tool_names, typed, ChatCall, RawSampling};
+use crate::serve::request::{
+    json_schema, offered_choice, tool_names, typed, ChatCall, RawSampling,
+};
 use hearth_engine::constraint::Constraint;
 use hearth_engine::{ChatMessage, SamplingParams, ToolCall, ToolChoice};
 use serde::Deserialize;
@@ -314,9 +316,8 @@ fn assistant_turn(
         }
     }
     let mut m = ChatMessage::assistant(texts.concat());
-    if calls.is_empty() {
-        m.content = Some(texts.concat());
-    } else if texts.is_empty() {
+    if !calls.is_empty() && texts.is_empty() {
+        // Only calls: no text, as the templates expect.
         m.content = None;
     }
     m.tool_calls = calls;
@@ -385,12 +386,6 @@ fn tool_choice(v: Option<&Value>, names: &[String]) -> Result<(ToolChoice, bool)
             let name = v.get("name").and_then(Value::as_str).ok_or_else(|| {
                 ApiError::invalid("tool_choice.name", "a `tool` choice needs the tool's name")
             })?;
-            if !names.iter().any(|n| n == name) {
-                return Err(ApiError::invalid(
-                    "tool_choice.name",
-                    format!("`{name}` is not among the tools offered"),
-                ));
-            }
             ToolChoice::Named(name.to_string())
         }
         other => {
@@ -400,13 +395,7 @@ fn tool_choice(v: Option<&Value>, names: &[String]) -> Result<(ToolChoice, bool)
             ))
         }
     };
-    if names.is_empty() && matches!(choice, ToolChoice::Required | ToolChoice::Named(_)) {
-        return Err(ApiError::invalid(
-            "tool_choice",
-            "a tool call is required but no tools are offered",
-        ));
-    }
-    Ok((choice, parallel))
+    Ok((offered_choice(choice, names, "tool_choice.name")?, parallel))
 }
 
 /// `thinking`: `{"type": "enabled", "budget_tokens": N}` turns the model's thinking on,
@@ -432,18 +421,10 @@ fn output_format(v: Option<&Value>) -> Result<Option<Constraint>, ApiError> {
         return Ok(None);
     };
     match format.get("type").and_then(Value::as_str) {
-        Some("json_schema") => {
-            let schema = format
-                .get("schema")
-                .filter(|s| s.is_object() || s.is_boolean())
-                .ok_or_else(|| {
-                    ApiError::invalid(
-                        "output_config.format.schema",
-                        "a json_schema format needs a `schema` object",
-                    )
-                })?;
-            Ok(Some(Constraint::JsonSchema(schema.clone())))
-        }
+        Some("json_schema") => Ok(Some(json_schema(
+            format.get("schema"),
+            "output_config.format.schema",
+        )?)),
         other => Err(ApiError::invalid(
             "output_config.format.type",
             format!("{other:?}: expected json_schema"),

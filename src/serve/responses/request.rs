@@ -4,7 +4,9 @@
 //! Stateless: nothing is kept between requests, so `previous_response_id` is refused.
 
 use crate::serve::error::ApiError;
-use crate::serve::request::{tool_names, typed, ChatCall, RawSampling};
+use crate::serve::request::{
+    json_schema, offered_choice, tool_names, typed, ChatCall, RawSampling,
+};
 use hearth_engine::constraint::Constraint;
 use hearth_engine::{ChatMessage, SamplingParams, ToolCall, ToolChoice};
 use serde::Deserialize;
@@ -321,12 +323,6 @@ fn tool_choice(v: Option<&Value>, names: &[String]) -> Result<ToolChoice, ApiErr
             let name = o.get("name").and_then(Value::as_str).ok_or_else(|| {
                 ApiError::invalid("tool_choice.name", "a function choice needs its `name`")
             })?;
-            if !names.iter().any(|n| n == name) {
-                return Err(ApiError::invalid(
-                    "tool_choice.name",
-                    format!("`{name}` is not among the tools offered"),
-                ));
-            }
             ToolChoice::Named(name.to_string())
         }
         Some(_) => {
@@ -336,13 +332,7 @@ fn tool_choice(v: Option<&Value>, names: &[String]) -> Result<ToolChoice, ApiErr
             ))
         }
     };
-    if names.is_empty() && matches!(choice, ToolChoice::Required | ToolChoice::Named(_)) {
-        return Err(ApiError::invalid(
-            "tool_choice",
-            "a tool call is required but no tools are offered",
-        ));
-    }
-    Ok(choice)
+    offered_choice(choice, names, "tool_choice.name")
 }
 
 /// `reasoning.effort`: `none` turns the model's thinking off, any other effort on.
@@ -369,18 +359,10 @@ fn format(v: Option<&Value>) -> Result<Option<Constraint>, ApiError> {
     match format.get("type").and_then(Value::as_str) {
         Some("text") => Ok(None),
         Some("json_object") => Ok(Some(Constraint::json_object())),
-        Some("json_schema") => {
-            let schema = format
-                .get("schema")
-                .filter(|s| s.is_object() || s.is_boolean())
-                .ok_or_else(|| {
-                    ApiError::invalid(
-                        "text.format.schema",
-                        "a json_schema format needs a `schema` object",
-                    )
-                })?;
-            Ok(Some(Constraint::JsonSchema(schema.clone())))
-        }
+        Some("json_schema") => Ok(Some(json_schema(
+            format.get("schema"),
+            "text.format.schema",
+        )?)),
         other => Err(ApiError::invalid(
             "text.format.type",
             format!("{other:?}: expected text, json_object or json_schema"),
