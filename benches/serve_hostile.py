@@ -1,5 +1,9 @@
 """A well-behaved client's streamed chat requests, alone and beside hostile clients; prints one
-JSON object. Usage: serve_hostile.py HOST:PORT REQUESTS (see benches/serve-hostile.sh)."""
+JSON object. Usage: serve_hostile.py HOST:PORT REQUESTS (see benches/serve-hostile.sh).
+Each hostile client repeats its attack every 0.2 s (slowloris and endless bodies hold their
+connection open as long as the server lets them): what is measured is what slow and malformed
+clients cost the others, not a flood, which on the same two cores would measure the load
+generator too."""
 
 import json
 import socket
@@ -34,8 +38,10 @@ def victim(n):
             with urllib.request.urlopen(req, timeout=120) as r:
                 first = None
                 for line in r:
-                    if line.startswith(b"data: {") and b'"content":"' in line and first is None:
-                        first = time.perf_counter()
+                    if first is None and line.startswith(b"data: {"):
+                        delta = json.loads(line[6:])["choices"][0]["delta"] if b'"choices":[{' in line else {}
+                        if delta.get("content"):
+                            first = time.perf_counter()
                 end = time.perf_counter()
             ttft.append(((first or end) - start) * 1e3)
             latency.append((end - start) * 1e3)
@@ -100,6 +106,7 @@ def big_bodies():
                 count("big_bodies_413")
         except OSError:
             count("big_bodies_413")  # the server closed while the body still came
+        time.sleep(0.2)
 
 
 def deep_json():
@@ -110,6 +117,7 @@ def deep_json():
                 count("deep_json_400")
         except OSError:
             pass
+        time.sleep(0.2)
 
 
 def dropped_streams():
@@ -128,19 +136,27 @@ def dropped_streams():
 
 victim(2)  # warm-up
 alone = victim(requests)
-threads = ([threading.Thread(target=slowloris, daemon=True) for _ in range(64)]
-           + [threading.Thread(target=endless_body, daemon=True) for _ in range(8)]
-           + [threading.Thread(target=big_bodies, daemon=True) for _ in range(4)]
-           + [threading.Thread(target=deep_json, daemon=True) for _ in range(8)]
-           + [threading.Thread(target=dropped_streams, daemon=True) for _ in range(8)])
-for t in threads:
+malformed = ([threading.Thread(target=slowloris, daemon=True) for _ in range(64)]
+             + [threading.Thread(target=endless_body, daemon=True) for _ in range(8)]
+             + [threading.Thread(target=big_bodies, daemon=True) for _ in range(4)]
+             + [threading.Thread(target=deep_json, daemon=True) for _ in range(8)])
+for t in malformed:
     t.start()
 time.sleep(3)
 hostile = victim(requests)
+# Then with clients that start real answers and leave: their prefills are real work.
+droppers = [threading.Thread(target=dropped_streams, daemon=True) for _ in range(8)]
+for t in droppers:
+    t.start()
+time.sleep(3)
+with_drops = victim(requests)
 stop.set()
 print(json.dumps({
-    "requests": requests, "alone": alone, "hostile": hostile, "hostile_clients": len(threads),
+    "requests": requests, "alone": alone, "hostile": hostile, "hostile_and_dropped": with_drops,
+    "hostile_clients": len(malformed), "dropping_clients": len(droppers),
     "hostile_counts": dict(counts),
     "ttft_p50_ratio": hostile["ttft_p50_ms"] / alone["ttft_p50_ms"],
     "latency_p50_ratio": hostile["latency_p50_ms"] / alone["latency_p50_ms"],
+    "with_drops_ttft_p50_ratio": with_drops["ttft_p50_ms"] / alone["ttft_p50_ms"],
+    "with_drops_latency_p50_ratio": with_drops["latency_p50_ms"] / alone["latency_p50_ms"],
 }, indent=1))
