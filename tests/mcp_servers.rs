@@ -268,7 +268,7 @@ async fn calls_wait_for_approval_or_are_denied() -> TestResult {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_that_cannot_start_is_named_in_the_error() {
+async fn a_server_that_cannot_start_is_named_in_the_error() -> TestResult {
     let e = connect("/no/such/mcp-server --flag", McpOptions::default())
         .await
         .err()
@@ -282,6 +282,16 @@ async fn a_server_that_cannot_start_is_named_in_the_error() {
         connect_timeout: Duration::from_secs(5),
         ..McpOptions::default()
     };
+    // https: TLS is there (a refused connection is an error, not a panic for a missing
+    // crypto provider).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let e = connect(&format!("https://127.0.0.1:{port}/mcp"), options.clone())
+        .await
+        .err()
+        .unwrap_or_default();
+    assert!(e.contains("MCP server 127_0_0_1"), "{e}");
     let start = Instant::now();
     let e = connect("true", options).await.err().unwrap_or_default();
     assert!(
@@ -290,6 +300,7 @@ async fn a_server_that_cannot_start_is_named_in_the_error() {
     );
     assert!(start.elapsed() < Duration::from_secs(10));
     assert!(!Path::new("/no/such/mcp-server").exists());
+    Ok(())
 }
 
 /// The everything server over streamable HTTP: reached by URL, its tools answer as over stdio.

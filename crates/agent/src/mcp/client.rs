@@ -99,6 +99,8 @@ pub(super) async fn connect(
                 .map_err(|e| format!("initialize failed: {e}"))?
         }
         Transport::Http { url, headers } => {
+            // https needs a process-wide crypto provider; one installed already is kept.
+            let _ = rustls::crypto::ring::default_provider().install_default();
             let mut config =
                 rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
                     url.as_str(),
