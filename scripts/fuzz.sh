@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the property tests (crates/*/tests/fuzz.rs, and the server's request decoders in
-# src/serve/request/fuzz.rs) for a time budget per target, in rounds of HEARTH_FUZZ_CASES cases
+# src/serve/fuzz.rs) for a time budget per target, in rounds of HEARTH_FUZZ_CASES cases
 # per property, each round with fresh random inputs.
 #   scripts/fuzz.sh [seconds-per-target] [agent engine graph serve]   (default 600, all four)
 # Prints, per property, the cases run and whether any failed; exits non-zero on a failure.
@@ -16,7 +16,7 @@ failed=0
 for target in "${targets[@]}"; do
     case $target in
         # The server's request decoders are unit tests of the binary.
-        serve) pkg=hearth; dir=.; build=(--bin hearth); filter=(serve::request::fuzz) ;;
+        serve) pkg=hearth; dir=.; build=(--bin hearth); filter=(serve::fuzz) ;;
         *) pkg="hearth-$target"; dir="crates/$target"; build=(--test fuzz); filter=() ;;
     esac
     exe=$(cargo test -p "$pkg" "${build[@]}" --no-run 2>&1 |

@@ -6,6 +6,8 @@ mod answer;
 mod chat;
 mod completions;
 mod error;
+#[cfg(test)]
+mod fuzz;
 mod listen;
 mod messages;
 mod metrics;

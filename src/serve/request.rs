@@ -634,9 +634,6 @@ pub fn json_schema(schema: Option<&Value>, schema_at: &str) -> Result<Constraint
 }
 
 #[cfg(test)]
-mod fuzz;
-
-#[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;

@@ -3,10 +3,11 @@
 //! requests have fields, and valid bodies with bytes changed. Each decoder answers a 4xx naming
 //! what is wrong, or a call; none panics or hangs (`scripts/fuzz.sh` runs them for minutes).
 
-use super::*;
+use super::request::{chat_call, json_object};
+use hearth_engine::SamplingParams;
 use hearth_fuzz::check;
 use proptest::prelude::*;
-use serde_json::{json, Map};
+use serde_json::{json, Map, Value};
 
 /// JSON of any shape, its strings now and then the words a chat request's values use.
 fn json_value() -> impl Strategy<Value = Value> {
@@ -104,8 +105,8 @@ fn decoded(body: &Value) -> Result<(), TestCaseError> {
     let server_tools = ["clock".to_string()];
     for call in [
         chat_call(body, &defaults, &server_tools),
-        crate::serve::messages::request::messages_call(body, &defaults, false, &server_tools),
-        crate::serve::responses::request::responses_call(body, &defaults, &server_tools),
+        super::messages::request::messages_call(body, &defaults, false, &server_tools),
+        super::responses::request::responses_call(body, &defaults, &server_tools),
     ] {
         match call {
             Ok(call) => prop_assert!(!call.messages.is_empty(), "a call without messages"),
