@@ -1489,6 +1489,7 @@ async fn mcp_tools_are_run_by_the_server_and_the_answer_goes_on() -> TestResult 
     let message = &v["choices"][0]["message"];
     let ran = &message["mcp_calls"][0];
     assert_eq!(ran["name"], json!("clock"), "{v}");
+    assert_eq!(ran["server"], json!("mcp_fault_server"), "{v}");
     assert_eq!(ran["ok"], json!(true), "{v}");
     assert_eq!(ran["result"], json!("12:00"), "{v}");
     // The calls the server ran are not the client's to run.
@@ -1513,6 +1514,19 @@ async fn mcp_tools_are_run_by_the_server_and_the_answer_goes_on() -> TestResult 
     assert!(
         !chunks.iter().any(|c| c.contains("\"tool_calls\"")),
         "{chunks:?}"
+    );
+
+    // Through the Responses API: OpenAI's own `mcp_call` items, then the answer.
+    let body = json!({"model": "tiny", "input": "Hello there", "max_output_tokens": 48,
+        "temperature": 0, "tool_choice": {"type": "function", "name": "clock"}});
+    let (status, v) = post(&s, "/v1/responses", body).await?;
+    assert_eq!(status, 200, "{v}");
+    let item = &v["output"][0];
+    assert_eq!(item["type"], json!("mcp_call"), "{v}");
+    assert_eq!(
+        (&item["name"], &item["output"], &item["server_label"]),
+        (&json!("clock"), &json!("12:00"), &json!("mcp_fault_server")),
+        "{v}"
     );
 
     // A tool that fails: its error goes back to the model, and the answer still comes.

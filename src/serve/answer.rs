@@ -31,7 +31,8 @@ pub enum Part {
         error: String,
         raw: String,
     },
-    /// Calls the server ran on its MCP tools between two turns: name, arguments, ok, result.
+    /// Calls the server ran on its MCP tools between two turns: server, name, arguments, ok,
+    /// result.
     McpCalls(Vec<serde_json::Value>),
     /// The last part of an answer that ended.
     Done(Summary),
@@ -248,7 +249,8 @@ impl Answer {
                 if r.ok() { "ok" } else { "failed" }
             );
             log.push(serde_json::json!({
-                "name": r.name, "arguments": r.arguments, "ok": r.ok(), "result": r.content,
+                "server": registry.source_of(&r.name), "name": r.name,
+                "arguments": r.arguments, "ok": r.ok(), "result": r.content,
             }));
             let mut m = ChatMessage::tool(r.for_model());
             if let Some(id) = r.id {

@@ -295,9 +295,31 @@ impl Shape for Output {
     fn take(&mut self, part: Part) -> Vec<Value> {
         let mut out = vec![];
         match part {
-            // The calls the server ran have no place in this API's shape; their results
-            // are in the text that follows.
-            Part::McpCalls(_) => {}
+            // The calls the server ran, as the API's own `mcp_call` items.
+            Part::McpCalls(log) => {
+                self.close(&mut out);
+                for call in log {
+                    let id = format!("mcp_{}", RequestId::next());
+                    let result = call["result"].as_str().unwrap_or_default().to_string();
+                    let mut item = json!({"id": id, "type": "mcp_call",
+                        "server_label": call["server"].as_str().unwrap_or("mcp"),
+                        "name": call["name"], "arguments": call["arguments"].to_string(),
+                        "status": "completed"});
+                    if call["ok"] == json!(true) {
+                        item["output"] = json!(result);
+                    } else {
+                        item["status"] = json!("failed");
+                        item["error"] = json!({"type": "mcp_tool_execution_error",
+                            "content": [{"type": "text", "text": result}]});
+                    }
+                    let index = self.index();
+                    out.push(self.event(
+                        "response.output_item.added",
+                        json!({"output_index": index, "item": item}),
+                    ));
+                    self.done(item, &mut out);
+                }
+            }
             Part::Text(t) | Part::Invalid { raw: t, .. } => {
                 if t.is_empty() {
                     return out;

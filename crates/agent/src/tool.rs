@@ -104,6 +104,8 @@ impl Tool for Renamed {
 pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<dyn Tool>>,
     sources: Vec<Arc<dyn ToolSource>>,
+    /// The source each resolved tool came from, by the name it is offered under.
+    origins: BTreeMap<String, String>,
     timeout: Duration,
 }
 
@@ -112,6 +114,7 @@ impl Default for ToolRegistry {
         Self {
             tools: BTreeMap::new(),
             sources: vec![],
+            origins: BTreeMap::new(),
             timeout: Duration::from_secs(30),
         }
     }
@@ -146,11 +149,14 @@ impl ToolRegistry {
         let mut out = ToolRegistry {
             tools: self.tools.clone(),
             sources: vec![],
+            origins: self.origins.clone(),
             timeout: self.timeout,
         };
         for source in &self.sources {
             for tool in source.tools() {
                 if !out.tools.contains_key(tool.name()) {
+                    out.origins
+                        .insert(tool.name().to_string(), source.name().to_string());
                     out.add(tool);
                     continue;
                 }
@@ -163,10 +169,17 @@ impl ToolRegistry {
                     );
                     continue;
                 }
+                out.origins.insert(name.clone(), source.name().to_string());
                 out.add(Arc::new(Renamed { name, inner: tool }));
             }
         }
         out
+    }
+
+    /// The source a tool of [`Self::resolved`] came from (an MCP server's name); `None` for
+    /// a tool added directly.
+    pub fn source_of(&self, name: &str) -> Option<&str> {
+        self.origins.get(name).map(String::as_str)
     }
 
     /// Removes a tool; false if there was none.
