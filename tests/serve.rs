@@ -1529,6 +1529,24 @@ async fn mcp_tools_are_run_by_the_server_and_the_answer_goes_on() -> TestResult 
         "{v}"
     );
 
+    // count_tokens counts the prompt with the server's tools, as the answer has it.
+    let body = json!({"model": "tiny", "max_tokens": 1, "temperature": 0,
+        "tool_choice": {"type": "none"}, "messages": [{"role": "user", "content": "Hello there"}]});
+    let (_, none) = post(&s, "/v1/messages/count_tokens", body.clone()).await?;
+    let mut with_tools = body;
+    with_tools["tool_choice"] = json!({"type": "auto"});
+    let (_, counted) = post(&s, "/v1/messages/count_tokens", with_tools.clone()).await?;
+    let (status, answered) = post(&s, "/v1/messages", with_tools).await?;
+    assert_eq!(status, 200, "{answered}");
+    let usage = &answered["usage"];
+    let read = |k: &str| usage[k].as_u64().unwrap_or(0);
+    assert_eq!(
+        counted["input_tokens"].as_u64(),
+        Some(read("input_tokens") + read("cache_read_input_tokens")),
+        "{counted} {answered}"
+    );
+    assert!(counted["input_tokens"].as_u64() > none["input_tokens"].as_u64());
+
     // A tool that fails: its error goes back to the model, and the answer still comes.
     let mut body = hello(48);
     body["tool_choice"] = json!({"type": "function", "function": {"name": "fail"}});

@@ -94,25 +94,14 @@ impl Answer {
     /// Queues `call` on the engine: decoded under its `response_format`, or with tools
     /// offered (the client's and the server's MCP tools), under the grammar of the model's
     /// tool calls as `tool_choice` allows them.
-    pub fn start(app: &std::sync::Arc<App>, call: &ChatCall) -> Result<Self, ApiError> {
+    /// `mcp`: the server's MCP tools as [`App::mcp_tools`] read them for this request.
+    pub fn start(
+        app: &std::sync::Arc<App>,
+        call: &ChatCall,
+        mcp: Option<ToolRegistry>,
+    ) -> Result<Self, ApiError> {
         let mut call = call.clone();
-        let mcp = app.mcp.as_ref().map(ToolRegistry::resolved);
-        if let Some(tools) = mcp
-            .as_ref()
-            .filter(|_| call.tool_choice != ToolChoice::None)
-        {
-            // The client's tools win a name both have.
-            for spec in tools.specs() {
-                let name = spec["function"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string();
-                if !call.tool_names.contains(&name) {
-                    call.tool_names.push(name);
-                    call.tools.push(spec);
-                }
-            }
-        }
+        offer_server_tools(&mut call, mcp.as_ref());
         let (stream, splitter) = open(app, &call)?;
         Ok(Self {
             app: app.clone(),
@@ -273,6 +262,24 @@ impl Answer {
         self.splitter = splitter;
         self.rounds += 1;
         Ok(())
+    }
+}
+
+/// Adds the server's MCP tools to the tools `call` offers (unless it offers none); the
+/// client's tools win a name both have.
+pub fn offer_server_tools(call: &mut ChatCall, mcp: Option<&ToolRegistry>) {
+    let Some(tools) = mcp.filter(|_| call.tool_choice != ToolChoice::None) else {
+        return;
+    };
+    for spec in tools.specs() {
+        let name = spec["function"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if !call.tool_names.contains(&name) {
+            call.tool_names.push(name);
+            call.tools.push(spec);
+        }
     }
 }
 

@@ -41,8 +41,9 @@ fn start(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(ChatCall, Answer), ApiError> {
     let body = json_object(&body_bytes(body, app.body_limit)?)?;
-    let call = chat_call(&body, &app.engine.info().sampling, &app.mcp_tools())?;
-    let answer = Answer::start(app, &call)?;
+    let (mcp, names) = app.mcp_tools();
+    let call = chat_call(&body, &app.engine.info().sampling, &names)?;
+    let answer = Answer::start(app, &call, mcp)?;
     Ok((call, answer))
 }
 

@@ -5,7 +5,7 @@
 
 pub(super) mod request;
 
-use super::answer::{read_whole, stream_events, Answer, Part, Shape};
+use super::answer::{offer_server_tools, read_whole, stream_events, Answer, Part, Shape};
 use super::error::{AnthropicError, ApiError};
 use super::request::{json_object, ChatCall};
 use super::{body_bytes, off_the_runtime, App, RequestId};
@@ -43,8 +43,9 @@ fn start(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(ChatCall, Answer), ApiError> {
     let body = json_object(&body_bytes(body, app.body_limit)?)?;
-    let call = request::messages_call(&body, &app.engine.info().sampling, false, &app.mcp_tools())?;
-    let answer = Answer::start(app, &call)?;
+    let (mcp, names) = app.mcp_tools();
+    let call = request::messages_call(&body, &app.engine.info().sampling, false, &names)?;
+    let answer = Answer::start(app, &call, mcp)?;
     Ok((call, answer))
 }
 
@@ -61,7 +62,10 @@ pub async fn count_tokens(
 
 fn count(app: &Arc<App>, body: Result<Bytes, BytesRejection>) -> Result<usize, ApiError> {
     let body = json_object(&body_bytes(body, app.body_limit)?)?;
-    let call = request::messages_call(&body, &app.engine.info().sampling, true, &app.mcp_tools())?;
+    let (mcp, names) = app.mcp_tools();
+    let mut call = request::messages_call(&body, &app.engine.info().sampling, true, &names)?;
+    // The prompt as the answer would have it: with the server's tools.
+    offer_server_tools(&mut call, mcp.as_ref());
     let offered = call.tool_choice != hearth_engine::ToolChoice::None && !call.tools.is_empty();
     let mut prompt = app.engine.render(&ChatInput {
         messages: &call.messages,

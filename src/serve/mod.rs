@@ -205,12 +205,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 impl App {
-    /// The names of the server's MCP tools as they are now.
-    pub fn mcp_tools(&self) -> Vec<String> {
-        self.mcp
-            .as_ref()
-            .map(|r| r.resolved().names())
-            .unwrap_or_default()
+    /// The server's MCP tools as they are now (read once per request), and their names.
+    pub fn mcp_tools(&self) -> (Option<hearth_agent::ToolRegistry>, Vec<String>) {
+        let tools = self.mcp.as_ref().map(hearth_agent::ToolRegistry::resolved);
+        let names = tools.as_ref().map(|t| t.names()).unwrap_or_default();
+        (tools, names)
     }
 }
 

@@ -42,8 +42,9 @@ fn start(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(ChatCall, Output, Answer), ApiError> {
     let body = json_object(&body_bytes(body, app.body_limit)?)?;
-    let call = request::responses_call(&body, &app.engine.info().sampling, &app.mcp_tools())?;
-    let answer = Answer::start(app, &call)?;
+    let (mcp, names) = app.mcp_tools();
+    let call = request::responses_call(&body, &app.engine.info().sampling, &names)?;
+    let answer = Answer::start(app, &call, mcp)?;
     Ok((call, Output::new(app, &body), answer))
 }
 

@@ -2,7 +2,7 @@
 //! stdio or streamable HTTP, list its tools (again when it says they changed), call one,
 //! close. A revision of the protocol or of the SDK changes this file only.
 
-use super::{McpServer, RemoteTool, Transport};
+use super::{usable, McpServer, RemoteTool, Transport};
 use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientInfo, Implementation};
 use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
@@ -32,7 +32,7 @@ impl ClientHandler for Handler {
     async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
         match context.peer.list_all_tools().await {
             Ok(tools) => {
-                let tools: Vec<RemoteTool> = tools.into_iter().map(remote_tool).collect();
+                let tools = usable(&self.server, tools.into_iter().map(remote_tool).collect());
                 tracing::info!(
                     "MCP server {}: its tools changed, now {}",
                     self.server,
@@ -125,7 +125,7 @@ pub(super) async fn connect(
         .await
         .map_err(|_| format!("no answer to `tools/list` within {timeout:?}"))?
         .map_err(|e| format!("tools/list failed: {e}"))?;
-    let listed: Vec<RemoteTool> = listed.into_iter().map(remote_tool).collect();
+    let listed = usable(&spec.name, listed.into_iter().map(remote_tool).collect());
     if let Ok(mut list) = tools.lock() {
         *list = listed;
     }

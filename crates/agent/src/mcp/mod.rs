@@ -353,24 +353,34 @@ impl ToolSource for McpTools {
         let listed = self.tools.lock().map(|t| t.clone()).unwrap_or_default();
         listed
             .into_iter()
-            .filter_map(|t| match check_schema(&t.schema) {
-                Ok(()) => Some(Arc::new(McpTool {
+            .map(|t| {
+                Arc::new(McpTool {
                     server: self.name.clone(),
                     remote: t,
                     connection: self.connection.clone(),
                     options: self.options.clone(),
-                }) as Arc<dyn Tool>),
-                Err(e) => {
-                    tracing::warn!(
-                        "MCP server {}: tool `{}` is left out: its input schema {e}",
-                        self.name,
-                        t.name
-                    );
-                    None
-                }
+                }) as Arc<dyn Tool>
             })
             .collect()
     }
+}
+
+/// The tools of a listing the model can be offered: those whose input schema describes an
+/// object (the others are left out, with a warning, once per listing).
+fn usable(server: &str, tools: Vec<RemoteTool>) -> Vec<RemoteTool> {
+    tools
+        .into_iter()
+        .filter(|t| match check_schema(&t.schema) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(
+                    "MCP server {server}: tool `{}` is left out: its input schema {e}",
+                    t.name
+                );
+                false
+            }
+        })
+        .collect()
 }
 
 /// A tool's input schema must describe an object.
