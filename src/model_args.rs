@@ -38,6 +38,11 @@ pub struct ModelArgs {
     /// while a long prompt comes in (default 512).
     #[arg(long)]
     pub prefill_chunk: Option<usize>,
+    /// Speculative decoding: off, ngram (draft the tokens that followed the latest earlier
+    /// occurrence of the last few, then verify them in one pass) or auto (ngram where the
+    /// model's cache allows it). The tokens are those decoding gives, at any temperature.
+    #[arg(long, default_value = "auto")]
+    pub speculative: String,
 }
 
 impl ModelArgs {
@@ -60,6 +65,7 @@ impl ModelArgs {
                 prefill_chunk: self.prefill_chunk,
                 kv_cache_mb: self.kv_cache_mb,
                 max_waiting: None,
+                speculation: Some(self.speculative.parse()?),
             },
             progress: load_progress(),
             // HEARTH_CPU, read by the engine.

@@ -68,6 +68,7 @@ fn live(
         max_seqs: None,
         kv_cache_mb: None,
         prefill_chunk: None,
+        speculative: "auto".into(),
     };
     let engine = Arc::new(
         Engine::load(model, &model_args.load_options()?)

@@ -97,10 +97,19 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             Event::Finished(s) => {
                 writeln!(out)?;
                 let t = &s.timings;
+                let u = &s.usage;
+                let drafts = if u.draft_tokens > 0 {
+                    format!(
+                        ", {} of {} drafted tokens accepted",
+                        u.accepted_draft_tokens, u.draft_tokens
+                    )
+                } else {
+                    String::new()
+                };
                 eprintln!(
-                    "[{} prompt tokens, {} generated, stop: {:?}] load {:.2}s, prefill {:.1} tok/s, decode {:.1} tok/s",
-                    s.usage.prompt_tokens,
-                    s.usage.completion_tokens,
+                    "[{} prompt tokens, {} generated, stop: {:?}] load {:.2}s, prefill {:.1} tok/s, decode {:.1} tok/s{drafts}",
+                    u.prompt_tokens,
+                    u.completion_tokens,
                     s.reason,
                     t.load_s,
                     t.prefill_tok_s,

@@ -1436,6 +1436,12 @@ async fn metrics_count_requests_tokens_and_times() -> TestResult {
     let generated = sample(&page, "hearth_generated_tokens_total").unwrap_or(0.0);
     assert!((3.0..=11.0).contains(&generated), "{page}");
     assert!(sample(&page, "hearth_prompt_tokens_total").unwrap_or(0.0) > 10.0);
+    let drafted = sample(&page, "hearth_draft_tokens_total");
+    let accepted = sample(&page, "hearth_accepted_draft_tokens_total");
+    assert!(
+        drafted.is_some() && accepted.is_some() && accepted <= drafted,
+        "{page}"
+    );
     assert_eq!(
         sample(&page, "hearth_time_to_first_token_seconds_count"),
         Some(3.0)

@@ -1,5 +1,5 @@
 //! `GET /metrics`: what the server has done and holds, in Prometheus' text format —
-//! requests by route and status, prompt and generated tokens, the scheduler's running and
+//! requests by route and status, prompt, generated and drafted tokens, the scheduler's running and
 //! waiting sequences, the KV pool's use, and histograms of time to first token and of the
 //! decode rate.
 
@@ -32,6 +32,8 @@ pub struct Metrics {
     prompt_tokens: Counter,
     cached_prompt_tokens: Counter,
     generated_tokens: Counter,
+    draft_tokens: Counter,
+    accepted_draft_tokens: Counter,
     running: Gauge,
     waiting: Gauge,
     kv_bytes: Gauge,
@@ -73,6 +75,16 @@ impl Metrics {
             "Prompt tokens read from the prefix cache instead of computed",
         );
         let generated_tokens = counter(&mut registry, "generated_tokens", "Tokens generated");
+        let draft_tokens = counter(
+            &mut registry,
+            "draft_tokens",
+            "Tokens drafted for speculative verification",
+        );
+        let accepted_draft_tokens = counter(
+            &mut registry,
+            "accepted_draft_tokens",
+            "Drafted tokens that were what decoding chose",
+        );
         let gauge = |registry: &mut Registry, name: &str, help: &str| {
             let g = Gauge::default();
             registry.register(name, help, g.clone());
@@ -123,6 +135,8 @@ impl Metrics {
             prompt_tokens,
             cached_prompt_tokens,
             generated_tokens,
+            draft_tokens,
+            accepted_draft_tokens,
             running,
             waiting,
             kv_bytes,
@@ -151,6 +165,9 @@ impl Metrics {
         self.cached_prompt_tokens
             .inc_by(u.cached_prompt_tokens as u64);
         self.generated_tokens.inc_by(u.completion_tokens as u64);
+        self.draft_tokens.inc_by(u.draft_tokens as u64);
+        self.accepted_draft_tokens
+            .inc_by(u.accepted_draft_tokens as u64);
         if u.completion_tokens > 0 {
             self.first_token.observe(s.timings.first_token_s);
         }

@@ -496,6 +496,8 @@ fn timings_json(s: &Summary) -> Value {
         "predicted_ms": t.decode_s * 1e3,
         "predicted_per_second": t.decode_tok_s,
         "first_token_ms": t.first_token_s * 1e3,
+        "draft_n": s.usage.draft_tokens,
+        "draft_n_accepted": s.usage.accepted_draft_tokens,
     })
 }
 

@@ -24,6 +24,33 @@ pub trait LanguageModel: Send {
         Ok(Tensor::stack(&rows, 0)?)
     }
 
+    /// Several tokens of several sequences, `lens[i]` of them at the end of `caches[i]` (in
+    /// order): logits `[tokens.len(), vocab]`, each row what decoding that sequence's tokens
+    /// one at a time gives. The scheduler verifies drafted tokens with it. The default decodes
+    /// them one at a time; a real model reads its weights once for all rows.
+    fn forward_rows(
+        &self,
+        tokens: &[u32],
+        lens: &[usize],
+        caches: &mut [&mut KvCache],
+    ) -> Result<Tensor> {
+        let mut rows = Vec::with_capacity(tokens.len());
+        let mut first = 0;
+        for (&len, cache) in lens.iter().zip(caches.iter_mut()) {
+            for &t in tokens.get(first..first + len).unwrap_or_default() {
+                rows.push(self.forward(&[t], cache)?);
+            }
+            first += len;
+        }
+        if rows.len() != tokens.len() {
+            return Err(crate::error::EngineError::invalid(
+                "tokens",
+                format!("{} tokens in rows of {lens:?}", tokens.len()),
+            ));
+        }
+        Ok(Tensor::stack(&rows, 0)?)
+    }
+
     /// An empty cache for one sequence.
     fn new_cache(&self) -> KvCache;
     /// The context length: how many positions a sequence may hold.
@@ -41,6 +68,14 @@ impl LanguageModel for crate::model::Qwen {
     }
     fn forward_batch(&self, tokens: &[u32], caches: &mut [&mut KvCache]) -> Result<Tensor> {
         crate::model::Qwen::forward_batch(self, tokens, caches)
+    }
+    fn forward_rows(
+        &self,
+        tokens: &[u32],
+        lens: &[usize],
+        caches: &mut [&mut KvCache],
+    ) -> Result<Tensor> {
+        crate::model::Qwen::forward_rows(self, tokens, lens, caches)
     }
     fn new_cache(&self) -> KvCache {
         crate::model::Qwen::new_cache(self)
@@ -126,6 +161,10 @@ pub struct Usage {
     pub cached_prompt_tokens: usize,
     /// Tokens generated.
     pub completion_tokens: usize,
+    /// Tokens drafted for speculative verification ([`crate::speculative`]).
+    pub draft_tokens: usize,
+    /// Drafted tokens that were what decoding chose (each saved one pass).
+    pub accepted_draft_tokens: usize,
 }
 
 /// Wall-clock times (seconds) and rates (tokens per second) of a finished generation.

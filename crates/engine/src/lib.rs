@@ -22,6 +22,7 @@ pub mod memory;
 pub mod model;
 pub mod sampling;
 pub mod scheduler;
+pub mod speculative;
 pub mod stop;
 pub mod stream;
 pub mod tokenizer;
@@ -43,6 +44,7 @@ pub use loader::{load_model, DTypeSpec, LoadOptions, LoadProgress, LoadedModel, 
 pub use model::Qwen;
 pub use sampling::{Sampler, SamplingParams};
 pub use scheduler::{SchedulerConfig, SchedulerOptions, SchedulerStats};
+pub use speculative::Speculation;
 pub use stop::{StopScan, StopStrings};
 pub use stream::{ChatRequest, ChatStream, EventStream};
 pub use tokenizer::{StreamDecoder, Tokenizer};

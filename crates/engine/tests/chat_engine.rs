@@ -18,18 +18,23 @@ const EOS: u32 = 1023;
 /// Answers every prompt with the same tokens, then EOS.
 struct Scripted {
     script: Vec<u32>,
+    /// The prompt's length: the answer's `i`-th token follows position `prompt + i`.
     step: Mutex<usize>,
 }
 
 impl LanguageModel for Scripted {
     fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor> {
-        let mut step = self.step.lock().unwrap();
+        let mut prompt = self.step.lock().unwrap();
         if cache.is_empty() {
-            *step = 0;
+            *prompt = tokens.len();
         }
         cache.advance(tokens.len());
-        let next = self.script.get(*step).copied().unwrap_or(EOS);
-        *step += 1;
+        // By position, not by call: a speculative step's rejected rows are cut from the cache.
+        let next = self
+            .script
+            .get(cache.len() - *prompt)
+            .copied()
+            .unwrap_or(EOS);
         let mut logits = vec![0f32; VOCAB];
         logits[next as usize] = 10.0;
         Ok(Tensor::from_vec(logits, VOCAB, &Device::Cpu)?)

@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use hearth_engine::{
     load_model, DTypeSpec, DeviceSpec, Engine, Event, EventStream, FinishReason, GenerateRequest,
-    KvCache, LoadOptions, SchedulerOptions, Summary,
+    KvCache, LoadOptions, SamplingParams, SchedulerOptions, Speculation, Summary,
 };
 use std::time::{Duration, Instant};
 
@@ -134,6 +134,166 @@ fn batching_does_not_change_greedy_tokens() {
             assert_eq!(a, t, "{family}: request {i} alone vs batched");
         }
     }
+}
+
+#[test]
+fn verified_rows_give_the_logits_of_one_by_one_decoding() {
+    // A speculative step: several sequences, each with its pending token and a draft of its
+    // own length, in one pass; every row as decoding that sequence's tokens one at a time.
+    for family in ["qwen2", "qwen3", "qwen3-moe", "qwen3.5"] {
+        let model = load_model(tiny(family).to_str().unwrap(), &options(Default::default()))
+            .unwrap()
+            .model;
+        let prompts = prompts();
+        let prefilled = |p: &Vec<u32>| -> KvCache {
+            let mut c = model.new_cache();
+            model.forward(p, &mut c).unwrap();
+            c
+        };
+        let mut rows_caches: Vec<KvCache> = prompts.iter().map(prefilled).collect();
+        let mut alone_caches: Vec<KvCache> = prompts.iter().map(prefilled).collect();
+        let lens: Vec<usize> = (0..prompts.len()).map(|i| 1 + (i * 5) % 7).collect();
+        let tokens: Vec<u32> = (0..lens.iter().sum::<usize>() as u32)
+            .map(|t| 200 + t)
+            .collect();
+        let mut refs: Vec<&mut KvCache> = rows_caches.iter_mut().collect();
+        let rows: Vec<Vec<f32>> = model
+            .forward_rows(&tokens, &lens, &mut refs)
+            .unwrap()
+            .to_vec2()
+            .unwrap();
+        let mut r = 0;
+        for (i, cache) in alone_caches.iter_mut().enumerate() {
+            for _ in 0..lens[i] {
+                let alone: Vec<f32> = model
+                    .forward(&[tokens[r]], cache)
+                    .unwrap()
+                    .to_vec1()
+                    .unwrap();
+                assert_eq!(rows[r], alone, "{family}: sequence {i}, row {r}");
+                r += 1;
+            }
+            assert_eq!(rows_caches[i].len(), cache.len(), "{family}: sequence {i}");
+        }
+        // A verifying pass cut back to its first rows goes on as if only they had run: keys
+        // and values, and a hybrid's recurrent state (kept after each verified row).
+        let mut verified = prefilled(&prompts[3]);
+        let mut decoded = prefilled(&prompts[3]);
+        verified.verify_next();
+        let draft = [301, 302, 303, 304, 305];
+        model
+            .forward_rows(&draft, &[draft.len()], &mut [&mut verified])
+            .unwrap();
+        let kept = prompts[3].len() + 2;
+        assert_eq!(verified.truncate(kept), kept, "{family}");
+        for &t in &draft[..2] {
+            model.forward(&[t], &mut decoded).unwrap();
+        }
+        for t in [400, 401, 402] {
+            let a: Vec<f32> = model
+                .forward(&[t], &mut verified)
+                .unwrap()
+                .to_vec1()
+                .unwrap();
+            let b: Vec<f32> = model
+                .forward(&[t], &mut decoded)
+                .unwrap()
+                .to_vec1()
+                .unwrap();
+            assert_eq!(a, b, "{family}: token {t} after a cut-back verification");
+        }
+    }
+}
+
+/// Prompts that repeat a motif of their own, so that prompt lookup drafts tokens.
+fn repetitive_prompts() -> Vec<Vec<u32>> {
+    (0..6usize)
+        .map(|i| {
+            let motif: Vec<u32> = (0..5 + i)
+                .map(|j| ((i * 131 + j * 37 + 11) % 1000) as u32)
+                .collect();
+            motif.iter().cycle().take(24 + 7 * i).copied().collect()
+        })
+        .collect()
+}
+
+#[test]
+fn speculation_gives_the_tokens_of_decoding() {
+    let settings = |speculation| SchedulerOptions {
+        max_seqs: Some(6),
+        prefill_chunk: Some(16),
+        speculation: Some(speculation),
+        ..Default::default()
+    };
+    let sampled = SamplingParams {
+        temperature: 0.9,
+        top_k: Some(40),
+        seed: 11,
+        ..Default::default()
+    };
+    for family in ["qwen2", "qwen3", "qwen3-moe", "qwen3.5", "qwen3.5-moe"] {
+        let (mut drafted, mut accepted) = (0, 0);
+        let off = engine(family, settings(Speculation::Off));
+        let on = engine(family, settings(Speculation::Ngram));
+        // A prompt that holds an answer the model gives, then the prompt it answered again:
+        // prompt lookup drafts that answer (a model that does not loop drafts nothing else).
+        let mut prompts = repetitive_prompts();
+        let first = prompts[1].clone();
+        let (answer, _) = collect(off.generate(request(first.clone(), 40, None)).unwrap());
+        prompts.push([&first[..], &answer, &first].concat());
+        for sampling in [SamplingParams::greedy(), sampled.clone()] {
+            let req = |p: Vec<u32>| GenerateRequest {
+                sampling: sampling.clone(),
+                ..request(p, 40, None)
+            };
+            let plain: Vec<Vec<u32>> = prompts
+                .iter()
+                .map(|p| collect(off.generate(req(p.clone())).unwrap()).0)
+                .collect();
+            // Alone, then all seven at once (one waits for a place).
+            for (i, p) in prompts.iter().cloned().enumerate() {
+                let (ids, s) = collect(on.generate(req(p)).unwrap());
+                assert_eq!(ids, plain[i], "{family}, {sampling:?}: request {i} alone");
+                drafted += s.usage.draft_tokens;
+                accepted += s.usage.accepted_draft_tokens;
+            }
+            let streams: Vec<EventStream> = prompts
+                .iter()
+                .map(|p| on.generate(req(p.clone())).unwrap())
+                .collect();
+            for (i, s) in streams.into_iter().enumerate() {
+                let (ids, summary) = collect(s);
+                assert_eq!(ids, plain[i], "{family}, {sampling:?}: request {i} batched");
+                assert!(summary.usage.accepted_draft_tokens <= summary.usage.draft_tokens);
+            }
+        }
+        println!("{family}: {accepted} of {drafted} drafted tokens accepted alone");
+        assert!(accepted > 0, "{family}: {accepted} of {drafted}");
+    }
+}
+
+#[test]
+fn a_session_after_speculation_resumes_as_after_decoding() {
+    // The cache a speculative answer leaves holds exactly the tokens decoding would have run.
+    let prompt: Vec<u32> = repetitive_prompts().remove(2);
+    let mut kept = vec![];
+    for speculation in [Speculation::Off, Speculation::Ngram] {
+        let e = engine(
+            "qwen2",
+            SchedulerOptions {
+                speculation: Some(speculation),
+                ..Default::default()
+            },
+        );
+        let (ids, _) = collect(e.generate(request(prompt.clone(), 30, Some("s"))).unwrap());
+        let mut next = prompt.clone();
+        next.extend(&ids);
+        next.extend([7, 8, 9]);
+        let (more, s) = collect(e.generate(request(next, 12, Some("s"))).unwrap());
+        kept.push((ids, more, s.usage.cached_prompt_tokens));
+    }
+    assert_eq!(kept[0], kept[1]);
+    assert_eq!(kept[0].2, prompt.len() + 29);
 }
 
 #[test]

@@ -234,7 +234,10 @@ impl KvCache {
     pub fn truncate(&mut self, len: usize) -> usize {
         let keep = self.resumable(len);
         if let Some(r) = &mut self.recurrent {
-            if r.rewind(keep, self.len).is_err() {
+            let rewound = r.rewind(keep, self.len);
+            // The states a verifying step kept are of no use once it is cut back.
+            r.drop_verified();
+            if rewound.is_err() {
                 // Unreachable (`keep` is resumable); start over rather than run on a wrong state.
                 let _ = r.rewind(0, self.len);
                 self.len = 0;
@@ -243,6 +246,15 @@ impl KvCache {
         }
         self.len = keep;
         keep
+    }
+
+    /// The next pass over this cache verifies drafted tokens: it can then be cut back to any
+    /// of that pass's positions ([`KvCache::truncate`]), a recurrent state included (which
+    /// keeps its state after each row until then).
+    pub fn verify_next(&mut self) {
+        if let Some(r) = &mut self.recurrent {
+            r.verify_next();
+        }
     }
 
     /// Forgets every position; the buffers are kept for reuse.

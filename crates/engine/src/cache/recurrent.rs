@@ -72,6 +72,12 @@ pub struct RecurrentState {
     marks: Vec<usize>,
     /// Checkpoints the layers of the running step fill in, completed by [`Self::advance`].
     pending: Vec<Checkpoint>,
+    /// Whether the running step verifies drafted tokens: the state after each of its rows is
+    /// kept (in `verified`, not as a checkpoint) until the cache is cut back to the accepted
+    /// ones.
+    verifying: bool,
+    /// The states after each row of the last verifying step.
+    verified: Vec<Checkpoint>,
 }
 
 impl RecurrentState {
@@ -95,6 +101,8 @@ impl RecurrentState {
             checkpoints: Vec::new(),
             marks: Vec::new(),
             pending: Vec::new(),
+            verifying: false,
+            verified: Vec::new(),
         }
     }
 
@@ -135,7 +143,19 @@ impl RecurrentState {
     /// Whether a step that ends after `end` tokens, having run `len`, wants the state after
     /// `seen` tokens kept: a marked position, or the end of a prefill.
     pub fn wants(&self, seen: usize, end: usize, len: usize) -> bool {
-        (seen == end && len > 1) || self.marks.binary_search(&seen).is_ok()
+        self.verifying || (seen == end && len > 1) || self.marks.binary_search(&seen).is_ok()
+    }
+
+    /// The next step verifies drafted tokens: the state after each of its rows is kept, so
+    /// that the cache can be cut back to any of them ([`Self::rewind`]), and no checkpoint is
+    /// taken.
+    pub fn verify_next(&mut self) {
+        self.verifying = true;
+    }
+
+    /// Forgets the states a verifying step kept.
+    pub fn drop_verified(&mut self) {
+        self.verified.clear();
     }
 
     /// Records layer `layer`'s state after `seen` tokens into the step's pending checkpoint.
@@ -160,6 +180,10 @@ impl RecurrentState {
     /// Ends a step: its pending checkpoints are kept, within `MAX_CHECKPOINTS` (the first and
     /// the latest).
     pub fn advance(&mut self) {
+        if std::mem::take(&mut self.verifying) {
+            self.verified = std::mem::take(&mut self.pending);
+            return;
+        }
         for c in std::mem::take(&mut self.pending) {
             self.checkpoints.retain(|k| k.len != c.len);
             self.checkpoints.push(c);
@@ -178,6 +202,7 @@ impl RecurrentState {
         }
         self.checkpoints
             .iter()
+            .chain(&self.verified)
             .map(|c| c.len)
             .filter(|&l| l <= len)
             .max()
@@ -196,11 +221,17 @@ impl RecurrentState {
             self.checkpoints.clear();
             return Ok(());
         }
-        let Some(c) = self.checkpoints.iter().find(|c| c.len == len) else {
+        let Some(c) = self
+            .verified
+            .iter()
+            .chain(&self.checkpoints)
+            .find(|c| c.len == len)
+        else {
             candle_core::bail!("no recurrent-state checkpoint after {len} tokens")
         };
         self.now = c.layers.clone();
         self.checkpoints.retain(|c| c.len <= len);
+        self.verified.clear();
         Ok(())
     }
 

@@ -129,33 +129,40 @@ impl Attention {
     ) -> CResult<Tensor> {
         let (qkv, gate) = self.project(x)?;
         if x.device().is_cpu() && x.dtype() == DType::F32 {
-            let out = self.attend_cpu(&qkv, layer, &mut [cache], rotary)?;
+            let len = qkv.dim(1)?;
+            let out = self.attend_cpu(&qkv, layer, &[len], &mut [cache], rotary)?;
             return self.output(&out, gate);
         }
         let out = self.attend(&qkv, layer, cache, rotary, mask)?;
         self.output(&out, gate)
     }
 
-    /// One decoding step of several sequences: `x` is `[1, batch, hidden]`, row `i` the new
-    /// token of the sequence whose cache is `caches[i]`. The projections run once for the
-    /// batch; each row is rotated at its own position and attends to its own cache.
-    pub fn forward_batch(
+    /// Rows of several sequences in one pass: `x` is `[1, rows, hidden]`, the first `lens[0]`
+    /// rows the next tokens of `caches[0]`, then `lens[1]` of `caches[1]`, … (a decoding step
+    /// is one row each; a speculative step verifies several). The projections run once for all
+    /// rows; each sequence's rows are rotated at their positions and attend, causally, to its
+    /// own cache.
+    pub fn forward_rows(
         &self,
         x: &Tensor,
         layer: usize,
+        lens: &[usize],
         caches: &mut [&mut KvCache],
         rotary: &Rotary,
     ) -> CResult<Tensor> {
         let (qkv, gate) = self.project(x)?;
         if x.device().is_cpu() && x.dtype() == DType::F32 {
-            let out = self.attend_cpu(&qkv, layer, caches, rotary)?;
+            let out = self.attend_cpu(&qkv, layer, lens, caches, rotary)?;
             return self.output(&out, gate);
         }
-        let outs = caches
-            .iter_mut()
-            .enumerate()
-            .map(|(i, cache)| self.attend(&qkv.narrow(1, i, 1)?, layer, cache, rotary, None))
-            .collect::<CResult<Vec<_>>>()?;
+        let mut outs = Vec::with_capacity(caches.len());
+        let mut first = 0;
+        for (cache, &len) in caches.iter_mut().zip(lens) {
+            let mask = causal_mask(len, cache.len(), x.dtype(), x.device())?;
+            let rows = qkv.narrow(1, first, len)?;
+            outs.push(self.attend(&rows, layer, cache, rotary, mask.as_ref())?);
+            first += len;
+        }
         self.output(&Tensor::cat(&outs, 1)?, gate)
     }
 
@@ -209,13 +216,13 @@ impl Attention {
     }
 
     /// The same on the CPU in f32 ([`crate::kernels::attention`]): q, k and v stay in the fused
-    /// projection's rows, only the new keys and values are copied (into the cache). With one
-    /// cache, the rows are consecutive positions of its sequence; with several, row `i` is the
-    /// next position of `caches[i]`.
+    /// projection's rows, only the new keys and values are copied (into the cache). `lens[i]`
+    /// consecutive rows are the next positions of `caches[i]`.
     fn attend_cpu(
         &self,
         qkv: &Tensor,
         layer: usize,
+        lens: &[usize],
         caches: &mut [&mut KvCache],
         rotary: &Rotary,
     ) -> CResult<Tensor> {
@@ -249,18 +256,18 @@ impl Attention {
         };
         let cos = &cos_s.as_slice::<f32>()?[cos.1.start_offset()..];
         let sin = &sin_s.as_slice::<f32>()?[sin.1.start_offset()..];
-        // One sequence: all rows. Several: one row each.
-        let len = if caches.len() == 1 { rows_in } else { 1 };
-        if caches.len() * len != b * rows_in {
+        if lens.len() != caches.len() || lens.iter().sum::<usize>() != b * rows_in {
             candle_core::bail!(
-                "{} rows of attention input for {} caches",
+                "{} rows of attention input for {} caches of {lens:?} rows",
                 b * rows_in,
                 caches.len()
             );
         }
         let mut out = Vec::with_capacity(b * rows_in * h * d);
-        for (seq, cache) in caches.iter_mut().enumerate() {
-            let rows = &mut rows[seq * len * width..(seq + 1) * len * width];
+        let mut first = 0;
+        for (cache, &len) in caches.iter_mut().zip(lens) {
+            let rows = &mut rows[first * width..(first + len) * width];
+            first += len;
             let offset = cache.len();
             rotate(rows, width, 0, h + kvh, d, rotary.rotated, offset, cos, sin);
             // The cache holds `[1, kv_heads, positions, dim]`.
@@ -308,4 +315,31 @@ fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
     let mean = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
     let inv = 1.0 / (mean + eps).sqrt();
     x.iter_mut().zip(w).for_each(|(v, w)| *v *= inv * w);
+}
+
+/// `[len, offset + len]`: position `offset + i` sees keys `0..=offset + i`. None for one token.
+pub(crate) fn causal_mask(
+    len: usize,
+    offset: usize,
+    dtype: DType,
+    device: &candle_core::Device,
+) -> CResult<Option<Tensor>> {
+    if len == 1 {
+        return Ok(None);
+    }
+    let total = offset + len;
+    let mask: Vec<f32> = (0..len)
+        .flat_map(|i| {
+            (0..total).map(move |j| {
+                if j > offset + i {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                }
+            })
+        })
+        .collect();
+    Ok(Some(
+        Tensor::from_vec(mask, (len, total), device)?.to_dtype(dtype)?,
+    ))
 }

@@ -121,31 +121,33 @@ impl DeltaNet {
         })
     }
 
-    /// `x`: `[1, rows, hidden]`. With one cache the rows are consecutive tokens of its
-    /// sequence; with several, row `i` is the next token of `caches[i]`. Reads and updates each
-    /// sequence's state of layer `layer`, checkpointing it where the cache asks.
+    /// `x`: `[1, rows, hidden]`: the first `lens[0]` rows the next tokens of `caches[0]`, then
+    /// `lens[1]` of `caches[1]`, …. Reads and updates each sequence's state of layer `layer`,
+    /// checkpointing it where the cache asks.
     pub fn forward(
         &self,
         x: &Tensor,
         layer: usize,
+        lens: &[usize],
         caches: &mut [&mut KvCache],
     ) -> CResult<Tensor> {
         let (b, rows, _) = x.dims3()?;
         let proj = Tensor::cat(&[self.proj.forward(x)?, self.gates.forward(x)?], 2)?;
         let width = proj.dim(2)?;
         let proj: Vec<f32> = proj.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
-        let len = if caches.len() == 1 { b * rows } else { 1 };
-        if caches.len() * len != b * rows {
+        if lens.len() != caches.len() || lens.iter().sum::<usize>() != b * rows {
             candle_core::bail!(
-                "{} rows of linear-attention input for {} caches",
+                "{} rows of linear-attention input for {} caches of {lens:?} rows",
                 b * rows,
                 caches.len()
             );
         }
         let vd = self.cfg.num_value_heads * self.cfg.value_head_dim;
         let mut out = Vec::with_capacity(b * rows * vd);
-        for (seq, cache) in caches.iter_mut().enumerate() {
-            let rows = &proj[seq * len * width..(seq + 1) * len * width];
+        let mut first = 0;
+        for (cache, &len) in caches.iter_mut().zip(lens) {
+            let rows = &proj[first * width..(first + len) * width];
+            first += len;
             out.extend(self.sequence(rows, width, len, layer, cache)?);
         }
         let device: &Device = x.device();

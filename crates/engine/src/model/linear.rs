@@ -56,13 +56,20 @@ thread_local! {
 /// no dense gemm — so that a request's tokens do not depend on how many others share its
 /// step. The flag is per thread: set it on the thread that runs the model's layers.
 pub fn rows_as_sequences<T>(step: impl FnOnce() -> T) -> T {
+    with_rows_as_sequences(true, step)
+}
+
+/// Runs `step` with the flag of [`rows_as_sequences`] set to `on`, restored after. A model's
+/// step sets it at its start: a thread of the pool that waits for its own work may run another
+/// model's whole step meanwhile, which must not inherit the flag of the step it interrupted.
+pub fn with_rows_as_sequences<T>(on: bool, step: impl FnOnce() -> T) -> T {
     struct Restore(bool);
     impl Drop for Restore {
         fn drop(&mut self) {
             ROWS_ARE_SEQUENCES.with(|f| f.set(self.0));
         }
     }
-    let _restore = Restore(ROWS_ARE_SEQUENCES.with(|f| f.replace(true)));
+    let _restore = Restore(ROWS_ARE_SEQUENCES.with(|f| f.replace(on)));
     step()
 }
 

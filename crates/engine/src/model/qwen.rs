@@ -3,7 +3,7 @@
 //! layers mix tokens by Gated DeltaNet ([`DeltaNet`]) or gated full attention, in the order its
 //! config gives.
 
-use super::attention::Attention;
+use super::attention::{causal_mask, Attention};
 use super::delta_net::DeltaNet;
 use super::mlp::Mlp;
 use super::moe::Moe;
@@ -264,17 +264,45 @@ impl Qwen {
                 ),
             ));
         }
-        for (&t, cache) in tokens.iter().zip(caches.iter()) {
-            self.check_step(&[t], cache)?;
+        self.forward_rows(tokens, &vec![1; tokens.len()], caches)
+    }
+
+    /// Several tokens of several sequences in one pass: the first `lens[0]` of `tokens` run at
+    /// the end of `caches[0]`, the next `lens[1]` at the end of `caches[1]`, …. Every weight is
+    /// read once for all rows. Returns f32 logits for every row, `[tokens.len(), vocab]`: row
+    /// `r` equal, bit for bit, to what decoding that sequence's tokens one at a time gives
+    /// ([`Qwen::forward`] token by token), so a speculative step that verifies drafted tokens
+    /// chooses exactly what decoding would have.
+    pub fn forward_rows(
+        &self,
+        tokens: &[u32],
+        lens: &[usize],
+        caches: &mut [&mut KvCache],
+    ) -> Result<Tensor> {
+        if lens.len() != caches.len() || lens.iter().sum::<usize>() != tokens.len() {
+            return Err(EngineError::invalid(
+                "tokens",
+                format!(
+                    "{} tokens in rows of {lens:?} for {} caches",
+                    tokens.len(),
+                    caches.len()
+                ),
+            ));
+        }
+        let mut first = 0;
+        for (&len, cache) in lens.iter().zip(caches.iter()) {
+            self.check_step(&tokens[first..first + len], cache)?;
+            first += len;
         }
         self.on_pool(|| {
+            // Every row through the kernels it takes decoded alone.
             crate::model::linear::rows_as_sequences(|| {
                 let x = self.layers_over(tokens, |mixer, h, i| match mixer {
-                    Mixer::Attention(a) => a.forward_batch(h, i, caches, &self.rotary),
-                    Mixer::Linear(d) => d.forward(h, i, caches),
+                    Mixer::Attention(a) => a.forward_rows(h, i, lens, caches, &self.rotary),
+                    Mixer::Linear(d) => d.forward(h, i, lens, caches),
                 })?;
-                for cache in caches.iter_mut() {
-                    cache.advance(1);
+                for (cache, &len) in caches.iter_mut().zip(lens) {
+                    cache.advance(len);
                 }
                 let x = candle_nn::ops::rms_norm(&x, &self.norm, self.cfg.rms_norm_eps as f32)?;
                 Ok(self.lm_head.forward(&x)?.squeeze(0)?.to_dtype(DType::F32)?)
@@ -299,6 +327,9 @@ impl Qwen {
     /// a sleeping thread takes tens of microseconds to wake, and a decoding step hands out
     /// about a hundred matrix products, each a few tens of microseconds long.
     fn on_pool<T: Send>(&self, step: impl FnOnce() -> T + Send) -> T {
+        // Rows are a sequence's own consecutive tokens unless the step says otherwise, even on
+        // a thread that is inside another step (see `with_rows_as_sequences`).
+        let step = || crate::model::linear::with_rows_as_sequences(false, step);
         if !self.device.is_cpu() || rayon::current_thread_index().is_some() {
             return step();
         }
@@ -370,7 +401,7 @@ impl Qwen {
         let mask = causal_mask(len, offset, self.act_dtype, &self.device)?;
         let x = self.layers_over(tokens, |mixer, h, i| match mixer {
             Mixer::Attention(a) => a.forward(h, i, cache, &self.rotary, mask.as_ref()),
-            Mixer::Linear(d) => d.forward(h, i, &mut [&mut *cache]),
+            Mixer::Linear(d) => d.forward(h, i, &[len], &mut [&mut *cache]),
         })?;
         cache.advance(len);
         let eps = self.cfg.rms_norm_eps as f32;
@@ -412,26 +443,4 @@ impl Embedding {
             Matrix::Tiles(_) => candle_core::bail!("an embedding table is never in tiles"),
         }
     }
-}
-
-/// `[len, offset + len]`: position `offset + i` sees keys `0..=offset + i`. None for one token.
-fn causal_mask(len: usize, offset: usize, dtype: DType, device: &Device) -> Result<Option<Tensor>> {
-    if len == 1 {
-        return Ok(None);
-    }
-    let total = offset + len;
-    let mask: Vec<f32> = (0..len)
-        .flat_map(|i| {
-            (0..total).map(move |j| {
-                if j > offset + i {
-                    f32::NEG_INFINITY
-                } else {
-                    0.0
-                }
-            })
-        })
-        .collect();
-    Ok(Some(
-        Tensor::from_vec(mask, (len, total), device)?.to_dtype(dtype)?,
-    ))
 }

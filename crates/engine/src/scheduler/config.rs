@@ -2,6 +2,7 @@
 //! cache the engine may hold.
 
 use crate::error::{EngineError, Result};
+use crate::speculative::Speculation;
 use candle_core::Device;
 
 /// Settings as a user gives them; `None` takes the device's default.
@@ -17,6 +18,9 @@ pub struct SchedulerOptions {
     /// Requests waiting or running at most; more are refused with [`EngineError::QueueFull`]
     /// (default 1024).
     pub max_waiting: Option<usize>,
+    /// Whether decoding sequences draft tokens to verify in one pass (default
+    /// [`Speculation::Auto`]); the tokens are the same either way.
+    pub speculation: Option<Speculation>,
 }
 
 /// The scheduler's settings, resolved for a device.
@@ -30,6 +34,8 @@ pub struct SchedulerConfig {
     pub kv_budget_bytes: usize,
     /// Requests waiting or running at most.
     pub max_waiting: usize,
+    /// Whether decoding sequences draft tokens to verify in one pass.
+    pub speculation: Speculation,
 }
 
 const MIB: usize = 1 << 20;
@@ -47,6 +53,7 @@ impl SchedulerOptions {
                 None => 8 << 30,
             },
             max_waiting: self.max_waiting.unwrap_or(1024),
+            speculation: self.speculation.unwrap_or_default(),
         };
         config.check()?;
         Ok(config)

@@ -25,6 +25,7 @@ pub(crate) use sequence::Job;
 use crate::cache::kv::KvCache;
 use crate::error::{EngineError, Result};
 use crate::generation::{Event, FinishReason, LanguageModel};
+use crate::speculative::Speculation;
 use crate::tokenizer::Tokenizer;
 use kv_pool::{common_prefix, KvPool, Seed, MIN_SHARED_PREFIX};
 use sequence::Sequence;
@@ -108,6 +109,8 @@ pub(crate) struct Scheduler {
     peak_kv_bytes: usize,
     evictions: usize,
     preemptions: usize,
+    /// Whether decoding sequences draft tokens to verify ([`crate::speculative`]).
+    speculate: bool,
 }
 
 impl Scheduler {
@@ -121,7 +124,16 @@ impl Scheduler {
         in_flight: Arc<AtomicUsize>,
     ) -> Self {
         let message_start = tokenizer.token_id("<|im_start|>");
+        // Auto speculates on the CPU, whose kernels compute a verified row as decoding
+        // computes it, bit for bit; GPU matrix products may sum several rows in another order
+        // than one.
+        let speculate = match config.speculation {
+            Speculation::Off => false,
+            Speculation::Auto => model.device().is_cpu(),
+            Speculation::Ngram => true,
+        };
         Self {
+            speculate,
             model,
             origin,
             tokenizer,
@@ -401,7 +413,10 @@ impl Scheduler {
                 seed.cache.mark_checkpoints(&marks);
             }
             match Sequence::new(job, stop, seed.cache, seed.tokens) {
-                Some(s) => self.running.push(s),
+                Some(mut s) => {
+                    s.speculate = self.speculate;
+                    self.running.push(s)
+                }
                 None => {
                     self.in_flight.fetch_sub(1, Ordering::Relaxed);
                 }
@@ -579,16 +594,39 @@ impl Scheduler {
         self.after_sample(i, next)
     }
 
-    /// One decoding step of every sequence with a pending token, batched.
+    /// One decoding step of every sequence with a pending token, batched; a sequence with a
+    /// draft verifies it in the same pass ([`crate::speculative`]).
     fn decode(&mut self) {
+        let max = self.model.max_positions();
+        for s in self.running.iter_mut() {
+            s.propose(max);
+        }
         // Caches that must grow this step need room first, all of it together (they grow in
-        // the same forward pass), the oldest sequences' first.
+        // the same forward pass), the oldest sequences' first. A draft takes room only where
+        // idle caches can give it: it never preempts a sequence.
         let mut reserved = 0;
         let mut i = 0;
         while i < self.running.len() {
             let s = &self.running[i];
-            let extra = s.cache.bytes_for(s.cache.len() + 1) - s.cache.bytes();
-            if !s.decoding() || extra == 0 {
+            let grow = |s: &Sequence, rows: usize| {
+                s.cache.bytes_for(s.cache.len() + rows) - s.cache.bytes()
+            };
+            if !s.decoding() {
+                i += 1;
+                continue;
+            }
+            if !s.draft.is_empty() {
+                let extra = grow(s, 1 + s.draft.len());
+                if self.make_room(reserved + extra, None) {
+                    reserved += extra;
+                    i += 1;
+                    continue;
+                }
+                self.running[i].draft.clear();
+            }
+            let s = &self.running[i];
+            let extra = grow(s, 1);
+            if extra == 0 {
                 i += 1;
                 continue;
             }
@@ -615,10 +653,19 @@ impl Scheduler {
     }
 
     fn decode_batch(&mut self, batch: &[usize]) -> Result<()> {
-        let tokens: Vec<u32> = batch
-            .iter()
-            .filter_map(|&i| self.running[i].pending)
-            .collect();
+        // Each sequence's rows: its pending token, then its draft.
+        let mut tokens = Vec::with_capacity(batch.len());
+        let mut lens = Vec::with_capacity(batch.len());
+        for &i in batch {
+            let s = &mut self.running[i];
+            if !s.draft.is_empty() {
+                // Rejected rows are cut back, a recurrent state's too.
+                s.cache.verify_next();
+            }
+            tokens.extend(s.pending);
+            tokens.extend_from_slice(&s.draft);
+            lens.push(1 + s.draft.len());
+        }
         let logits = {
             let mut caches: Vec<&mut KvCache> = self
                 .running
@@ -627,7 +674,9 @@ impl Scheduler {
                 .filter(|(i, _)| batch.contains(i))
                 .map(|(_, s)| &mut s.cache)
                 .collect();
-            if caches.len() == 1 {
+            if tokens.len() > batch.len() {
+                self.model.forward_rows(&tokens, &lens, &mut caches)?
+            } else if caches.len() == 1 {
                 self.model.forward(&tokens, caches[0])?.unsqueeze(0)?
             } else {
                 self.model.forward_batch(&tokens, &mut caches)?
@@ -640,23 +689,55 @@ impl Scheduler {
         };
         // A NaN or infinity anywhere in a row makes its sum one (and its argmax meaningless).
         let sums: Vec<f32> = logits.sum_keepdim(1)?.flatten_all()?.to_vec1()?;
+        let firsts: Vec<usize> = lens
+            .iter()
+            .scan(0, |row, &len| {
+                *row += len;
+                Some(*row - len)
+            })
+            .collect();
         // Back to front: a finished sequence leaves without shifting those still to do.
-        for (row, &i) in batch.iter().enumerate().rev() {
-            if !sums[row].is_finite() {
-                let e = self.non_finite(self.running[i].tokens.len());
-                self.fail(i, e.to_string());
-                continue;
-            }
-            let next = {
+        for (k, &i) in batch.iter().enumerate().rev() {
+            let draft = std::mem::take(&mut self.running[i].draft);
+            self.running[i].drafted(draft.len());
+            self.running[i].decoded();
+            // Row `j` chooses the token after the pending one and `draft[..j]`; the next row
+            // counts only while each choice is the draft's token (so `j` drafted tokens were
+            // accepted when row `j` chooses).
+            for j in 0..lens[k] {
+                let row = firsts[k] + j;
+                if !sums[row].is_finite() {
+                    let e = self.non_finite(self.running[i].tokens.len());
+                    self.fail(i, e.to_string());
+                    break;
+                }
                 let s = &mut self.running[i];
-                s.decoded();
-                s.choose(argmax.as_ref().map(|a| a[row]), || {
+                let next = s.choose(argmax.as_ref().map(|a| a[row]), || {
                     Ok(logits.get(row)?.to_vec1::<f32>()?)
-                })
-            };
-            let result = next.and_then(|next| self.after_sample(i, next));
-            if let Err(e) = result {
-                self.fail(i, e.to_string());
+                });
+                let hit = next.as_ref().is_ok_and(|&t| draft.get(j) == Some(&t));
+                if hit {
+                    s.accepted_draft_token();
+                }
+                let running = match next.and_then(|next| self.after_sample(i, next)) {
+                    Ok(running) => running,
+                    Err(e) => {
+                        self.fail(i, e.to_string());
+                        false
+                    }
+                };
+                if !running {
+                    break;
+                }
+                let s = &mut self.running[i];
+                if !hit {
+                    s.adapt_draft(draft.len(), j);
+                    // The rows after this one ran on tokens that were not chosen.
+                    s.cache.truncate(s.tokens.len());
+                    break;
+                }
+                // The chosen token is the draft's: its row is run, the next row counts.
+                s.decoded();
             }
         }
         Ok(())
@@ -677,6 +758,8 @@ impl Scheduler {
     /// Ends sequence `i` with `reason`; its cache goes to the pool.
     fn retire(&mut self, i: usize, reason: FinishReason) {
         let mut s = self.running.remove(i);
+        // A sequence that finished inside a verified draft: the draft's later rows go.
+        s.cache.truncate(s.tokens.len());
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
         if let Err(e) = s.finish(reason, &self.tokenizer, self.load_time.as_secs_f64()) {
             s.fail(e.to_string());

@@ -6,6 +6,7 @@ use crate::constraint::Guide;
 use crate::error::Result;
 use crate::generation::{Event, FinishReason, GenerateRequest, Summary, Timings, Usage};
 use crate::sampling::Sampler;
+use crate::speculative::{ngram, DraftLength};
 use crate::stop::{StopScan, StopStrings};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,6 +53,11 @@ pub(crate) struct Sequence {
     first_token: Option<Instant>,
     /// Whether the cache goes back to the pool at the end (not after `drop_session`).
     pub keep: bool,
+    /// Whether this sequence drafts tokens to verify (see [`crate::speculative`]).
+    pub speculate: bool,
+    /// Tokens drafted this step, verified after `pending`.
+    pub draft: Vec<u32>,
+    drafting: DraftLength,
 }
 
 impl Sequence {
@@ -102,6 +108,9 @@ impl Sequence {
             prefill: Duration::ZERO,
             first_token: None,
             keep: true,
+            speculate: false,
+            draft: Vec::new(),
+            drafting: DraftLength::default(),
             request,
             events,
             ended,
@@ -161,12 +170,51 @@ impl Sequence {
         self.arrived
     }
 
-    /// Records the pending token run into the cache.
+    /// Records the pending token run into the cache (by a decoding step, or as a verified
+    /// draft token).
     pub fn decoded(&mut self) {
         if let Some(t) = self.pending.take() {
             self.tokens.push(t);
             self.decode_steps += 1;
         }
+    }
+
+    /// Drafts the tokens this step verifies after `pending` (see [`crate::speculative`]), as
+    /// many as the draft length allows and no more than the request's tokens and the model's
+    /// positions leave room for; none when the sequence does not speculate.
+    pub fn propose(&mut self, max_positions: usize) -> &[u32] {
+        self.draft.clear();
+        if !self.speculate || !self.decoding() {
+            return &self.draft;
+        }
+        // Each verified row chooses one token: the pending one is generated already, and it
+        // and the draft take positions.
+        let left = self.request.max_tokens.saturating_sub(self.generated + 1);
+        let room = max_positions.saturating_sub(self.tokens.len() + 1);
+        let max = left.min(room);
+        if max == 0 {
+            return &self.draft;
+        }
+        let max = self.drafting.take().min(max);
+        // `history` ends with the pending token.
+        self.draft = ngram::prompt_lookup(&self.history, max);
+        &self.draft
+    }
+
+    /// Counts a draft of `n` tokens sent for verification.
+    pub fn drafted(&mut self, n: usize) {
+        self.drafting.drafted += n;
+    }
+
+    /// Counts a drafted token that was what decoding chose.
+    pub fn accepted_draft_token(&mut self) {
+        self.drafting.accepted += 1;
+    }
+
+    /// Adapts the next draft's length to how much of this one (`drafted` tokens) was
+    /// accepted.
+    pub fn adapt_draft(&mut self, drafted: usize, accepted: usize) {
+        self.drafting.adapt(drafted, accepted);
     }
 
     pub fn wants_greedy(&self) -> bool {
@@ -287,6 +335,8 @@ impl Sequence {
                 prompt_tokens: self.request.prompt.len(),
                 cached_prompt_tokens: self.cached,
                 completion_tokens: self.generated,
+                draft_tokens: self.drafting.drafted,
+                accepted_draft_tokens: self.drafting.accepted,
             },
             timings: Timings {
                 load_s,

@@ -1,0 +1,133 @@
+//! Speculative decoding on the real Qwen2.5-Coder-0.5B-Instruct Q4_K_M: with prompt-lookup
+//! drafts verified in one pass, every request gets the tokens plain decoding gives it — greedy
+//! and sampled, alone and eight at once, at every CPU level — and a code edit accepts most of
+//! its drafts. (Its own test binary: it changes the process-wide kernel level.)
+
+mod common;
+
+use hearth_engine::kernels::cpu;
+use hearth_engine::{
+    DeviceSpec, Engine, Event, EventStream, GenerateRequest, LoadOptions, SamplingParams,
+    SchedulerOptions, Speculation, Usage,
+};
+
+fn engine(path: &std::path::Path, speculation: Speculation) -> Engine {
+    let opts = LoadOptions {
+        device: DeviceSpec::Cpu,
+        scheduler: SchedulerOptions {
+            max_seqs: Some(8),
+            speculation: Some(speculation),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Engine::load(path.to_str().unwrap(), &opts).unwrap()
+}
+
+fn collect(mut s: EventStream) -> (Vec<u32>, Usage) {
+    let mut ids = vec![];
+    loop {
+        match s.blocking_next() {
+            Some(Event::Token { id }) => ids.push(id),
+            Some(Event::Finished(f)) => return (ids, f.usage),
+            Some(Event::Error { message }) => panic!("{message}"),
+            Some(_) => {}
+            None => panic!("stream ended without a summary"),
+        }
+    }
+}
+
+fn chat(user: &str) -> String {
+    format!(
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+    )
+}
+
+const SOURCE: &str = "```python\nimport json\n\n\ndef load_items(path):\n    with open(path) as f:\n        return json.load(f)\n\n\ndef total_price(items):\n    total = 0\n    for item in items:\n        total += item[\"price\"] * item[\"count\"]\n    return total\n\n\ndef main():\n    items = load_items(\"items.json\")\n    print(total_price(items))\n\n\nif __name__ == \"__main__\":\n    main()\n```";
+
+/// Eight prompts: code edits that copy most of their input, and plain questions.
+fn prompts() -> Vec<String> {
+    vec![
+        chat(&format!(
+            "Rename the function `total_price` to `order_total` and return the whole file.\n\n{SOURCE}"
+        )),
+        chat(&format!(
+            "Add a docstring to `load_items` and return the whole file.\n\n{SOURCE}"
+        )),
+        chat("What is the capital of France? Answer in one sentence."),
+        chat("Write a haiku about the sea."),
+        chat(&format!(
+            "Rename the variable `items` to `orders` everywhere and return the whole file.\n\n{SOURCE}"
+        )),
+        chat("List three prime numbers greater than 100."),
+        "def fibonacci(n):".to_string(),
+        chat("Explain what a mutex is in two sentences."),
+    ]
+}
+
+#[test]
+fn speculation_gives_the_tokens_of_decoding_at_every_level() {
+    let Some(path) = common::real_gguf() else {
+        return;
+    };
+    let levels = cpu::runnable();
+    println!("levels on this CPU: {levels:?}");
+    let sampled = SamplingParams {
+        temperature: 0.7,
+        top_p: Some(0.9),
+        seed: 42,
+        ..Default::default()
+    };
+    for level in levels {
+        cpu::force(level).unwrap();
+        let off = engine(&path, Speculation::Off);
+        let on = engine(&path, Speculation::Ngram);
+        let ids: Vec<Vec<u32>> = prompts()
+            .iter()
+            .map(|p| on.tokenizer().encode(p).unwrap())
+            .collect();
+        let request = |p: &Vec<u32>, sampling: &SamplingParams, n: usize| GenerateRequest {
+            sampling: sampling.clone(),
+            ..GenerateRequest::new(p.clone(), n)
+        };
+        // The edit alone, greedy and sampled: the same tokens, most of them from drafts.
+        for sampling in [SamplingParams::greedy(), sampled.clone()] {
+            let (want, _) = collect(off.generate(request(&ids[0], &sampling, 96)).unwrap());
+            let (got, usage) = collect(on.generate(request(&ids[0], &sampling, 96)).unwrap());
+            assert_eq!(got, want, "{level}, {sampling:?}: the edit alone");
+            println!(
+                "{level}, temperature {}: {} tokens, {} of {} drafted tokens accepted",
+                sampling.temperature,
+                got.len(),
+                usage.accepted_draft_tokens,
+                usage.draft_tokens
+            );
+            if sampling.temperature == 0.0 {
+                assert!(
+                    usage.accepted_draft_tokens * 2 > got.len(),
+                    "{level}: only {} of {} tokens came from drafts",
+                    usage.accepted_draft_tokens,
+                    got.len()
+                );
+            }
+        }
+        // Eight at once, greedy: each as plain decoding gives it alone.
+        let greedy = SamplingParams::greedy();
+        let want: Vec<Vec<u32>> = ids
+            .iter()
+            .map(|p| collect(off.generate(request(p, &greedy, 40)).unwrap()).0)
+            .collect();
+        let streams: Vec<EventStream> = ids
+            .iter()
+            .map(|p| on.generate(request(p, &greedy, 40)).unwrap())
+            .collect();
+        let mut accepted = 0;
+        for (i, s) in streams.into_iter().enumerate() {
+            let (got, usage) = collect(s);
+            assert_eq!(got, want[i], "{level}: prompt {i} of 8 at once");
+            accepted += usage.accepted_draft_tokens;
+        }
+        assert!(accepted > 0, "{level}: no draft accepted in the batch");
+    }
+    cpu::force(cpu::detected()).unwrap();
+}
