@@ -1,10 +1,11 @@
-//! Decode speed with and without speculative decoding (prompt lookup), greedy, one request at
-//! a time: an agent-edit workload (a ~1k-token source file in the prompt, "rename X to Y and
-//! return the file") and a plain chat workload. Both runs give the same tokens (checked).
+//! Decode speed with and without speculative decoding, greedy, one request at a time: an
+//! agent-edit workload (a ~1k-token source file in the prompt, "rename X to Y and return the
+//! file") and a plain chat workload; drafts by prompt lookup, and by a draft model when one is
+//! given. Every run gives the same tokens (checked).
 //!
-//!     cargo bench --bench speculative -- "$(scripts/fetch-test-models.sh)" [more models]
+//!     cargo bench --bench speculative -- MODEL.gguf [more models] [--draft DRAFT.gguf]
 //!
-//! Writes benches/results/<date>-speculative-<model file>.json.
+//! Writes benches/results/<date>-speculative-<model file>-<cpu level>.json.
 
 use hearth_engine::{
     ChatMessage, ChatRequest, DeviceSpec, Engine, Event, LoadOptions, SamplingParams,
@@ -89,24 +90,35 @@ fn stem(model: &str) -> String {
     name.trim_end_matches(".gguf").to_string()
 }
 
-fn load(model: &str, speculation: Speculation) -> Engine {
+fn load(model: &str, speculation: Speculation, draft: Option<&str>) -> Engine {
     let opts = LoadOptions {
         device: DeviceSpec::Cpu,
         scheduler: SchedulerOptions {
             speculation: Some(speculation),
             ..Default::default()
         },
+        draft_model: draft.map(str::to_owned),
         ..Default::default()
     };
     Engine::load(model, &opts).expect("model")
 }
 
 fn main() {
-    let models: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let draft = args
+        .iter()
+        .position(|a| a == "--draft")
+        .and_then(|i| args.get(i + 1).cloned());
+    let models: Vec<String> = args
+        .iter()
+        .enumerate()
+        .filter(|(i, a)| !a.starts_with('-') && (*i == 0 || args[i - 1] != "--draft"))
+        .map(|(_, a)| a.clone())
         .collect();
-    assert!(!models.is_empty(), "usage: speculative <model.gguf>…");
+    assert!(
+        !models.is_empty(),
+        "usage: speculative MODEL.gguf… [--draft DRAFT.gguf]"
+    );
     let threads = rayon::current_num_threads();
     let date = std::process::Command::new("date")
         .arg("+%Y-%m-%d")
@@ -114,63 +126,97 @@ fn main() {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default();
     for model in &models {
-        let off = load(model, Speculation::Off);
-        let on = load(model, Speculation::Ngram);
+        let mut engines = vec![
+            ("plain", load(model, Speculation::Off, None)),
+            ("ngram", load(model, Speculation::Ngram, None)),
+        ];
+        if let Some(d) = draft.as_deref().filter(|d| *d != model) {
+            engines.push(("draft", load(model, Speculation::Draft, Some(d))));
+        }
         // Set at load (HEARTH_CPU forces a lower one).
         let level = hearth_engine::kernels::cpu::active();
-        answer(&off, "Hello", 8);
-        answer(&on, "Hello", 8);
+        for (_, e) in &engines {
+            answer(e, "Hello", 8);
+        }
         println!("{model} ({level}, {threads} threads)");
-        println!("workload | tokens | plain tok/s | ngram tok/s | speedup | accepted/drafted");
+        let names: Vec<&str> = engines.iter().map(|(n, _)| *n).collect();
+        println!(
+            "workload | tokens | {} tok/s | accepted/drafted",
+            names.join(" | ")
+        );
         let mut rows = vec![];
-        let mut sums: std::collections::BTreeMap<&str, (f64, f64, usize, usize, usize)> =
+        // Per workload kind and engine: decode seconds, tokens, accepted, drafted.
+        let mut sums: std::collections::BTreeMap<(&str, &str), (f64, usize, usize, usize)> =
             Default::default();
         for (kind, prompt, max) in workloads() {
-            let a = answer(&off, &prompt, max);
-            let b = answer(&on, &prompt, max);
-            assert_eq!(a.tokens, b.tokens, "{kind}: speculation changed the tokens");
-            let n = a.tokens.len().saturating_sub(1) as f64;
-            let (ra, rb) = (n / a.decode_s, n / b.decode_s);
+            let runs: Vec<(&str, Run)> = engines
+                .iter()
+                .map(|(name, e)| (*name, answer(e, &prompt, max)))
+                .collect();
+            let plain = &runs[0].1;
+            let n = plain.tokens.len().saturating_sub(1);
+            let mut cells = vec![];
+            let mut record = serde_json::Map::new();
+            record.insert("workload".into(), kind.into());
+            record.insert("tokens".into(), plain.tokens.len().into());
+            for (name, r) in &runs {
+                assert_eq!(r.tokens, plain.tokens, "{kind}: {name} changed the tokens");
+                let rate = n as f64 / r.decode_s;
+                cells.push(format!("{rate:.1} ({:.2}×)", plain.decode_s / r.decode_s));
+                let s = sums.entry((kind, name)).or_default();
+                s.0 += r.decode_s;
+                s.1 += n;
+                s.2 += r.accepted;
+                s.3 += r.drafted;
+                record.insert(
+                    (*name).into(),
+                    serde_json::json!({"tok_s": rate, "speedup": plain.decode_s / r.decode_s, "drafted": r.drafted, "accepted": r.accepted}),
+                );
+            }
+            let drafts: Vec<String> = runs[1..]
+                .iter()
+                .map(|(_, r)| format!("{}/{}", r.accepted, r.drafted))
+                .collect();
             println!(
-                "{kind:>8} | {:>6} | {ra:>11.1} | {rb:>11.1} | {:>6.2}× | {}/{}",
-                a.tokens.len(),
-                rb / ra,
-                b.accepted,
-                b.drafted
+                "{kind:>8} | {:>6} | {} | {}",
+                plain.tokens.len(),
+                cells.join(" | "),
+                drafts.join(", ")
             );
-            let s = sums.entry(kind).or_default();
-            s.0 += a.decode_s;
-            s.1 += b.decode_s;
-            s.2 += a.tokens.len().saturating_sub(1);
-            s.3 += b.accepted;
-            s.4 += b.drafted;
-            rows.push(serde_json::json!({
-                "workload": kind, "tokens": a.tokens.len(),
-                "plain_tok_s": ra, "ngram_tok_s": rb, "speedup": rb / ra,
-                "drafted": b.drafted, "accepted": b.accepted,
-            }));
+            rows.push(serde_json::Value::Object(record));
         }
         let mut totals = serde_json::Map::new();
-        for (kind, (ta, tb, n, acc, dr)) in &sums {
-            let (ra, rb) = (*n as f64 / ta, *n as f64 / tb);
-            println!(
-                "{kind:>8} all: plain {ra:.1} tok/s, ngram {rb:.1} tok/s, {:.2}×, acceptance {:.0} %",
-                rb / ra,
-                100.0 * *acc as f64 / (*dr).max(1) as f64
-            );
-            totals.insert(
-                kind.to_string(),
-                serde_json::json!({"plain_tok_s": ra, "ngram_tok_s": rb, "speedup": rb / ra, "acceptance": *acc as f64 / (*dr).max(1) as f64}),
-            );
+        for kind in ["edit", "chat"] {
+            let (plain_s, ..) = sums[&(kind, "plain")];
+            let mut t = serde_json::Map::new();
+            for name in &names {
+                let (s, n, acc, dr) = sums[&(kind, *name)];
+                let acceptance = acc as f64 / dr.max(1) as f64;
+                println!(
+                    "{kind:>8} {name:>6}: {:.1} tok/s, {:.2}× plain, acceptance {:.0} %",
+                    n as f64 / s,
+                    plain_s / s,
+                    100.0 * acceptance
+                );
+                t.insert(
+                    (*name).into(),
+                    serde_json::json!({"tok_s": n as f64 / s, "speedup": plain_s / s, "acceptance": acceptance}),
+                );
+            }
+            totals.insert(kind.into(), serde_json::Value::Object(t));
         }
         let out = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!(
             "benches/results/{date}-speculative-{}-{level}.json",
             stem(model)
         ));
         let doc = serde_json::json!({
-            "command": format!("cargo bench --bench speculative -- {model}"),
+            "command": format!(
+                "cargo bench --bench speculative -- {model}{}",
+                draft.as_deref().map(|d| format!(" --draft {d}")).unwrap_or_default()
+            ),
             "cpu_level": level.to_string(),
             "threads": threads,
+            "draft_model": draft,
             "totals": totals,
             "runs": rows,
         });

@@ -39,10 +39,16 @@ pub struct ModelArgs {
     #[arg(long)]
     pub prefill_chunk: Option<usize>,
     /// Speculative decoding: off, ngram (draft the tokens that followed the latest earlier
-    /// occurrence of the last few, then verify them in one pass) or auto (ngram where the
-    /// model's cache allows it). The tokens are those decoding gives, at any temperature.
+    /// occurrence of the last few, then verify them in one pass), draft (a --draft-model's
+    /// tokens) or auto (on the CPU: the draft model if given, else ngram). The tokens are those
+    /// decoding gives, at any temperature.
     #[arg(long, default_value = "auto")]
     pub speculative: String,
+    /// A small model of the same tokenizer that drafts tokens for --model to verify (a GGUF
+    /// file, checkpoint directory, hub repo id or card name); with it, --speculative auto
+    /// takes its drafts.
+    #[arg(long)]
+    pub draft_model: Option<String>,
 }
 
 impl ModelArgs {
@@ -71,6 +77,7 @@ impl ModelArgs {
             // HEARTH_CPU, read by the engine.
             cpu: None,
             kernels: Default::default(),
+            draft_model: self.draft_model.clone(),
         })
     }
 }

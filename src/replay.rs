@@ -69,6 +69,7 @@ fn live(
         kv_cache_mb: None,
         prefill_chunk: None,
         speculative: "auto".into(),
+        draft_model: None,
     };
     let engine = Arc::new(
         Engine::load(model, &model_args.load_options()?)

@@ -9,6 +9,8 @@ use crate::error::{EngineError, Result};
 use crate::generation::{GenerateRequest, LanguageModel};
 use crate::sampling::SamplingParams;
 use crate::scheduler::{Command, Job, Scheduler, SchedulerConfig, SchedulerStats, SessionCache};
+use crate::speculative::draft_model::DraftModel;
+use crate::speculative::Speculation;
 use crate::stop::StopStrings;
 use crate::stream::{ChatRequest, ChatStream, EventStream};
 use crate::tokenizer::Tokenizer;
@@ -42,14 +44,49 @@ impl Engine {
     pub fn load(spec: &str, opts: &LoadOptions) -> Result<Self> {
         let loaded = load_model(spec, opts)?;
         let config = opts.scheduler.resolve(&loaded.device)?;
-        Self::serve_with(
+        let draft = match &opts.draft_model {
+            Some(d) => Some(Self::load_draft(d, opts, &loaded)?),
+            None if config.speculation == Speculation::Draft => {
+                return Err(EngineError::invalid(
+                    "speculative",
+                    "`draft` needs a draft model (draft_model)",
+                ))
+            }
+            None => None,
+        };
+        Self::checked_start(
             Box::new(loaded.model),
+            draft,
             loaded.tokenizer,
             loaded.info,
             loaded.chat,
             loaded.load_time,
             config,
         )
+    }
+
+    /// The draft model `spec` for `main`, on its device, with its tokenizer checked.
+    fn load_draft(spec: &str, opts: &LoadOptions, main: &LoadedModel) -> Result<DraftModel> {
+        let draft = load_model(
+            spec,
+            &LoadOptions {
+                draft_model: None,
+                template: None,
+                ..opts.clone()
+            },
+        )
+        .map_err(|e| EngineError::invalid("draft_model", format!("`{spec}`: {e}")))?;
+        crate::speculative::draft_model::check_tokenizers(&main.tokenizer, &draft.tokenizer, spec)?;
+        tracing::info!(
+            "draft model: {} ({} parameters) drafts for {}",
+            draft.info.origin,
+            draft.info.parameters,
+            main.info.origin
+        );
+        Ok(DraftModel::new(
+            Box::new(draft.model),
+            main.config.vocab_size,
+        ))
     }
 
     /// Starts a worker thread that owns `model`, with the CPU's scheduler defaults.
@@ -62,6 +99,7 @@ impl Engine {
     ) -> Self {
         Self::start(
             model,
+            None,
             tokenizer,
             info,
             chat,
@@ -80,6 +118,18 @@ impl Engine {
         load_time: Duration,
         config: SchedulerConfig,
     ) -> Result<Self> {
+        Self::checked_start(model, None, tokenizer, info, chat, load_time, config)
+    }
+
+    fn checked_start(
+        model: Box<dyn LanguageModel>,
+        draft: Option<DraftModel>,
+        tokenizer: Tokenizer,
+        info: ModelInfo,
+        chat: Option<ChatFormat>,
+        load_time: Duration,
+        config: SchedulerConfig,
+    ) -> Result<Self> {
         config.check()?;
         config.check_budget(model.new_cache().bytes_for(1))?;
         tracing::info!(
@@ -88,11 +138,14 @@ impl Engine {
             config.prefill_chunk,
             config.kv_budget_bytes as f64 / (1 << 20) as f64
         );
-        Ok(Self::start(model, tokenizer, info, chat, load_time, config))
+        Ok(Self::start(
+            model, draft, tokenizer, info, chat, load_time, config,
+        ))
     }
 
     fn start(
         model: Box<dyn LanguageModel>,
+        draft: Option<DraftModel>,
         tokenizer: Tokenizer,
         info: ModelInfo,
         chat: Option<ChatFormat>,
@@ -103,6 +156,7 @@ impl Engine {
         let in_flight = Arc::new(AtomicUsize::new(0));
         let scheduler = Scheduler::new(
             model,
+            draft,
             info.origin.clone(),
             tokenizer.clone(),
             info.stop_token_ids.clone(),

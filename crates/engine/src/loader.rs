@@ -92,6 +92,10 @@ pub struct LoadOptions {
     /// How the model's layers pick among the CPU kernels (many-row kernels, widening types
     /// without kernels for prompts); kept by each layer, not process-wide.
     pub kernels: crate::kernels::KernelOptions,
+    /// A small model of the same tokenizer that drafts tokens for this one to verify
+    /// ([`crate::speculative::draft_model`]), loaded like it: a checkpoint directory, a
+    /// `.gguf` file, a hub repo id or a model card name.
+    pub draft_model: Option<String>,
 }
 
 /// `(layers loaded, layers)` as a model's weights load, for a caller's progress display.

@@ -202,6 +202,7 @@ fn hub_layout_in_the_cache_loads_offline() {
         progress: None,
         cpu: None,
         kernels: Default::default(),
+        draft_model: None,
     };
     let e = Engine::load("hearth/tiny-qwen2", &opts).unwrap();
     assert_eq!(e.info().origin, "hearth/tiny-qwen2@v1");

@@ -273,6 +273,104 @@ fn speculation_gives_the_tokens_of_decoding() {
 }
 
 #[test]
+fn a_draft_model_gives_the_tokens_of_decoding() {
+    // A model drafting for itself has every greedy draft accepted; other models of the same
+    // tokenizer (a hybrid among them, whose draft cache resumes at its checkpoints) draft
+    // what they draft, and the answers stay decoding's.
+    let sampled = SamplingParams {
+        temperature: 0.9,
+        top_k: Some(40),
+        seed: 3,
+        ..Default::default()
+    };
+    let pairs = [
+        ("qwen2", "qwen2"),
+        ("qwen3-moe", "qwen3-moe"),
+        ("qwen2", "qwen3"),
+        ("qwen3.5", "qwen2"),
+        ("qwen2", "qwen3.5"),
+    ];
+    for (main, draft) in pairs {
+        let scheduler = |speculation| SchedulerOptions {
+            max_seqs: Some(6),
+            prefill_chunk: Some(16),
+            speculation: Some(speculation),
+            ..Default::default()
+        };
+        let off = engine(main, scheduler(Speculation::Off));
+        let on = Engine::load(
+            tiny(main).to_str().unwrap(),
+            &LoadOptions {
+                draft_model: Some(tiny(draft).to_str().unwrap().to_string()),
+                ..options(scheduler(Speculation::Draft))
+            },
+        )
+        .unwrap();
+        for sampling in [SamplingParams::greedy(), sampled.clone()] {
+            let req = |p: Vec<u32>| GenerateRequest {
+                sampling: sampling.clone(),
+                ..request(p, 30, None)
+            };
+            let plain: Vec<Vec<u32>> = prompts()
+                .into_iter()
+                .map(|p| collect(off.generate(req(p)).unwrap()).0)
+                .collect();
+            let what = format!("{main} drafted by {draft}, {sampling:?}");
+            for (i, p) in prompts().into_iter().enumerate().take(3) {
+                let (ids, s) = collect(on.generate(req(p)).unwrap());
+                assert_eq!(ids, plain[i], "{what}: request {i} alone");
+                let u = &s.usage;
+                assert!(u.draft_tokens > 0, "{what}: request {i} drafted nothing");
+                if main == draft && sampling.temperature == 0.0 {
+                    assert_eq!(
+                        u.accepted_draft_tokens, u.draft_tokens,
+                        "{what}: request {i}"
+                    );
+                }
+            }
+            let streams: Vec<EventStream> = prompts()
+                .into_iter()
+                .map(|p| on.generate(req(p)).unwrap())
+                .collect();
+            for (i, s) in streams.into_iter().enumerate() {
+                assert_eq!(collect(s).0, plain[i], "{what}: request {i} batched");
+            }
+        }
+        let stats = on.stats().unwrap();
+        assert!(stats.peak_kv_bytes <= stats.kv_budget_bytes, "{stats:?}");
+    }
+    // `draft` without a draft model, and a draft model that is not one, are refused by name.
+    let e = Engine::load(
+        tiny("qwen2").to_str().unwrap(),
+        &options(SchedulerOptions {
+            speculation: Some(Speculation::Draft),
+            ..Default::default()
+        }),
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(
+        e.contains("speculative") && e.contains("draft model"),
+        "{e}"
+    );
+    let e = Engine::load(
+        tiny("qwen2").to_str().unwrap(),
+        &LoadOptions {
+            draft_model: Some("/no/such/model".into()),
+            ..options(Default::default())
+        },
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(
+        e.contains("draft_model") && e.contains("/no/such/model"),
+        "{e}"
+    );
+}
+
+#[test]
 fn a_session_after_speculation_resumes_as_after_decoding() {
     // The cache a speculative answer leaves holds exactly the tokens decoding would have run.
     let prompt: Vec<u32> = repetitive_prompts().remove(2);

@@ -1,7 +1,8 @@
 //! Speculative decoding on the real Qwen2.5-Coder-0.5B-Instruct Q4_K_M: with prompt-lookup
-//! drafts verified in one pass, every request gets the tokens plain decoding gives it — greedy
-//! and sampled, alone and eight at once, at every CPU level — and a code edit accepts most of
-//! its drafts. (Its own test binary: it changes the process-wide kernel level.)
+//! drafts, or a draft model's, verified in one pass, every request gets the tokens plain
+//! decoding gives it — greedy and sampled, alone and eight at once, at every CPU level — and a
+//! code edit accepts most of its drafts. (Its own test binary: it changes the process-wide
+//! kernel level.)
 
 mod common;
 
@@ -11,8 +12,8 @@ use hearth_engine::{
     SchedulerOptions, Speculation, Usage,
 };
 
-fn engine(path: &std::path::Path, speculation: Speculation) -> Engine {
-    let opts = LoadOptions {
+fn options(speculation: Speculation) -> LoadOptions {
+    LoadOptions {
         device: DeviceSpec::Cpu,
         scheduler: SchedulerOptions {
             max_seqs: Some(8),
@@ -20,8 +21,11 @@ fn engine(path: &std::path::Path, speculation: Speculation) -> Engine {
             ..Default::default()
         },
         ..Default::default()
-    };
-    Engine::load(path.to_str().unwrap(), &opts).unwrap()
+    }
+}
+
+fn engine(path: &std::path::Path, speculation: Speculation) -> Engine {
+    Engine::load(path.to_str().unwrap(), &options(speculation)).unwrap()
 }
 
 fn collect(mut s: EventStream) -> (Vec<u32>, Usage) {
@@ -130,4 +134,67 @@ fn speculation_gives_the_tokens_of_decoding_at_every_level() {
         assert!(accepted > 0, "{level}: no draft accepted in the batch");
     }
     cpu::force(cpu::detected()).unwrap();
+}
+
+#[test]
+fn a_draft_model_gives_the_tokens_of_decoding_at_every_level() {
+    let Some(path) = common::real_gguf() else {
+        return;
+    };
+    let spec = path.to_str().unwrap();
+    for level in cpu::runnable() {
+        cpu::force(level).unwrap();
+        let off = engine(&path, Speculation::Off);
+        // The model drafting for itself: every greedy draft is what it then chooses.
+        let on = Engine::load(
+            spec,
+            &LoadOptions {
+                draft_model: Some(spec.to_string()),
+                ..options(Speculation::Draft)
+            },
+        )
+        .unwrap();
+        let ids: Vec<Vec<u32>> = prompts()
+            .iter()
+            .map(|p| on.tokenizer().encode(p).unwrap())
+            .collect();
+        // No stop token: a draft is never cut short by the answer's end.
+        let request = |p: &Vec<u32>| GenerateRequest {
+            sampling: SamplingParams::greedy(),
+            stop_token_ids: Some(vec![]),
+            ..GenerateRequest::new(p.clone(), 32)
+        };
+        let want: Vec<Vec<u32>> = ids
+            .iter()
+            .map(|p| collect(off.generate(request(p)).unwrap()).0)
+            .collect();
+        let (got, usage) = collect(on.generate(request(&ids[2])).unwrap());
+        assert_eq!(got, want[2], "{level}: alone");
+        assert!(usage.draft_tokens > 0, "{level}: nothing drafted");
+        assert_eq!(usage.accepted_draft_tokens, usage.draft_tokens, "{level}");
+        let streams: Vec<EventStream> = ids
+            .iter()
+            .map(|p| on.generate(request(p)).unwrap())
+            .collect();
+        for (i, s) in streams.into_iter().enumerate() {
+            assert_eq!(collect(s).0, want[i], "{level}: prompt {i} of 8 at once");
+        }
+    }
+    cpu::force(cpu::detected()).unwrap();
+    // A model of another vocabulary is no draft model for this one.
+    let tiny = common::tiny("qwen2");
+    let e = Engine::load(
+        spec,
+        &LoadOptions {
+            draft_model: Some(tiny.to_str().unwrap().to_string()),
+            ..options(Speculation::Auto)
+        },
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(
+        e.contains("draft_model") && e.contains("another tokenizer"),
+        "{e}"
+    );
 }

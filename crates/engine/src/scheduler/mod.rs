@@ -25,6 +25,7 @@ pub(crate) use sequence::Job;
 use crate::cache::kv::KvCache;
 use crate::error::{EngineError, Result};
 use crate::generation::{Event, FinishReason, LanguageModel};
+use crate::speculative::draft_model::{DraftJob, DraftModel};
 use crate::speculative::Speculation;
 use crate::tokenizer::Tokenizer;
 use kv_pool::{common_prefix, KvPool, Seed, MIN_SHARED_PREFIX};
@@ -109,13 +110,22 @@ pub(crate) struct Scheduler {
     peak_kv_bytes: usize,
     evictions: usize,
     preemptions: usize,
-    /// Whether decoding sequences draft tokens to verify ([`crate::speculative`]).
-    speculate: bool,
+    /// Where decoding sequences' drafts come from ([`crate::speculative`]).
+    drafts: Drafts,
+}
+
+/// Where drafts come from.
+enum Drafts {
+    None,
+    Ngram,
+    Model(DraftModel),
 }
 
 impl Scheduler {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         model: Box<dyn LanguageModel>,
+        draft: Option<DraftModel>,
         origin: String,
         tokenizer: Tokenizer,
         default_stop: Vec<u32>,
@@ -126,14 +136,16 @@ impl Scheduler {
         let message_start = tokenizer.token_id("<|im_start|>");
         // Auto speculates on the CPU, whose kernels compute a verified row as decoding
         // computes it, bit for bit; GPU matrix products may sum several rows in another order
-        // than one.
-        let speculate = match config.speculation {
-            Speculation::Off => false,
-            Speculation::Auto => model.device().is_cpu(),
-            Speculation::Ngram => true,
+        // than one. (The engine refuses `Draft` without a draft model.)
+        let drafts = match (config.speculation, draft) {
+            (Speculation::Off, _) => Drafts::None,
+            (Speculation::Auto, _) if !model.device().is_cpu() => Drafts::None,
+            (Speculation::Ngram, _) => Drafts::Ngram,
+            (Speculation::Auto | Speculation::Draft, Some(d)) => Drafts::Model(d),
+            (Speculation::Auto | Speculation::Draft, None) => Drafts::Ngram,
         };
         Self {
-            speculate,
+            drafts,
             model,
             origin,
             tokenizer,
@@ -310,7 +322,12 @@ impl Scheduler {
 
     /// Bytes every cache holds: idle and running.
     fn kv_bytes(&self) -> usize {
-        self.pool.bytes() + self.running.iter().map(|s| s.cache.bytes()).sum::<usize>()
+        let running: usize = self
+            .running
+            .iter()
+            .map(|s| s.cache.bytes() + s.draft_cache.as_ref().map_or(0, |d| d.bytes()))
+            .sum();
+        self.pool.bytes() + running
     }
 
     /// Evicts idle caches (never `keep`'s session) until `extra` more bytes fit the budget.
@@ -414,7 +431,7 @@ impl Scheduler {
             }
             match Sequence::new(job, stop, seed.cache, seed.tokens) {
                 Some(mut s) => {
-                    s.speculate = self.speculate;
+                    s.speculate = !matches!(self.drafts, Drafts::None);
                     self.running.push(s)
                 }
                 None => {
@@ -597,10 +614,7 @@ impl Scheduler {
     /// One decoding step of every sequence with a pending token, batched; a sequence with a
     /// draft verifies it in the same pass ([`crate::speculative`]).
     fn decode(&mut self) {
-        let max = self.model.max_positions();
-        for s in self.running.iter_mut() {
-            s.propose(max);
-        }
+        self.propose();
         // Caches that must grow this step need room first, all of it together (they grow in
         // the same forward pass), the oldest sequences' first. A draft takes room only where
         // idle caches can give it: it never preempts a sequence.
@@ -650,6 +664,77 @@ impl Scheduler {
                 }
             }
         }
+    }
+
+    /// Each decoding sequence's draft for this step.
+    fn propose(&mut self) {
+        let max = self.model.max_positions();
+        let room: Vec<usize> = self.running.iter_mut().map(|s| s.draft_room(max)).collect();
+        match &self.drafts {
+            Drafts::None => {}
+            Drafts::Ngram => {
+                for (s, &room) in self.running.iter_mut().zip(&room) {
+                    if room > 0 {
+                        s.propose_ngram(room);
+                    }
+                }
+            }
+            Drafts::Model(_) => {
+                if let Err(e) = self.propose_with_model(&room) {
+                    tracing::warn!(
+                        "the draft model failed; decoding without drafts this step: {e}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Drafts with the draft model for every sequence with room, in one pass per token; none
+    /// where the draft caches' growth does not fit the KV budget without preempting.
+    fn propose_with_model(&mut self, room: &[usize]) -> Result<()> {
+        let Drafts::Model(model) = &self.drafts else {
+            return Ok(());
+        };
+        let wanted: Vec<usize> = (0..self.running.len()).filter(|&i| room[i] > 0).collect();
+        for &i in &wanted {
+            if self.running[i].draft_cache.is_none() {
+                self.running[i].draft_cache = Some(model.new_cache());
+            }
+        }
+        // Room for every draft cache to hold its context and draft.
+        let grow: usize = wanted
+            .iter()
+            .map(|&i| {
+                let s = &self.running[i];
+                let c = s.draft_cache.as_ref().expect("made above");
+                c.bytes_for(s.tokens.len() + 1 + room[i]) - c.bytes()
+            })
+            .sum();
+        if !self.make_room(grow, None) {
+            return Ok(());
+        }
+        let Drafts::Model(model) = &self.drafts else {
+            return Ok(());
+        };
+        let mut jobs = Vec::with_capacity(wanted.len());
+        for (i, s) in self.running.iter_mut().enumerate() {
+            if room[i] > 0 {
+                let context = s.draft_context();
+                if let Some(cache) = s.draft_cache.as_mut() {
+                    jobs.push(DraftJob {
+                        cache,
+                        context,
+                        max: room[i],
+                    });
+                }
+            }
+        }
+        let drafts = model.draft(&mut jobs, self.config.prefill_chunk)?;
+        drop(jobs);
+        for (&i, draft) in wanted.iter().zip(drafts) {
+            self.running[i].draft = draft;
+        }
+        Ok(())
     }
 
     fn decode_batch(&mut self, batch: &[usize]) -> Result<()> {

@@ -6,6 +6,7 @@ use crate::constraint::Guide;
 use crate::error::Result;
 use crate::generation::{Event, FinishReason, GenerateRequest, Summary, Timings, Usage};
 use crate::sampling::Sampler;
+use crate::speculative::draft_model::DraftCache;
 use crate::speculative::{ngram, DraftLength};
 use crate::stop::{StopScan, StopStrings};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
@@ -58,6 +59,8 @@ pub(crate) struct Sequence {
     /// Tokens drafted this step, verified after `pending`.
     pub draft: Vec<u32>,
     drafting: DraftLength,
+    /// This sequence's cache in the draft model, once it has drafted with one.
+    pub draft_cache: Option<DraftCache>,
 }
 
 impl Sequence {
@@ -111,6 +114,7 @@ impl Sequence {
             speculate: false,
             draft: Vec::new(),
             drafting: DraftLength::default(),
+            draft_cache: None,
             request,
             events,
             ended,
@@ -163,6 +167,7 @@ impl Sequence {
             self.rerun = held;
         }
         self.cache = empty;
+        self.draft_cache = None;
     }
 
     /// When the request arrived (the newest running sequence is preempted first).
@@ -179,13 +184,14 @@ impl Sequence {
         }
     }
 
-    /// Drafts the tokens this step verifies after `pending` (see [`crate::speculative`]), as
-    /// many as the draft length allows and no more than the request's tokens and the model's
-    /// positions leave room for; none when the sequence does not speculate.
-    pub fn propose(&mut self, max_positions: usize) -> &[u32] {
+    /// How many tokens this step may draft to verify after `pending` (see
+    /// [`crate::speculative`]): as many as the draft length allows and no more than the
+    /// request's tokens and the model's positions leave room for; 0 when the sequence does not
+    /// speculate. Clears the last step's draft.
+    pub fn draft_room(&mut self, max_positions: usize) -> usize {
         self.draft.clear();
         if !self.speculate || !self.decoding() {
-            return &self.draft;
+            return 0;
         }
         // Each verified row chooses one token: the pending one is generated already, and it
         // and the draft take positions.
@@ -193,12 +199,21 @@ impl Sequence {
         let room = max_positions.saturating_sub(self.tokens.len() + 1);
         let max = left.min(room);
         if max == 0 {
-            return &self.draft;
+            return 0;
         }
-        let max = self.drafting.take().min(max);
-        // `history` ends with the pending token.
+        self.drafting.take().min(max)
+    }
+
+    /// Drafts by prompt lookup over the prompt and answer so far (which end with the pending
+    /// token), up to `max` tokens.
+    pub fn propose_ngram(&mut self, max: usize) {
         self.draft = ngram::prompt_lookup(&self.history, max);
-        &self.draft
+    }
+
+    /// The tokens a draft model must have seen to draft after them: those of the cache, then
+    /// the pending token.
+    pub fn draft_context(&self) -> Vec<u32> {
+        self.tokens.iter().copied().chain(self.pending).collect()
     }
 
     /// Counts a draft of `n` tokens sent for verification.

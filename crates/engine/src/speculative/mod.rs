@@ -15,9 +15,11 @@
 //!
 //! Drafts come from the sequence's own context ([`ngram`]: prompt lookup), which costs nothing
 //! when it finds no match, and wins most where an answer repeats what it has read (code edits,
-//! JSON echoing its input, quotes). A draft's length adapts to how much of the sequence's
-//! drafts has been accepted ([`DraftLength`]).
+//! JSON echoing its input, quotes); or from a small model of the same tokenizer
+//! ([`draft_model`]). A draft's length adapts to how much of the sequence's drafts has been
+//! accepted ([`DraftLength`]).
 
+pub mod draft_model;
 pub mod ngram;
 
 use crate::error::{EngineError, Result};
@@ -30,16 +32,18 @@ pub enum Speculation {
     /// Prompt lookup: the tokens that followed the latest earlier occurrence of the context's
     /// last few tokens ([`ngram::prompt_lookup`]).
     Ngram,
-    /// Where it is exact: n-gram drafts on the CPU, whose kernels compute a verified row as
-    /// decoding computes it, bit for bit (GPU matrix products may sum several rows in another
-    /// order than one); off on GPUs.
+    /// A draft model's greedy tokens ([`draft_model`]; the engine must be given one).
+    Draft,
+    /// Where it is exact: on the CPU, whose kernels compute a verified row as decoding
+    /// computes it, bit for bit (GPU matrix products may sum several rows in another order
+    /// than one), the draft model's drafts if one is given, else n-gram drafts; off on GPUs.
     #[default]
     Auto,
 }
 
 impl Speculation {
     /// The names `--speculative` takes.
-    pub const NAMES: &'static str = "off, ngram or auto";
+    pub const NAMES: &'static str = "off, ngram, draft or auto";
 }
 
 impl std::str::FromStr for Speculation {
@@ -49,6 +53,7 @@ impl std::str::FromStr for Speculation {
         match s.trim().to_ascii_lowercase().as_str() {
             "off" | "none" => Ok(Self::Off),
             "ngram" | "prompt-lookup" => Ok(Self::Ngram),
+            "draft" | "draft-model" => Ok(Self::Draft),
             "auto" => Ok(Self::Auto),
             other => Err(EngineError::invalid(
                 "speculative",
@@ -63,6 +68,7 @@ impl std::fmt::Display for Speculation {
         f.write_str(match self {
             Self::Off => "off",
             Self::Ngram => "ngram",
+            Self::Draft => "draft",
             Self::Auto => "auto",
         })
     }

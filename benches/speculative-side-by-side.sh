@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Speculative decoding through each server, side by side with llama.cpp on one GGUF, one
+# thread count and the same requests (benches/speculative_serve.py: two code edits of a
+# 1,000-token file and three chat questions, greedy, one at a time): `hearth serve
+# --speculative off` and `ngram`, and llama-server without drafts and with `--spec-type
+# ngram-simple` and `ngram-mod`. Prints a table of decode tok/s and acceptance; writes
+# benches/results/<date>-speculative-serve-<model>[-avx2].json.
+#
+#   benches/speculative-side-by-side.sh [--cpu avx2] [model.gguf] [threads] [hearth binary]
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+level=native
+if [ "${1:-}" = --cpu ]; then level=$2; shift 2; fi
+model=${1:-$("$repo/scripts/fetch-test-models.sh")}
+threads=${2:-2}
+hearth=${3:-${CARGO_TARGET_DIR:-$HOME/.cache/hearth-target}/release/hearth}
+llama=$("$repo/scripts/llama-cpp.sh" --cpu "$level" llama-server)
+suffix=""
+if [ "$level" = avx2 ]; then export HEARTH_CPU=avx2; suffix=-avx2; fi
+export RAYON_NUM_THREADS=$threads
+. "$repo/benches/serve-start.sh"
+out=$(mktemp -d)
+
+for spec in off ngram; do
+  start_server "$hearth" "$model" --speculative "$spec"
+  python3 "$repo/benches/speculative_serve.py" "http://$addr/v1" > "$out/hearth-$spec.json"
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+done
+
+for spec in none ngram-simple ngram-mod; do
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  args=(-m "$model" -t "$threads" -c 8192 -np 1 --host 127.0.0.1 --port "$port")
+  [ "$spec" = none ] || args+=(--spec-type "$spec")
+  "$llama/llama-server" "${args[@]}" > "$out/llama-$spec.log" 2>&1 &
+  lpid=$!
+  for _ in $(seq 240); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.5; done
+  python3 "$repo/benches/speculative_serve.py" "http://127.0.0.1:$port/v1" > "$out/llama-$spec.json"
+  kill "$lpid"; wait "$lpid" 2>/dev/null || true
+done
+
+name=$(basename "$model" .gguf)
+python3 - "$out" "$repo/benches/results/$(date +%F)-speculative-serve-$name$suffix.json" "$model" "$threads" "$level" <<'PY'
+import json, pathlib, sys
+out, dest, model, threads, level = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
+runs = {p.stem: json.loads(p.read_text()) for p in sorted(out.glob("*.json"))}
+off = runs["hearth-off"]
+print(f"{model}, {threads} threads, CPU level {level}")
+print("| server | edit tok/s | edit × own plain | edit acceptance | chat tok/s | chat × own plain | chat acceptance |")
+print("|---|---|---|---|---|---|---|")
+for name in ["hearth-off", "hearth-ngram", "llama-none", "llama-ngram-simple", "llama-ngram-mod"]:
+    r = runs[name]["totals"]
+    base = runs["hearth-off" if name.startswith("hearth") else "llama-none"]["totals"]
+    cell = lambda k: f"{r[k]['tok_s']:.1f} | {r[k]['tok_s'] / base[k]['tok_s']:.2f} | " + (f"{100 * r[k]['acceptance']:.0f} %" if r[k]["acceptance"] is not None else "–")
+    print(f"| {name} | {cell('edit')} | {cell('chat')} |")
+same = all(a["text"] == b["text"] for a, b in zip(off["runs"], runs["hearth-ngram"]["runs"]))
+print(f"hearth with and without speculation wrote the same answers: {same}")
+json.dump({"command": f"benches/speculative-side-by-side.sh {'--cpu avx2 ' if level == 'avx2' else ''}{model} {threads}",
+           "threads": int(threads), "cpu_level": level, "same_answers": same,
+           "servers": {k: v["totals"] for k, v in runs.items()}, "runs": runs}, open(dest, "w"), indent=1)
+print(f"wrote {dest}")
+PY
+rm -rf "$out"
