@@ -1,7 +1,8 @@
 //! Decode speed with and without speculative decoding, greedy, one request at a time: an
 //! agent-edit workload (a ~1k-token source file in the prompt, "rename X to Y and return the
-//! file") and a plain chat workload; drafts by prompt lookup, and by a draft model when one is
-//! given. Every run gives the same tokens (checked).
+//! file") and a plain chat workload; drafts by prompt lookup, and when a draft model is given,
+//! by it alone and by both (`auto`: prompt lookup first). Every run gives the same tokens
+//! (checked).
 //!
 //!     cargo bench --bench speculative -- MODEL.gguf [more models] [--draft DRAFT.gguf]
 //!
@@ -57,12 +58,12 @@ fn workloads() -> Vec<(&'static str, String, usize)> {
         (
             "edit",
             edit("Rename the function `module_of` to `module_path`."),
-            1024,
+            1536,
         ),
         (
             "edit",
             edit("Rename the variable `targets` to `references`."),
-            1024,
+            1536,
         ),
         (
             "chat",
@@ -132,6 +133,7 @@ fn main() {
         ];
         if let Some(d) = draft.as_deref().filter(|d| *d != model) {
             engines.push(("draft", load(model, Speculation::Draft, Some(d))));
+            engines.push(("auto", load(model, Speculation::Auto, Some(d))));
         }
         // Set at load (HEARTH_CPU forces a lower one).
         let level = hearth_engine::kernels::cpu::active();

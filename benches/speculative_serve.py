@@ -18,8 +18,8 @@ def edit(what):
 
 
 WORKLOADS = [
-    ("edit", edit("Rename the function `module_of` to `module_path`."), 1024),
-    ("edit", edit("Rename the variable `targets` to `references`."), 1024),
+    ("edit", edit("Rename the function `module_of` to `module_path`."), 1536),
+    ("edit", edit("Rename the variable `targets` to `references`."), 1536),
     ("chat", "Explain in a paragraph how a hash map handles collisions.", 160),
     ("chat", "Write a short story about a lighthouse keeper, in about 120 words.", 160),
     ("chat", "What are the differences between TCP and UDP? Answer briefly.", 160),

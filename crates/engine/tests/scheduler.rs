@@ -306,6 +306,14 @@ fn a_draft_model_gives_the_tokens_of_decoding() {
             },
         )
         .unwrap();
+        let auto = Engine::load(
+            tiny(main).to_str().unwrap(),
+            &LoadOptions {
+                draft_model: Some(tiny(draft).to_str().unwrap().to_string()),
+                ..options(scheduler(Speculation::Auto))
+            },
+        )
+        .unwrap();
         for sampling in [SamplingParams::greedy(), sampled.clone()] {
             let req = |p: Vec<u32>| GenerateRequest {
                 sampling: sampling.clone(),
@@ -328,12 +336,15 @@ fn a_draft_model_gives_the_tokens_of_decoding() {
                     );
                 }
             }
-            let streams: Vec<EventStream> = prompts()
-                .into_iter()
-                .map(|p| on.generate(req(p)).unwrap())
-                .collect();
-            for (i, s) in streams.into_iter().enumerate() {
-                assert_eq!(collect(s).0, plain[i], "{what}: request {i} batched");
+            // Batched, by the draft model alone and with prompt lookup first (auto).
+            for e in [&on, &auto] {
+                let streams: Vec<EventStream> = prompts()
+                    .into_iter()
+                    .map(|p| e.generate(req(p)).unwrap())
+                    .collect();
+                for (i, s) in streams.into_iter().enumerate() {
+                    assert_eq!(collect(s).0, plain[i], "{what}: request {i} batched");
+                }
             }
         }
         let stats = on.stats().unwrap();

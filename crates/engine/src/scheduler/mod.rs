@@ -118,7 +118,8 @@ pub(crate) struct Scheduler {
 enum Drafts {
     None,
     Ngram,
-    Model(DraftModel),
+    /// The draft model; with `true`, where prompt lookup finds no draft.
+    Model(DraftModel, bool),
 }
 
 impl Scheduler {
@@ -141,7 +142,8 @@ impl Scheduler {
             (Speculation::Off, _) => Drafts::None,
             (Speculation::Auto, _) if !model.device().is_cpu() => Drafts::None,
             (Speculation::Ngram, _) => Drafts::Ngram,
-            (Speculation::Auto | Speculation::Draft, Some(d)) => Drafts::Model(d),
+            (Speculation::Draft, Some(d)) => Drafts::Model(d, false),
+            (Speculation::Auto, Some(d)) => Drafts::Model(d, true),
             (Speculation::Auto | Speculation::Draft, None) => Drafts::Ngram,
         };
         Self {
@@ -679,7 +681,20 @@ impl Scheduler {
                     }
                 }
             }
-            Drafts::Model(_) => {
+            Drafts::Model(_, ngram_first) => {
+                // Auto tries prompt lookup first: free where the answer repeats its context
+                // (an edit), and longer-reaching than a small model; the draft model where it
+                // finds nothing.
+                let mut room = room;
+                let ngram_first = *ngram_first;
+                for (s, room) in self.running.iter_mut().zip(room.iter_mut()) {
+                    if ngram_first && *room > 0 {
+                        s.propose_ngram(*room);
+                        if !s.draft.is_empty() {
+                            *room = 0;
+                        }
+                    }
+                }
                 if let Err(e) = self.propose_with_model(&room) {
                     tracing::warn!(
                         "the draft model failed; decoding without drafts this step: {e}"
@@ -692,7 +707,7 @@ impl Scheduler {
     /// Drafts with the draft model for every sequence with room, in one pass per token; none
     /// where the draft caches' growth does not fit the KV budget without preempting.
     fn propose_with_model(&mut self, room: &[usize]) -> Result<()> {
-        let Drafts::Model(model) = &self.drafts else {
+        let Drafts::Model(model, _) = &self.drafts else {
             return Ok(());
         };
         let wanted: Vec<usize> = (0..self.running.len()).filter(|&i| room[i] > 0).collect();
@@ -713,7 +728,7 @@ impl Scheduler {
         if !self.make_room(grow, None) {
             return Ok(());
         }
-        let Drafts::Model(model) = &self.drafts else {
+        let Drafts::Model(model, _) = &self.drafts else {
             return Ok(());
         };
         let mut jobs = Vec::with_capacity(wanted.len());

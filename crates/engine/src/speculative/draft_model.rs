@@ -1,5 +1,6 @@
 //! A small model of the same tokenizer drafts for the served one (`--draft-model`): greedily,
-//! one token per pass, every drafting sequence in the same pass. Each sequence keeps its own
+//! one token per pass, every drafting sequence in the same pass (with `auto`, where prompt
+//! lookup, [`super::ngram`], finds no draft). Each sequence keeps its own
 //! cache in the draft model; before drafting, the cache is cut back to what it shares with the
 //! sequence's tokens (the draft's rejected tail goes) and catches up on what is new. The
 //! draft's tokens are the draft model's argmax, so verifying them by the sequence's own

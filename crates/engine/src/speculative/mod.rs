@@ -32,11 +32,12 @@ pub enum Speculation {
     /// Prompt lookup: the tokens that followed the latest earlier occurrence of the context's
     /// last few tokens ([`ngram::prompt_lookup`]).
     Ngram,
-    /// A draft model's greedy tokens ([`draft_model`]; the engine must be given one).
+    /// A draft model's greedy tokens alone ([`draft_model`]; the engine must be given one).
     Draft,
     /// Where it is exact: on the CPU, whose kernels compute a verified row as decoding
     /// computes it, bit for bit (GPU matrix products may sum several rows in another order
-    /// than one), the draft model's drafts if one is given, else n-gram drafts; off on GPUs.
+    /// than one), n-gram drafts, and the draft model's where prompt lookup finds none if one
+    /// is given; off on GPUs.
     #[default]
     Auto,
 }
