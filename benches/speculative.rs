@@ -137,8 +137,10 @@ fn main() {
         }
         // Set at load (HEARTH_CPU forces a lower one).
         let level = hearth_engine::kernels::cpu::active();
+        // Warm-up: a long prompt and some decoding on every engine (the weights' pages
+        // settle during the first seconds of a process).
         for (_, e) in &engines {
-            answer(e, "Hello", 8);
+            answer(e, &workloads()[0].1, 64);
         }
         println!("{model} ({level}, {threads} threads)");
         let names: Vec<&str> = engines.iter().map(|(n, _)| *n).collect();

@@ -45,7 +45,7 @@ def ask(base, prompt, max_tokens):
 
 def main():
     base = sys.argv[1].rstrip("/")
-    ask(base, "Hello", 8)  # warm-up
+    ask(base, WORKLOADS[0][1], 64)  # warm-up: a long prompt, some decoding
     runs = []
     for kind, prompt, max_tokens in WORKLOADS:
         r = ask(base, prompt, max_tokens)
