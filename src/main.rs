@@ -103,7 +103,7 @@ fn main() -> std::process::ExitCode {
 /// The libraries name the fields they refuse (`invalid max_tokens: …`); a user of the CLI
 /// sets them with flags, so errors name the flag.
 fn flag_names(message: &str) -> String {
-    const FIELDS: [&str; 15] = [
+    const FIELDS: [&str; 16] = [
         "temperature",
         "top_k",
         "top_p",
@@ -119,6 +119,7 @@ fn flag_names(message: &str) -> String {
         "prefill_chunk",
         "speculative",
         "draft_model",
+        "max_step_rows",
     ];
     let mut out = message.to_string();
     for field in FIELDS {

@@ -40,8 +40,8 @@ pub struct ModelArgs {
     pub prefill_chunk: Option<usize>,
     /// Speculative decoding: off, ngram (draft the tokens that followed the latest earlier
     /// occurrence of the last few, then verify them in one pass), draft (a --draft-model's
-    /// tokens) or auto (on the CPU: the draft model if given, else ngram). The tokens are those
-    /// decoding gives, at any temperature.
+    /// tokens) or auto (on the CPU: ngram, and the --draft-model's tokens where ngram finds
+    /// none). The tokens are those decoding gives, at any temperature.
     #[arg(long, default_value = "auto")]
     pub speculative: String,
     /// A small model of the same tokenizer that drafts tokens for --model to verify (a GGUF
@@ -49,6 +49,10 @@ pub struct ModelArgs {
     /// takes its drafts.
     #[arg(long)]
     pub draft_model: Option<String>,
+    /// Rows a decoding step runs at most once drafts are added: each running sequence takes
+    /// one, drafts fill the rest (default 16 on the CPU, 256 on a GPU).
+    #[arg(long)]
+    pub max_step_rows: Option<usize>,
 }
 
 impl ModelArgs {
@@ -72,6 +76,7 @@ impl ModelArgs {
                 kv_cache_mb: self.kv_cache_mb,
                 max_waiting: None,
                 speculation: Some(self.speculative.parse()?),
+                max_step_rows: self.max_step_rows,
             },
             progress: load_progress(),
             // HEARTH_CPU, read by the engine.

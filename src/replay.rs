@@ -70,6 +70,7 @@ fn live(
         prefill_chunk: None,
         speculative: "auto".into(),
         draft_model: None,
+        max_step_rows: None,
     };
     let engine = Arc::new(
         Engine::load(model, &model_args.load_options()?)

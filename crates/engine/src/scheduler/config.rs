@@ -21,6 +21,11 @@ pub struct SchedulerOptions {
     /// Whether decoding sequences draft tokens to verify in one pass (default
     /// [`Speculation::Auto`]); the tokens are the same either way.
     pub speculation: Option<Speculation>,
+    /// Rows a decoding step runs at most once drafts are added: every decoding sequence takes
+    /// one, drafts what is left, and only as many as raise the step's tokens per second
+    /// ([`crate::speculative::budget`]) (default 64 on the CPU, 256 on a GPU). More
+    /// sequences than this still decode, without drafts.
+    pub max_step_rows: Option<usize>,
 }
 
 /// The scheduler's settings, resolved for a device.
@@ -36,6 +41,8 @@ pub struct SchedulerConfig {
     pub max_waiting: usize,
     /// Whether decoding sequences draft tokens to verify in one pass.
     pub speculation: Speculation,
+    /// Rows a decoding step fills with drafts at most (see [`SchedulerOptions::max_step_rows`]).
+    pub max_step_rows: usize,
 }
 
 const MIB: usize = 1 << 20;
@@ -54,6 +61,7 @@ impl SchedulerOptions {
             },
             max_waiting: self.max_waiting.unwrap_or(1024),
             speculation: self.speculation.unwrap_or_default(),
+            max_step_rows: self.max_step_rows.unwrap_or(if cpu { 64 } else { 256 }),
         };
         config.check()?;
         Ok(config)
@@ -72,6 +80,12 @@ impl SchedulerConfig {
         if self.prefill_chunk == 0 {
             return Err(EngineError::invalid(
                 "prefill_chunk",
+                "0 (must be at least 1)",
+            ));
+        }
+        if self.max_step_rows == 0 {
+            return Err(EngineError::invalid(
+                "max_step_rows",
                 "0 (must be at least 1)",
             ));
         }

@@ -26,7 +26,7 @@ use crate::cache::kv::KvCache;
 use crate::error::{EngineError, Result};
 use crate::generation::{Event, FinishReason, LanguageModel};
 use crate::speculative::draft_model::{DraftJob, DraftModel};
-use crate::speculative::Speculation;
+use crate::speculative::{budget, Speculation};
 use crate::tokenizer::Tokenizer;
 use kv_pool::{common_prefix, KvPool, Seed, MIN_SHARED_PREFIX};
 use sequence::Sequence;
@@ -112,7 +112,13 @@ pub(crate) struct Scheduler {
     preemptions: usize,
     /// Where decoding sequences' drafts come from ([`crate::speculative`]).
     drafts: Drafts,
+    /// Decoding steps' time against their rows, for how many drafted tokens pay.
+    step_cost: budget::StepCost,
 }
+
+/// A sequence that has drafted fewer tokens than this has its first drafted token verified
+/// whatever its step's cost (see [`budget`]).
+const NEW_DRAFTER: usize = 4;
 
 /// Where drafts come from.
 enum Drafts {
@@ -148,6 +154,7 @@ impl Scheduler {
         };
         Self {
             drafts,
+            step_cost: budget::StepCost::default(),
             model,
             origin,
             tokenizer,
@@ -658,7 +665,15 @@ impl Scheduler {
         if batch.is_empty() {
             return;
         }
-        if let Err(e) = self.decode_batch(&batch) {
+        let rows = batch.len()
+            + batch
+                .iter()
+                .map(|&i| self.running[i].draft.len())
+                .sum::<usize>();
+        let started = Instant::now();
+        let result = self.decode_batch(&batch);
+        self.step_cost.record(rows, started.elapsed().as_secs_f64());
+        if let Err(e) = result {
             let message = e.to_string();
             for &i in batch.iter().rev() {
                 if i < self.running.len() {
@@ -668,38 +683,60 @@ impl Scheduler {
         }
     }
 
-    /// Each decoding sequence's draft for this step.
+    /// Each decoding sequence's draft for this step: every decoding sequence takes a row of
+    /// the step, and drafted tokens are verified only as far as they raise the step's tokens
+    /// per second ([`budget::allot`]) within `max_step_rows`.
     fn propose(&mut self) {
         let max = self.model.max_positions();
-        let room: Vec<usize> = self.running.iter_mut().map(|s| s.draft_room(max)).collect();
-        match &self.drafts {
-            Drafts::None => {}
-            Drafts::Ngram => {
-                for (s, &room) in self.running.iter_mut().zip(&room) {
-                    if room > 0 {
-                        s.propose_ngram(room);
+        let mut room: Vec<usize> = self.running.iter_mut().map(|s| s.draft_room(max)).collect();
+        let ngram_first = match &self.drafts {
+            Drafts::None => return,
+            Drafts::Ngram => true,
+            // Auto tries prompt lookup first: free where the answer repeats its context (an
+            // edit), and longer-reaching than a small model; the draft model where it finds
+            // nothing.
+            Drafts::Model(_, ngram_first) => *ngram_first,
+        };
+        let with_model = matches!(self.drafts, Drafts::Model(..));
+        // Prompt lookup costs nothing: its drafts are found first, then cut to what pays.
+        if ngram_first {
+            for (s, room) in self.running.iter_mut().zip(room.iter_mut()) {
+                if *room > 0 {
+                    s.propose_ngram(*room);
+                    if !s.draft.is_empty() || !with_model {
+                        *room = s.draft.len();
                     }
                 }
             }
-            Drafts::Model(_, ngram_first) => {
-                // Auto tries prompt lookup first: free where the answer repeats its context
-                // (an edit), and longer-reaching than a small model; the draft model where it
-                // finds nothing.
-                let mut room = room;
-                let ngram_first = *ngram_first;
-                for (s, room) in self.running.iter_mut().zip(room.iter_mut()) {
-                    if ngram_first && *room > 0 {
-                        s.propose_ngram(*room);
-                        if !s.draft.is_empty() {
-                            *room = 0;
-                        }
-                    }
-                }
-                if let Err(e) = self.propose_with_model(&room) {
-                    tracing::warn!(
-                        "the draft model failed; decoding without drafts this step: {e}"
-                    );
-                }
+        }
+        let candidates: Vec<budget::Candidate> = self
+            .running
+            .iter()
+            .zip(&room)
+            .map(|(s, &len)| budget::Candidate {
+                len,
+                rate: s.draft_acceptance(),
+                new: s.drafted_tokens() < NEW_DRAFTER,
+            })
+            .collect();
+        let decoding = self.running.iter().filter(|s| s.decoding()).count();
+        let given = budget::allot(
+            &candidates,
+            decoding,
+            self.config.max_step_rows,
+            self.step_cost.rho(),
+        );
+        let mut model_room = vec![0; room.len()];
+        for ((s, n), want) in self.running.iter_mut().zip(given).zip(&mut model_room) {
+            if s.draft.is_empty() {
+                *want = n;
+            } else {
+                s.draft.truncate(n);
+            }
+        }
+        if with_model && model_room.iter().any(|&n| n > 0) {
+            if let Err(e) = self.propose_with_model(&model_room) {
+                tracing::warn!("the draft model failed; decoding without drafts this step: {e}");
             }
         }
     }

@@ -17,8 +17,11 @@
 //! when it finds no match, and wins most where an answer repeats what it has read (code edits,
 //! JSON echoing its input, quotes); or from a small model of the same tokenizer
 //! ([`draft_model`]). A draft's length adapts to how much of the sequence's drafts has been
-//! accepted ([`DraftLength`]).
+//! accepted ([`DraftLength`]), and a step verifies only the drafted tokens that raise its
+//! tokens per second ([`budget`]): all of a likely draft beside one sequence, little or
+//! nothing in a step that many sequences already make wide.
 
+pub mod budget;
 pub mod draft_model;
 pub mod ngram;
 

@@ -1,0 +1,200 @@
+//! How many drafted tokens a decoding step verifies: as many as raise the step's tokens per
+//! second.
+//!
+//! A step of `R` rows takes about `T(R) = T₀ + R·c`: `T₀` for reading the weights once, `c`
+//! per row for its arithmetic. With one sequence `T₀` dominates and a verified row is nearly
+//! free; with many, the step is bound by arithmetic and a row costs what a decoded token costs,
+//! so only drafts that will almost surely be accepted pay for their rows. A drafted token
+//! expected to be kept with probability `v` (its sequence's acceptance rate to the power of
+//! its place in the draft: acceptance stops at the first miss) raises the step's expected
+//! tokens `E` per second exactly when `v / c > E / T(R)`, that is `v > E / (ρ + R)` with
+//! `ρ = T₀ / c`. [`allot`] admits tokens by that rule, the likeliest first; [`StepCost`]
+//! learns `ρ` from the steps the scheduler times. A sequence that has hardly drafted yet has
+//! no rate to go by: its first token is verified anyway, so that a wide batch of edits learns
+//! that its drafts are kept.
+
+/// `ρ` before the steps have told it: roughly a 0.5B model's on two CPU cores.
+const PRIOR_RHO: f64 = 6.0;
+/// Weight of each step in the fit: about the last 200 steps count.
+const DECAY: f64 = 0.995;
+
+/// A least-squares fit of step time against rows over recent decoding steps.
+#[derive(Debug, Clone, Default)]
+pub struct StepCost {
+    n: f64,
+    rows: f64,
+    secs: f64,
+    rows2: f64,
+    rows_secs: f64,
+}
+
+impl StepCost {
+    /// Counts a decoding step of `rows` rows that took `secs` seconds.
+    pub fn record(&mut self, rows: usize, secs: f64) {
+        let r = rows as f64;
+        self.n = self.n * DECAY + 1.0;
+        self.rows = self.rows * DECAY + r;
+        self.secs = self.secs * DECAY + secs;
+        self.rows2 = self.rows2 * DECAY + r * r;
+        self.rows_secs = self.rows_secs * DECAY + r * secs;
+    }
+
+    /// `ρ = T₀ / c`: a step's fixed cost in rows. The prior until steps of different widths
+    /// have been seen (one sequence decoding without drafts gives no slope).
+    pub fn rho(&self) -> f64 {
+        let n = self.n;
+        if n < 8.0 {
+            return PRIOR_RHO;
+        }
+        let var = self.rows2 / n - (self.rows / n).powi(2);
+        if var < 0.25 {
+            return PRIOR_RHO;
+        }
+        let slope = (self.rows_secs / n - self.rows / n * self.secs / n) / var;
+        let fixed = self.secs / n - slope * self.rows / n;
+        if slope <= 0.0 {
+            // Rows cost nothing measurable: drafts are free.
+            return f64::INFINITY;
+        }
+        (fixed / slope).max(0.0)
+    }
+}
+
+/// A sequence's candidate draft: up to `len` tokens, each kept with probability `rate`
+/// given the ones before it were.
+#[derive(Debug, Clone, Copy)]
+pub struct Candidate {
+    /// Tokens it may draft (its room, or the length of the draft it found).
+    pub len: usize,
+    /// Its acceptance rate so far.
+    pub rate: f64,
+    /// Whether it has drafted too little for `rate` to mean anything: its first token is
+    /// verified whatever the rule says.
+    pub new: bool,
+}
+
+/// How many tokens of each candidate's draft the step verifies, for a step that decodes
+/// `decoding` sequences (a row each) and runs at most `max_rows` rows, with `rho` from
+/// [`StepCost::rho`].
+pub fn allot(candidates: &[Candidate], decoding: usize, max_rows: usize, rho: f64) -> Vec<usize> {
+    let mut given = vec![0usize; candidates.len()];
+    // The value of each candidate's next token.
+    let mut next: Vec<f64> = candidates
+        .iter()
+        .map(|c| {
+            if c.len > 0 {
+                c.rate.clamp(0.0, 1.0)
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let mut rows = decoding;
+    let mut expected = decoding as f64;
+    for (i, c) in candidates.iter().enumerate() {
+        if c.new && c.len > 0 && rows < max_rows {
+            given[i] = 1;
+            rows += 1;
+            expected += next[i];
+            next[i] = if c.len > 1 {
+                next[i] * c.rate.clamp(0.0, 1.0)
+            } else {
+                0.0
+            };
+        }
+    }
+    while rows < max_rows {
+        let Some((best, &value)) = next.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)) else {
+            break;
+        };
+        // Worth its row: `value > E / (ρ + R)` with this row counted in `R`.
+        if value <= 0.0 || value * (rho + (rows + 1) as f64) <= expected {
+            break;
+        }
+        given[best] += 1;
+        rows += 1;
+        expected += value;
+        next[best] = if given[best] < candidates[best].len {
+            value * candidates[best].rate.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+    }
+    given
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(len: usize, rate: f64) -> Candidate {
+        Candidate {
+            len,
+            rate,
+            new: false,
+        }
+    }
+
+    #[test]
+    fn one_sequence_drafts_whatever_is_likely_enough() {
+        // A step of one row is mostly the weights' reading: an edit's draft goes whole.
+        assert_eq!(allot(&[c(12, 0.98)], 1, 64, 6.0), [12]);
+        // A chat's, whose tokens are kept a quarter of the time: the first only.
+        assert_eq!(allot(&[c(4, 0.25)], 1, 64, 6.0), [1]);
+        // Nothing below 1 / (ρ + 2).
+        assert_eq!(allot(&[c(4, 0.1)], 1, 64, 6.0), [0]);
+    }
+
+    #[test]
+    fn wide_steps_take_only_drafts_that_will_be_kept() {
+        // Sixteen sequences: a row costs nearly a token; half-likely drafts do not pay.
+        let chat = vec![c(4, 0.5); 16];
+        assert_eq!(allot(&chat, 16, 64, 6.0), vec![0; 16]);
+        // One of them is an edit: its draft goes, most of it.
+        let mut mixed = chat.clone();
+        mixed[3] = c(12, 0.99);
+        let given = allot(&mixed, 16, 64, 6.0);
+        assert!(given[3] >= 8, "{given:?}");
+        assert_eq!(given.iter().sum::<usize>(), given[3], "{given:?}");
+    }
+
+    #[test]
+    fn a_new_sequence_tries_one_token() {
+        let new = Candidate {
+            new: true,
+            ..c(4, 0.5)
+        };
+        assert_eq!(allot(&[new; 3], 16, 64, 6.0), [1, 1, 1]);
+        // Not past the cap, and not what it has not found.
+        assert_eq!(allot(&[new; 3], 16, 17, 6.0), [1, 0, 0]);
+        assert_eq!(allot(&[Candidate { len: 0, ..new }], 1, 64, 6.0), [0]);
+    }
+
+    #[test]
+    fn the_likeliest_tokens_go_first_and_the_cap_holds() {
+        let given = allot(&[c(12, 0.6), c(12, 0.99)], 2, 8, 100.0);
+        assert_eq!(given.iter().sum::<usize>(), 6);
+        assert!(given[1] >= given[0], "{given:?}");
+        // Free rows (no measurable cost per row): every candidate token up to the cap.
+        assert_eq!(allot(&[c(3, 0.2), c(2, 0.2)], 2, 64, f64::INFINITY), [3, 2]);
+        assert_eq!(allot(&[c(0, 0.9)], 1, 64, 6.0), [0]);
+    }
+
+    #[test]
+    fn the_fit_finds_the_fixed_cost_in_rows() {
+        let mut cost = StepCost::default();
+        assert_eq!(cost.rho(), PRIOR_RHO);
+        // T = 12 ms + 2 ms per row: ρ = 6.
+        for i in 0..100 {
+            let rows = 1 + i % 9;
+            cost.record(rows, 0.012 + 0.002 * rows as f64);
+        }
+        assert!((cost.rho() - 6.0).abs() < 1e-6, "{}", cost.rho());
+        // Always one row: no slope to fit, the prior stands.
+        let mut one = StepCost::default();
+        for _ in 0..100 {
+            one.record(1, 0.015);
+        }
+        assert_eq!(one.rho(), PRIOR_RHO);
+    }
+}
