@@ -20,6 +20,7 @@ if [ "$level" = avx2 ]; then export HEARTH_CPU=avx2; suffix=-avx2; fi
 export RAYON_NUM_THREADS=$threads
 . "$repo/benches/serve-start.sh"
 out=$(mktemp -d)
+stat_before=$(head -1 /proc/stat)
 
 for spec in off ngram; do
   start_server "$hearth" "$model" --speculative "$spec"
@@ -39,9 +40,12 @@ for spec in none ngram-simple ngram-mod; do
 done
 
 name=$(basename "$model" .gguf)
-python3 - "$out" "$repo/benches/results/$(date +%F)-speculative-serve-$name$suffix.json" "$model" "$threads" "$level" <<'PY'
+python3 - "$out" "$repo/benches/results/$(date +%F)-speculative-serve-$name$suffix.json" "$model" "$threads" "$level" "$stat_before" "$(head -1 /proc/stat)" <<'PY'
 import json, pathlib, sys
 out, dest, model, threads, level = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
+# /proc/stat's cpu line: user nice system idle iowait irq softirq steal.
+t0, t1 = ([int(v) for v in line.split()[1:9]] for line in sys.argv[6:8])
+steal = (t1[7] - t0[7]) / max(1, sum(t1) - sum(t0))
 runs = {p.stem: json.loads(p.read_text()) for p in sorted(out.glob("*.json"))}
 off = runs["hearth-off"]
 print(f"{model}, {threads} threads, CPU level {level}")
@@ -54,8 +58,9 @@ for name in ["hearth-off", "hearth-ngram", "llama-none", "llama-ngram-simple", "
     print(f"| {name} | {cell('edit')} | {cell('chat')} |")
 same = all(a["text"] == b["text"] for a, b in zip(off["runs"], runs["hearth-ngram"]["runs"]))
 print(f"hearth with and without speculation wrote the same answers: {same}")
+print(f"CPU time stolen by the hypervisor meanwhile: {100 * steal:.0f} %")
 json.dump({"command": f"benches/speculative-side-by-side.sh {'--cpu avx2 ' if level == 'avx2' else ''}{model} {threads}",
-           "threads": int(threads), "cpu_level": level, "same_answers": same,
+           "threads": int(threads), "cpu_level": level, "same_answers": same, "steal": steal,
            "servers": {k: v["totals"] for k, v in runs.items()}, "runs": runs}, open(dest, "w"), indent=1)
 print(f"wrote {dest}")
 PY
