@@ -116,10 +116,6 @@ pub(crate) struct Scheduler {
     step_cost: budget::StepCost,
 }
 
-/// A sequence that has drafted fewer tokens than this has its first drafted token verified
-/// whatever its step's cost (see [`budget`]).
-const NEW_DRAFTER: usize = 4;
-
 /// Where drafts come from.
 enum Drafts {
     None,
@@ -713,11 +709,7 @@ impl Scheduler {
             .running
             .iter()
             .zip(&room)
-            .map(|(s, &len)| budget::Candidate {
-                len,
-                rate: s.draft_acceptance(),
-                new: s.drafted_tokens() < NEW_DRAFTER,
-            })
+            .map(|(s, &len)| s.draft_candidate(len))
             .collect();
         let decoding = self.running.iter().filter(|s| s.decoding()).count();
         let given = budget::allot(

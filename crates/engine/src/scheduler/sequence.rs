@@ -216,15 +216,9 @@ impl Sequence {
         self.tokens.iter().copied().chain(self.pending).collect()
     }
 
-    /// The share of this sequence's drafted tokens accepted so far, as a guess at the next
-    /// draft's (a sequence that has drafted nothing yet counts as half).
-    pub fn draft_acceptance(&self) -> f64 {
-        (self.drafting.accepted + 1) as f64 / (self.drafting.drafted + 2) as f64
-    }
-
-    /// Drafted tokens sent for verification so far.
-    pub fn drafted_tokens(&self) -> usize {
-        self.drafting.drafted
+    /// This sequence's draft of up to `len` tokens, as the step's budget weighs it.
+    pub fn draft_candidate(&self, len: usize) -> crate::speculative::budget::Candidate {
+        self.drafting.candidate(len)
     }
 
     /// Counts a draft of `n` tokens sent for verification.

@@ -15,6 +15,9 @@
 
 /// `ρ` before the steps have told it: roughly a 0.5B model's on two CPU cores.
 const PRIOR_RHO: f64 = 6.0;
+/// A sequence that has drafted fewer tokens than this has its first drafted token verified
+/// whatever its step's cost.
+pub const NEW_DRAFTER: usize = 4;
 /// Weight of each step in the fit: about the last 200 steps count.
 const DECAY: f64 = 0.995;
 
@@ -78,47 +81,37 @@ pub struct Candidate {
 /// [`StepCost::rho`].
 pub fn allot(candidates: &[Candidate], decoding: usize, max_rows: usize, rho: f64) -> Vec<usize> {
     let mut given = vec![0usize; candidates.len()];
-    // The value of each candidate's next token.
-    let mut next: Vec<f64> = candidates
-        .iter()
-        .map(|c| {
-            if c.len > 0 {
-                c.rate.clamp(0.0, 1.0)
-            } else {
-                0.0
-            }
-        })
-        .collect();
+    // The value of each candidate's next token: its rate to the power of the token's place.
+    let value = |i: usize, given: &[usize]| {
+        let c = &candidates[i];
+        match given[i] < c.len {
+            true => c.rate.clamp(0.0, 1.0).powi(given[i] as i32 + 1),
+            false => 0.0,
+        }
+    };
     let mut rows = decoding;
     let mut expected = decoding as f64;
     for (i, c) in candidates.iter().enumerate() {
         if c.new && c.len > 0 && rows < max_rows {
-            given[i] = 1;
+            expected += value(i, &given);
+            given[i] += 1;
             rows += 1;
-            expected += next[i];
-            next[i] = if c.len > 1 {
-                next[i] * c.rate.clamp(0.0, 1.0)
-            } else {
-                0.0
-            };
         }
     }
     while rows < max_rows {
-        let Some((best, &value)) = next.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)) else {
+        let Some((best, v)) = (0..candidates.len())
+            .map(|i| (i, value(i, &given)))
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+        else {
             break;
         };
-        // Worth its row: `value > E / (ρ + R)` with this row counted in `R`.
-        if value <= 0.0 || value * (rho + (rows + 1) as f64) <= expected {
+        // Worth its row: `v > E / (ρ + R)` with this row counted in `R`.
+        if v <= 0.0 || v * (rho + (rows + 1) as f64) <= expected {
             break;
         }
+        expected += v;
         given[best] += 1;
         rows += 1;
-        expected += value;
-        next[best] = if given[best] < candidates[best].len {
-            value * candidates[best].rate.clamp(0.0, 1.0)
-        } else {
-            0.0
-        };
     }
     given
 }

@@ -122,6 +122,17 @@ impl DraftLength {
         self.next
     }
 
+    /// A draft of up to `len` tokens as [`budget::allot`] weighs it: kept at the share of
+    /// drafted tokens accepted so far (a sequence that has drafted nothing counts as half),
+    /// new while it has drafted fewer than [`budget::NEW_DRAFTER`] tokens.
+    pub fn candidate(&self, len: usize) -> budget::Candidate {
+        budget::Candidate {
+            len,
+            rate: (self.accepted + 1) as f64 / (self.drafted + 2) as f64,
+            new: self.drafted < budget::NEW_DRAFTER,
+        }
+    }
+
     /// Adapts to a verified draft of `drafted` tokens of which the first `accepted` were kept
     /// (the counts [`Self::drafted`] and [`Self::accepted`] are the caller's to keep).
     pub fn adapt(&mut self, drafted: usize, accepted: usize) {
