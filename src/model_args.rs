@@ -40,7 +40,8 @@ pub struct ModelArgs {
     pub prefill_chunk: Option<usize>,
     /// Speculative decoding: off, ngram (draft the tokens that followed the latest earlier
     /// occurrence of the last few, then verify them in one pass), draft (a --draft-model's
-    /// tokens) or auto (on the CPU: ngram, and the --draft-model's tokens where ngram finds
+    /// tokens), mtp (the model's own multi-token-prediction head, which Qwen3.5 checkpoints
+    /// carry) or auto (on the CPU: ngram, and the --draft-model's tokens where ngram finds
     /// none). The tokens are those decoding gives, at any temperature.
     #[arg(long, default_value = "auto")]
     pub speculative: String,
@@ -50,7 +51,7 @@ pub struct ModelArgs {
     #[arg(long)]
     pub draft_model: Option<String>,
     /// Rows a decoding step runs at most once drafts are added: each running sequence takes
-    /// one, drafts fill the rest (default 16 on the CPU, 256 on a GPU).
+    /// one, drafts fill the rest (default 64 on the CPU, 256 on a GPU).
     #[arg(long)]
     pub max_step_rows: Option<usize>,
 }

@@ -132,6 +132,9 @@ impl Engine {
     ) -> Result<Self> {
         config.check()?;
         config.check_budget(model.new_cache().bytes_for(1))?;
+        if config.speculation == Speculation::Mtp {
+            crate::speculative::mtp::check(model.as_ref(), &info.origin)?;
+        }
         tracing::info!(
             "scheduler: up to {} sequences together, {} prompt tokens per step, {:.0} MiB of KV cache",
             config.max_seqs,

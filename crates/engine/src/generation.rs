@@ -56,10 +56,55 @@ pub trait LanguageModel: Send {
     /// The context length: how many positions a sequence may hold.
     fn max_positions(&self) -> usize;
 
+    /// Whether the model has a multi-token-prediction head to draft with
+    /// ([`crate::speculative::mtp`]); the methods below work only where it has.
+    fn has_mtp(&self) -> bool {
+        false
+    }
+
+    /// [`Self::forward`], and every position's final hidden state `[tokens.len(), hidden]`.
+    fn forward_hidden(&self, _tokens: &[u32], _cache: &mut KvCache) -> Result<(Tensor, Tensor)> {
+        Err(no_mtp())
+    }
+
+    /// [`Self::forward_rows`], and every row's final hidden state `[tokens.len(), hidden]`.
+    fn forward_rows_hidden(
+        &self,
+        _tokens: &[u32],
+        _lens: &[usize],
+        _caches: &mut [&mut KvCache],
+    ) -> Result<(Tensor, Tensor)> {
+        Err(no_mtp())
+    }
+
+    /// An empty cache for the multi-token-prediction head.
+    fn new_mtp_cache(&self) -> KvCache {
+        KvCache::new(1, self.max_positions())
+    }
+
+    /// The multi-token-prediction head over rows of several sequences (see
+    /// [`crate::model::Qwen::mtp_rows`]): each sequence's last row's logits and hidden state.
+    fn mtp_rows(
+        &self,
+        _hidden: &Tensor,
+        _tokens: &[u32],
+        _lens: &[usize],
+        _caches: &mut [&mut KvCache],
+    ) -> Result<(Tensor, Tensor)> {
+        Err(no_mtp())
+    }
+
     /// Where the model's caches live.
     fn device(&self) -> candle_core::Device {
         candle_core::Device::Cpu
     }
+}
+
+fn no_mtp() -> crate::error::EngineError {
+    crate::error::EngineError::invalid(
+        "speculative",
+        "the model has no multi-token-prediction head (mtp.*)",
+    )
 }
 
 impl LanguageModel for crate::model::Qwen {
@@ -85,6 +130,32 @@ impl LanguageModel for crate::model::Qwen {
     }
     fn device(&self) -> candle_core::Device {
         crate::model::Qwen::device(self).clone()
+    }
+    fn has_mtp(&self) -> bool {
+        crate::model::Qwen::has_mtp(self)
+    }
+    fn forward_hidden(&self, tokens: &[u32], cache: &mut KvCache) -> Result<(Tensor, Tensor)> {
+        crate::model::Qwen::forward_hidden(self, tokens, cache)
+    }
+    fn forward_rows_hidden(
+        &self,
+        tokens: &[u32],
+        lens: &[usize],
+        caches: &mut [&mut KvCache],
+    ) -> Result<(Tensor, Tensor)> {
+        crate::model::Qwen::forward_rows_hidden(self, tokens, lens, caches)
+    }
+    fn new_mtp_cache(&self) -> KvCache {
+        crate::model::Qwen::new_mtp_cache(self)
+    }
+    fn mtp_rows(
+        &self,
+        hidden: &Tensor,
+        tokens: &[u32],
+        lens: &[usize],
+        caches: &mut [&mut KvCache],
+    ) -> Result<(Tensor, Tensor)> {
+        crate::model::Qwen::mtp_rows(self, hidden, tokens, lens, caches)
     }
 }
 

@@ -196,7 +196,7 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
                 let cfg = QwenConfig::from_file(&files.config)?;
                 if cfg.weights_prefix != "model" {
                     tracing::info!(
-                        "{}: the language model ({}.*) is loaded; the vision tower (model.visual.*) and any multi-token-prediction head (mtp.*) are not used",
+                        "{}: the language model ({}.*) is loaded, the vision tower (model.visual.*) is not used",
                         files.config.display(),
                         cfg.weights_prefix
                     );

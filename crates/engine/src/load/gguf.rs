@@ -225,6 +225,17 @@ impl GgufFile {
         self.content.metadata.contains_key(key)
     }
 
+    /// The block holding the multi-token-prediction head, where the file has one: llama.cpp
+    /// stores it after the model's own blocks (`{arch}.nextn_predict_layers` of them).
+    fn mtp_block(&self) -> Option<usize> {
+        let arch = self.architecture().ok()?;
+        let mtp = self
+            .meta_u32(&format!("{arch}.nextn_predict_layers"))
+            .ok()? as usize;
+        let blocks = self.meta_u32(&format!("{arch}.block_count")).ok()? as usize;
+        (mtp > 0).then(|| blocks.checked_sub(mtp)).flatten()
+    }
+
     /// The Qwen configuration the metadata describes.
     pub fn config(&self) -> Result<QwenConfig> {
         let arch = self.architecture()?;
@@ -326,7 +337,7 @@ impl GgufFile {
         })?;
         if mtp > 0 {
             tracing::info!(
-                "{}: the multi-token-prediction head ({mtp} blocks) is not used",
+                "{}: a multi-token-prediction head ({mtp} block); --speculative mtp drafts with it",
                 self.path.display()
             );
         }
@@ -669,6 +680,7 @@ impl GgufFile {
     /// The file's tensors as weights on `device`.
     pub fn weights(self: &Arc<Self>, device: &Device) -> GgufWeights {
         GgufWeights {
+            mtp_block: self.mtp_block(),
             file: self.clone(),
             device: device.clone(),
             kernels: KernelOptions::default(),
@@ -717,6 +729,8 @@ struct Located {
 /// The GGUF file as a [`WeightSource`], by Hugging Face tensor names.
 pub struct GgufWeights {
     file: Arc<GgufFile>,
+    /// Where the multi-token-prediction head's tensors (`mtp.*`) are.
+    mtp_block: Option<usize>,
     device: Device,
     kernels: KernelOptions,
 }
@@ -754,6 +768,22 @@ fn gguf_tensor(hf: &str) -> (String, Option<usize>) {
         Some((name, e)) => (name, Some(e)),
         None => (layer_name(hf), None),
     }
+}
+
+/// The multi-token-prediction head's tensor `mtp.{rest}` in llama.cpp's layout: its decoder
+/// layer as block `block`, the rest as that block's `nextn.*`.
+fn mtp_tensor(rest: &str, block: usize) -> (String, Option<usize>) {
+    if let Some(layer) = rest.strip_prefix("layers.0.") {
+        return gguf_tensor(&format!("model.layers.{block}.{layer}"));
+    }
+    let nextn = match rest {
+        "fc.weight" => "eh_proj",
+        "pre_fc_norm_embedding.weight" => "enorm",
+        "pre_fc_norm_hidden.weight" => "hnorm",
+        "norm.weight" => "shared_head_norm",
+        other => return (format!("mtp.{other}"), None),
+    };
+    (format!("blk.{block}.nextn.{nextn}.weight"), None)
 }
 
 fn layer_name(hf: &str) -> String {
@@ -816,6 +846,10 @@ impl GgufWeights {
     /// The name the file uses: `qwen35` files call the norm before the feed-forward block
     /// `post_attention_norm` where the others say `ffn_norm`.
     fn present(&self, (name, expert): (String, Option<usize>)) -> (String, Option<usize>) {
+        let (name, expert) = match (name.strip_prefix("mtp."), self.mtp_block) {
+            (Some(rest), Some(block)) => mtp_tensor(rest, block),
+            _ => (name, expert),
+        };
         let infos = &self.file.content.tensor_infos;
         if infos.contains_key(&name) {
             return (name, expert);
@@ -1206,6 +1240,30 @@ mod tests {
         assert_eq!(
             gguf_tensor("model.layers.0.mlp.experts.0.gate_proj.weight"),
             ("blk.0.ffn_gate_exps.weight".to_string(), Some(0))
+        );
+    }
+
+    #[test]
+    fn the_prediction_head_is_the_block_after_the_model() {
+        assert_eq!(
+            mtp_tensor("fc.weight", 24),
+            ("blk.24.nextn.eh_proj.weight".to_string(), None)
+        );
+        assert_eq!(
+            mtp_tensor("norm.weight", 24).0,
+            "blk.24.nextn.shared_head_norm.weight"
+        );
+        assert_eq!(
+            mtp_tensor("pre_fc_norm_hidden.weight", 24).0,
+            "blk.24.nextn.hnorm.weight"
+        );
+        assert_eq!(
+            mtp_tensor("layers.0.self_attn.q_proj.weight", 24).0,
+            "blk.24.attn_q.weight"
+        );
+        assert_eq!(
+            mtp_tensor("layers.0.mlp.experts.5.up_proj.weight", 40),
+            ("blk.40.ffn_up_exps.weight".to_string(), Some(5))
         );
     }
 }

@@ -3,9 +3,11 @@
 
 mod attention;
 mod delta_net;
+mod layer;
 pub mod linear;
 mod mlp;
 mod moe;
+pub mod mtp;
 mod qwen;
 mod rotary;
 

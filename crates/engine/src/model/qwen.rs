@@ -5,8 +5,8 @@
 
 use super::attention::{causal_mask, Attention};
 use super::delta_net::DeltaNet;
-use super::mlp::Mlp;
-use super::moe::Moe;
+use super::layer::{FeedForward, Layer, Mixer};
+use super::mtp::Mtp;
 use super::rotary::Rotary;
 use crate::cache::kv::KvCache;
 use crate::cache::recurrent::StateShape;
@@ -17,69 +17,6 @@ use crate::model::linear::Linear;
 use candle_core::{DType, Device, Module, Tensor};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-#[derive(Debug, Clone)]
-struct Layer {
-    input_norm: Tensor,
-    mixer: Mixer,
-    post_norm: Tensor,
-    ffn: FeedForward,
-}
-
-/// A layer's token mixer.
-#[derive(Debug, Clone)]
-enum Mixer {
-    Attention(Attention),
-    Linear(DeltaNet),
-}
-
-impl Mixer {
-    fn weight_bytes(&self) -> usize {
-        match self {
-            Self::Attention(a) => a.weight_bytes(),
-            Self::Linear(d) => d.weight_bytes(),
-        }
-    }
-}
-
-/// A layer's feed-forward block: dense, or routed to experts.
-#[derive(Debug, Clone)]
-enum FeedForward {
-    Dense(Mlp),
-    Experts(Moe),
-}
-
-impl FeedForward {
-    fn load(w: &dyn WeightSource, prefix: &str, layer: usize, cfg: &QwenConfig) -> Result<Self> {
-        match &cfg.moe {
-            Some(moe) if moe.is_sparse_layer(layer) => {
-                Ok(Self::Experts(Moe::load(w, prefix, cfg.hidden_size, moe)?))
-            }
-            _ => Ok(Self::Dense(Mlp::load(
-                w,
-                prefix,
-                cfg.hidden_size,
-                cfg.intermediate_size,
-            )?)),
-        }
-    }
-
-    fn weight_bytes(&self) -> usize {
-        match self {
-            Self::Dense(m) => m.weight_bytes(),
-            Self::Experts(m) => m.weight_bytes(),
-        }
-    }
-}
-
-impl Module for FeedForward {
-    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        match self {
-            Self::Dense(m) => m.forward(x),
-            Self::Experts(m) => m.forward(x),
-        }
-    }
-}
-
 /// A Qwen2, Qwen3 or Qwen3-MoE causal language model, its KV cache kept outside ([`KvCache`]).
 #[derive(Debug, Clone)]
 pub struct Qwen {
@@ -88,6 +25,8 @@ pub struct Qwen {
     layers: Vec<Layer>,
     norm: Tensor,
     lm_head: Linear,
+    /// The multi-token-prediction head, where the checkpoint has one (Qwen3.5).
+    mtp: Option<Mtp>,
     rotary: Rotary,
     act_dtype: DType,
     device: Device,
@@ -164,8 +103,13 @@ impl Qwen {
             )?
         }
         .with_kernels(w.kernels());
+        let mtp = match cfg.family.is_hybrid() {
+            true => Mtp::load(w, cfg, act, &norm)?,
+            false => None,
+        };
         Ok(Self {
             cfg: cfg.clone(),
+            mtp,
             norm: norm(&format!("{root}.norm.weight"))?,
             rotary: Rotary::new(
                 cfg.rotary_dim,
@@ -279,12 +223,110 @@ impl Qwen {
         lens: &[usize],
         caches: &mut [&mut KvCache],
     ) -> Result<Tensor> {
-        if lens.len() != caches.len() || lens.iter().sum::<usize>() != tokens.len() {
+        self.check_rows(tokens, lens, caches)?;
+        // Every row through the kernels it takes decoded alone, the LM head's too.
+        self.on_pool(|| {
+            crate::model::linear::rows_as_sequences(|| {
+                let x = self.rows_hidden(tokens, lens, caches)?;
+                Ok(self.lm_head.forward(&x)?.squeeze(0)?.to_dtype(DType::F32)?)
+            })
+        })
+    }
+
+    /// [`Qwen::forward_rows`], and each row's final hidden state `[tokens.len(), hidden]`
+    /// (after the final norm: what the multi-token-prediction head reads).
+    pub fn forward_rows_hidden(
+        &self,
+        tokens: &[u32],
+        lens: &[usize],
+        caches: &mut [&mut KvCache],
+    ) -> Result<(Tensor, Tensor)> {
+        self.check_rows(tokens, lens, caches)?;
+        self.on_pool(|| {
+            crate::model::linear::rows_as_sequences(|| {
+                let x = self.rows_hidden(tokens, lens, caches)?;
+                let logits = self.lm_head.forward(&x)?.squeeze(0)?.to_dtype(DType::F32)?;
+                Ok((logits, x.squeeze(0)?))
+            })
+        })
+    }
+
+    /// Normed hidden states `[1, rows, hidden]` of [`Qwen::forward_rows`]' rows; extends the
+    /// caches. Runs inside `rows_as_sequences`.
+    fn rows_hidden(
+        &self,
+        tokens: &[u32],
+        lens: &[usize],
+        caches: &mut [&mut KvCache],
+    ) -> Result<Tensor> {
+        let x = self.layers_over(tokens, |mixer, h, i| match mixer {
+            Mixer::Attention(a) => a.forward_rows(h, i, lens, caches, &self.rotary),
+            Mixer::Linear(d) => d.forward(h, i, lens, caches),
+        })?;
+        for (cache, &len) in caches.iter_mut().zip(lens) {
+            cache.advance(len);
+        }
+        let eps = self.cfg.rms_norm_eps as f32;
+        Ok(candle_nn::ops::rms_norm(&x, &self.norm, eps)?)
+    }
+
+    /// Like [`Qwen::forward`], and every position's final hidden state `[len, hidden]`.
+    pub fn forward_hidden(&self, tokens: &[u32], cache: &mut KvCache) -> Result<(Tensor, Tensor)> {
+        self.on_pool(|| {
+            let hidden = self.hidden(tokens, cache)?;
+            let last = hidden.narrow(1, tokens.len() - 1, 1)?;
+            let logits = self
+                .lm_head
+                .forward(&last)?
+                .flatten_all()?
+                .to_dtype(DType::F32)?;
+            Ok((logits, hidden.squeeze(0)?))
+        })
+    }
+
+    /// Whether the checkpoint carries a multi-token-prediction head.
+    pub fn has_mtp(&self) -> bool {
+        self.mtp.is_some()
+    }
+
+    /// An empty cache for the multi-token-prediction head's layer.
+    pub fn new_mtp_cache(&self) -> KvCache {
+        let c = &self.cfg;
+        KvCache::new(1, c.max_position_embeddings).with_position_bytes(
+            2 * c.num_key_value_heads * c.head_dim * self.act_dtype.size_in_bytes(),
+        )
+    }
+
+    /// The multi-token-prediction head over rows of several sequences: row `r` reads the final
+    /// hidden state `hidden[r]` of some position `p` and the token `tokens[r]` at `p + 1`;
+    /// the first `lens[0]` rows extend `caches[0]`, the next `lens[1]` `caches[1]`, ….
+    /// Returns, for each sequence's last row, the logits of the token at `p + 2`
+    /// (f32 `[caches.len(), vocab]`) and the head's hidden state (which a further row reads
+    /// in place of the model's, to draft one more token).
+    pub fn mtp_rows(
+        &self,
+        hidden: &Tensor,
+        tokens: &[u32],
+        lens: &[usize],
+        caches: &mut [&mut KvCache],
+    ) -> Result<(Tensor, Tensor)> {
+        let Some(mtp) = &self.mtp else {
+            return Err(EngineError::invalid(
+                "speculative",
+                "the model has no multi-token-prediction head (mtp.*)",
+            ));
+        };
+        if lens.len() != caches.len()
+            || lens.contains(&0)
+            || lens.iter().sum::<usize>() != tokens.len()
+            || hidden.dim(0)? != tokens.len()
+        {
             return Err(EngineError::invalid(
                 "tokens",
                 format!(
-                    "{} tokens in rows of {lens:?} for {} caches",
+                    "{} tokens and {} hidden rows in rows of {lens:?} for {} caches",
                     tokens.len(),
+                    hidden.dim(0)?,
                     caches.len()
                 ),
             ));
@@ -294,19 +336,42 @@ impl Qwen {
             self.check_step(&tokens[first..first + len], cache)?;
             first += len;
         }
+        let eps = self.cfg.rms_norm_eps as f32;
         self.on_pool(|| {
-            // Every row through the kernels it takes decoded alone.
-            crate::model::linear::rows_as_sequences(|| {
-                let x = self.layers_over(tokens, |mixer, h, i| match mixer {
-                    Mixer::Attention(a) => a.forward_rows(h, i, lens, caches, &self.rotary),
-                    Mixer::Linear(d) => d.forward(h, i, lens, caches),
-                })?;
-                for (cache, &len) in caches.iter_mut().zip(lens) {
-                    cache.advance(len);
-                }
-                let x = candle_nn::ops::rms_norm(&x, &self.norm, self.cfg.rms_norm_eps as f32)?;
-                Ok(self.lm_head.forward(&x)?.squeeze(0)?.to_dtype(DType::F32)?)
-            })
+            let ids = Tensor::new(tokens, &self.device)?;
+            let e = self.embed.lookup(&ids)?.to_dtype(self.act_dtype)?;
+            let e = candle_nn::ops::rms_norm(&e, &mtp.norm_embedding, eps)?;
+            let h =
+                candle_nn::ops::rms_norm(&hidden.to_dtype(self.act_dtype)?, &mtp.norm_hidden, eps)?;
+            let x = mtp.fc.forward(&Tensor::cat(&[e, h], 1)?.unsqueeze(0)?)?;
+            let layer = &mtp.layer;
+            let Mixer::Attention(attention) = &layer.mixer else {
+                unreachable!("the head's layer is loaded with attention")
+            };
+            let n = candle_nn::ops::rms_norm(&x, &layer.input_norm, eps)?;
+            let x = (x + attention.forward_rows(&n, 0, lens, caches, &self.rotary)?)?;
+            let n = candle_nn::ops::rms_norm(&x, &layer.post_norm, eps)?;
+            let x = (&x + layer.ffn.forward(&n)?)?;
+            for (cache, &len) in caches.iter_mut().zip(lens) {
+                cache.advance(len);
+            }
+            let last: Vec<u32> = lens
+                .iter()
+                .scan(0u32, |end, &len| {
+                    *end += len as u32;
+                    Some(*end - 1)
+                })
+                .collect();
+            let x = x
+                .squeeze(0)?
+                .index_select(&Tensor::new(last.as_slice(), &self.device)?, 0)?;
+            let x = candle_nn::ops::rms_norm(&x, &mtp.norm, eps)?;
+            let logits = self
+                .lm_head
+                .forward(&x.unsqueeze(0)?)?
+                .squeeze(0)?
+                .to_dtype(DType::F32)?;
+            Ok((logits, x))
         })
     }
 
@@ -344,6 +409,26 @@ impl Qwen {
             let _release = Release(&done);
             step()
         })
+    }
+
+    /// [`Qwen::check_step`] for each sequence's rows, which must add up to `tokens`.
+    fn check_rows(&self, tokens: &[u32], lens: &[usize], caches: &[&mut KvCache]) -> Result<()> {
+        if lens.len() != caches.len() || lens.iter().sum::<usize>() != tokens.len() {
+            return Err(EngineError::invalid(
+                "tokens",
+                format!(
+                    "{} tokens in rows of {lens:?} for {} caches",
+                    tokens.len(),
+                    caches.len()
+                ),
+            ));
+        }
+        let mut first = 0;
+        for (&len, cache) in lens.iter().zip(caches.iter()) {
+            self.check_step(&tokens[first..first + len], cache)?;
+            first += len;
+        }
+        Ok(())
     }
 
     /// Refuses what the model cannot run: no tokens, positions past the context, ids outside

@@ -26,6 +26,7 @@ use crate::cache::kv::KvCache;
 use crate::error::{EngineError, Result};
 use crate::generation::{Event, FinishReason, LanguageModel};
 use crate::speculative::draft_model::{DraftJob, DraftModel};
+use crate::speculative::mtp::{self, MtpJob, MtpState};
 use crate::speculative::{budget, Speculation};
 use crate::tokenizer::Tokenizer;
 use kv_pool::{common_prefix, KvPool, Seed, MIN_SHARED_PREFIX};
@@ -122,6 +123,8 @@ enum Drafts {
     Ngram,
     /// The draft model; with `true`, where prompt lookup finds no draft.
     Model(DraftModel, bool),
+    /// The model's multi-token-prediction head.
+    Mtp,
 }
 
 impl Scheduler {
@@ -147,6 +150,8 @@ impl Scheduler {
             (Speculation::Draft, Some(d)) => Drafts::Model(d, false),
             (Speculation::Auto, Some(d)) => Drafts::Model(d, true),
             (Speculation::Auto | Speculation::Draft, None) => Drafts::Ngram,
+            // The engine refuses `Mtp` for a model without the head.
+            (Speculation::Mtp, _) => Drafts::Mtp,
         };
         Self {
             drafts,
@@ -330,7 +335,11 @@ impl Scheduler {
         let running: usize = self
             .running
             .iter()
-            .map(|s| s.cache.bytes() + s.draft_cache.as_ref().map_or(0, |d| d.bytes()))
+            .map(|s| {
+                s.cache.bytes()
+                    + s.draft_cache.as_ref().map_or(0, |d| d.bytes())
+                    + s.mtp.as_ref().map_or(0, |m| m.bytes())
+            })
             .sum();
         self.pool.bytes() + running
     }
@@ -594,7 +603,33 @@ impl Scheduler {
         let from = s.tokens.len();
         let tokens = s.unprefilled()[..chunk].to_vec();
         debug_assert_eq!(from, s.cache.len());
-        let logits = self.model.forward(&tokens, &mut s.cache)?;
+        let logits = if matches!(self.drafts, Drafts::Mtp) {
+            // The head drafts after the prompt too: it reads every position's hidden state.
+            let (logits, hidden) = self.model.forward_hidden(&tokens, &mut s.cache)?;
+            // The rows whose next prompt token is known go through the head now, so that a
+            // long prompt's hidden states are not kept.
+            let context: Vec<u32> = s
+                .tokens
+                .iter()
+                .chain(&tokens)
+                .copied()
+                .chain(s.unprefilled().get(chunk).copied())
+                .collect();
+            let model = self.model.as_ref();
+            let state = s
+                .mtp
+                .get_or_insert_with(|| MtpState::new(model.new_mtp_cache()));
+            state.push(from, hidden)?;
+            let mut job = [MtpJob {
+                state,
+                context,
+                max: 0,
+            }];
+            mtp::draft(model, &mut job, 0)?;
+            logits
+        } else {
+            self.model.forward(&tokens, &mut s.cache)?
+        };
         s.prefilled(chunk, start.elapsed());
         // More to run; or the tokens of a preempted sequence are back and it decodes its
         // pending token next (sampled before: nothing to sample now).
@@ -692,8 +727,9 @@ impl Scheduler {
             // edit), and longer-reaching than a small model; the draft model where it finds
             // nothing.
             Drafts::Model(_, ngram_first) => *ngram_first,
+            Drafts::Mtp => false,
         };
-        let with_model = matches!(self.drafts, Drafts::Model(..));
+        let with_model = matches!(self.drafts, Drafts::Model(..) | Drafts::Mtp);
         // Prompt lookup costs nothing: its drafts are found first, then cut to what pays.
         if ngram_first {
             for (s, room) in self.running.iter_mut().zip(room.iter_mut()) {
@@ -726,7 +762,11 @@ impl Scheduler {
                 s.draft.truncate(n);
             }
         }
-        if with_model && model_room.iter().any(|&n| n > 0) {
+        if matches!(self.drafts, Drafts::Mtp) {
+            if let Err(e) = self.propose_with_mtp(&model_room) {
+                tracing::warn!("the multi-token-prediction head failed; decoding without drafts this step: {e}");
+            }
+        } else if with_model && model_room.iter().any(|&n| n > 0) {
             if let Err(e) = self.propose_with_model(&model_room) {
                 tracing::warn!("the draft model failed; decoding without drafts this step: {e}");
             }
@@ -781,6 +821,37 @@ impl Scheduler {
         Ok(())
     }
 
+    /// Drafts with the model's multi-token-prediction head for every sequence with room; every
+    /// sequence with hidden states waiting runs them through the head (its cache keeps up).
+    fn propose_with_mtp(&mut self, room: &[usize]) -> Result<()> {
+        let vocab = self.tokenizer.vocab_size();
+        let mut jobs = Vec::new();
+        let mut which = Vec::new();
+        for (i, s) in self.running.iter_mut().enumerate() {
+            if !s.decoding() {
+                continue;
+            }
+            let context = s.draft_context();
+            if let Some(state) = s.mtp.as_mut() {
+                jobs.push(MtpJob {
+                    state,
+                    context,
+                    max: room[i],
+                });
+                which.push(i);
+            }
+        }
+        if jobs.is_empty() {
+            return Ok(());
+        }
+        let drafts = mtp::draft(self.model.as_ref(), &mut jobs, vocab)?;
+        drop(jobs);
+        for (&i, draft) in which.iter().zip(drafts) {
+            self.running[i].draft = draft;
+        }
+        Ok(())
+    }
+
     fn decode_batch(&mut self, batch: &[usize]) -> Result<()> {
         // Each sequence's rows: its pending token, then its draft.
         let mut tokens = Vec::with_capacity(batch.len());
@@ -795,6 +866,9 @@ impl Scheduler {
             tokens.extend_from_slice(&s.draft);
             lens.push(1 + s.draft.len());
         }
+        // The multi-token-prediction head reads the final hidden state of every row kept.
+        let with_hidden = matches!(self.drafts, Drafts::Mtp);
+        let mut hidden = None;
         let logits = {
             let mut caches: Vec<&mut KvCache> = self
                 .running
@@ -803,7 +877,13 @@ impl Scheduler {
                 .filter(|(i, _)| batch.contains(i))
                 .map(|(_, s)| &mut s.cache)
                 .collect();
-            if tokens.len() > batch.len() {
+            if with_hidden {
+                let (logits, h) = self
+                    .model
+                    .forward_rows_hidden(&tokens, &lens, &mut caches)?;
+                hidden = Some(h);
+                logits
+            } else if tokens.len() > batch.len() {
                 self.model.forward_rows(&tokens, &lens, &mut caches)?
             } else if caches.len() == 1 {
                 self.model.forward(&tokens, caches[0])?.unsqueeze(0)?
@@ -828,8 +908,10 @@ impl Scheduler {
         // Back to front: a finished sequence leaves without shifting those still to do.
         for (k, &i) in batch.iter().enumerate().rev() {
             let draft = std::mem::take(&mut self.running[i].draft);
+            let from = self.running[i].tokens.len();
             self.running[i].drafted(draft.len());
             self.running[i].decoded();
+            let mut alive = true;
             // Row `j` chooses the token after the pending one and `draft[..j]`; the next row
             // counts only while each choice is the draft's token (so `j` drafted tokens were
             // accepted when row `j` chooses).
@@ -838,6 +920,7 @@ impl Scheduler {
                 if !sums[row].is_finite() {
                     let e = self.non_finite(self.running[i].tokens.len());
                     self.fail(i, e.to_string());
+                    alive = false;
                     break;
                 }
                 let s = &mut self.running[i];
@@ -856,6 +939,7 @@ impl Scheduler {
                     }
                 };
                 if !running {
+                    alive = false;
                     break;
                 }
                 let s = &mut self.running[i];
@@ -867,6 +951,15 @@ impl Scheduler {
                 }
                 // The chosen token is the draft's: its row is run, the next row counts.
                 s.decoded();
+            }
+            if let (true, Some(h)) = (alive, &hidden) {
+                let s = &mut self.running[i];
+                let kept = s.tokens.len() - from;
+                let model = self.model.as_ref();
+                let state = s
+                    .mtp
+                    .get_or_insert_with(|| MtpState::new(model.new_mtp_cache()));
+                state.push(from, h.narrow(0, firsts[k], kept)?)?;
             }
         }
         Ok(())

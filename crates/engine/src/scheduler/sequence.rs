@@ -7,6 +7,7 @@ use crate::error::Result;
 use crate::generation::{Event, FinishReason, GenerateRequest, Summary, Timings, Usage};
 use crate::sampling::Sampler;
 use crate::speculative::draft_model::DraftCache;
+use crate::speculative::mtp::MtpState;
 use crate::speculative::{ngram, DraftLength};
 use crate::stop::{StopScan, StopStrings};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
@@ -61,6 +62,8 @@ pub(crate) struct Sequence {
     drafting: DraftLength,
     /// This sequence's cache in the draft model, once it has drafted with one.
     pub draft_cache: Option<DraftCache>,
+    /// This sequence's state in the model's multi-token-prediction head, once it has one.
+    pub mtp: Option<MtpState>,
 }
 
 impl Sequence {
@@ -115,6 +118,7 @@ impl Sequence {
             draft: Vec::new(),
             drafting: DraftLength::default(),
             draft_cache: None,
+            mtp: None,
             request,
             events,
             ended,
@@ -168,6 +172,7 @@ impl Sequence {
         }
         self.cache = empty;
         self.draft_cache = None;
+        self.mtp = None;
     }
 
     /// When the request arrived (the newest running sequence is preempted first).

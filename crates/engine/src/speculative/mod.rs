@@ -16,13 +16,14 @@
 //! Drafts come from the sequence's own context ([`ngram`]: prompt lookup), which costs nothing
 //! when it finds no match, and wins most where an answer repeats what it has read (code edits,
 //! JSON echoing its input, quotes); or from a small model of the same tokenizer
-//! ([`draft_model`]). A draft's length adapts to how much of the sequence's drafts has been
+//! ([`draft_model`]), or from the model's own multi-token-prediction head ([`mtp`]). A draft's length adapts to how much of the sequence's drafts has been
 //! accepted ([`DraftLength`]), and a step verifies only the drafted tokens that raise its
 //! tokens per second ([`budget`]): all of a likely draft beside one sequence, little or
 //! nothing in a step that many sequences already make wide.
 
 pub mod budget;
 pub mod draft_model;
+pub mod mtp;
 pub mod ngram;
 
 use crate::error::{EngineError, Result};
@@ -37,6 +38,9 @@ pub enum Speculation {
     Ngram,
     /// A draft model's greedy tokens alone ([`draft_model`]; the engine must be given one).
     Draft,
+    /// The model's own multi-token-prediction head ([`mtp`]; Qwen3.5 checkpoints that carry
+    /// `mtp.*`).
+    Mtp,
     /// Where it is exact: on the CPU, whose kernels compute a verified row as decoding
     /// computes it, bit for bit (GPU matrix products may sum several rows in another order
     /// than one), n-gram drafts, and the draft model's where prompt lookup finds none if one
@@ -47,7 +51,7 @@ pub enum Speculation {
 
 impl Speculation {
     /// The names `--speculative` takes.
-    pub const NAMES: &'static str = "off, ngram, draft or auto";
+    pub const NAMES: &'static str = "off, ngram, draft, mtp or auto";
 }
 
 impl std::str::FromStr for Speculation {
@@ -58,6 +62,7 @@ impl std::str::FromStr for Speculation {
             "off" | "none" => Ok(Self::Off),
             "ngram" | "prompt-lookup" => Ok(Self::Ngram),
             "draft" | "draft-model" => Ok(Self::Draft),
+            "mtp" | "nextn" => Ok(Self::Mtp),
             "auto" => Ok(Self::Auto),
             other => Err(EngineError::invalid(
                 "speculative",
@@ -73,6 +78,7 @@ impl std::fmt::Display for Speculation {
             Self::Off => "off",
             Self::Ngram => "ngram",
             Self::Draft => "draft",
+            Self::Mtp => "mtp",
             Self::Auto => "auto",
         })
     }
@@ -162,6 +168,8 @@ mod tests {
         assert_eq!("off".parse::<Speculation>().unwrap(), Speculation::Off);
         assert_eq!("NGRAM".parse::<Speculation>().unwrap(), Speculation::Ngram);
         assert_eq!("auto".parse::<Speculation>().unwrap(), Speculation::Auto);
+        assert_eq!("mtp".parse::<Speculation>().unwrap(), Speculation::Mtp);
+        assert_eq!(Speculation::Mtp.to_string(), "mtp");
         let e = "eagle".parse::<Speculation>().unwrap_err().to_string();
         assert!(e.contains("speculative") && e.contains("eagle"), "{e}");
     }
