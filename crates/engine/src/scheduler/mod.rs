@@ -630,6 +630,10 @@ impl Scheduler {
         } else {
             self.model.forward(&tokens, &mut s.cache)?
         };
+        if matches!(self.drafts, Drafts::Model(..)) && self.running[i].speculate {
+            self.prefill_draft(i, &tokens);
+        }
+        let s = &mut self.running[i];
         s.prefilled(chunk, start.elapsed());
         // More to run; or the tokens of a preempted sequence are back and it decodes its
         // pending token next (sampled before: nothing to sample now).
@@ -649,6 +653,39 @@ impl Scheduler {
         };
         let next = s.choose(argmax, || Ok(logits.to_vec1::<f32>()?))?;
         self.after_sample(i, next)
+    }
+
+    /// Runs a prompt chunk of sequence `i` (after what it holds) through the draft model too,
+    /// so that its first decoding step drafts: the draft model's share of the prompt is prefill
+    /// time, as the served model's is. Where its cache would need a running sequence
+    /// preempted, or the draft model fails, the first drafting step catches up instead.
+    fn prefill_draft(&mut self, i: usize, chunk: &[u32]) {
+        let Drafts::Model(model, _) = &self.drafts else {
+            return;
+        };
+        let s = &mut self.running[i];
+        let cache = s.draft_cache.get_or_insert_with(|| model.new_cache());
+        let len = s.tokens.len() + chunk.len();
+        let grow = cache.bytes_for(len) - cache.bytes();
+        if !self.make_room(grow, None) {
+            return;
+        }
+        let Drafts::Model(model, _) = &self.drafts else {
+            return;
+        };
+        let s = &mut self.running[i];
+        let context: Vec<u32> = s.tokens.iter().chain(chunk).copied().collect();
+        let Some(cache) = s.draft_cache.as_mut() else {
+            return;
+        };
+        let mut job = [DraftJob {
+            cache,
+            context,
+            max: 0,
+        }];
+        if let Err(e) = model.draft(&mut job, self.config.prefill_chunk) {
+            tracing::warn!("the draft model failed on a prompt chunk: {e}");
+        }
     }
 
     /// One decoding step of every sequence with a pending token, batched; a sequence with a

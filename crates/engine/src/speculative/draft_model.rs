@@ -11,6 +11,9 @@ use crate::error::{EngineError, Result};
 use crate::generation::LanguageModel;
 use crate::tokenizer::Tokenizer;
 
+/// New tokens past which a sequence's catch-up runs alone, through the prefill path.
+const LONG_CATCH_UP: usize = 16;
+
 /// The draft model and the vocabulary of the model it drafts for.
 pub struct DraftModel {
     model: Box<dyn LanguageModel>,
@@ -120,17 +123,55 @@ impl DraftModel {
         if tokens.is_empty() {
             return Ok(drafts);
         }
-        let logits = {
-            let mut caches: Vec<&mut KvCache> =
-                jobs.iter_mut().map(|j| &mut j.cache.cache).collect();
-            self.model.forward_rows(&tokens, &lens, &mut caches)?
-        };
-        let best: Vec<u32> = logits.argmax(1)?.to_vec1()?;
-        let mut last = 0;
+        // A long catch-up (a prompt) runs alone through the prefill path, whose LM head takes
+        // only the last row; short ones (a step's accepted tokens) run together, every row's
+        // logits computed.
+        let long: Vec<bool> = lens.iter().map(|&len| len > LONG_CATCH_UP).collect();
+        let mut best = vec![0u32; jobs.len()];
+        let mut first = 0;
+        for (j, job) in jobs.iter_mut().enumerate() {
+            let len = lens[j];
+            if long[j] {
+                let logits = self
+                    .model
+                    .forward(&tokens[first..first + len], &mut job.cache.cache)?;
+                best[j] = logits.argmax(0)?.to_scalar::<u32>()?;
+            }
+            first += len;
+        }
+        let short: Vec<usize> = (0..jobs.len())
+            .filter(|&j| !long[j] && lens[j] > 0)
+            .collect();
+        if !short.is_empty() {
+            let mut rows = Vec::new();
+            let mut short_lens = Vec::new();
+            let mut first = 0;
+            for (j, &len) in lens.iter().enumerate() {
+                if short.contains(&j) {
+                    rows.extend_from_slice(&tokens[first..first + len]);
+                    short_lens.push(len);
+                }
+                first += len;
+            }
+            let logits = {
+                let mut caches: Vec<&mut KvCache> = jobs
+                    .iter_mut()
+                    .enumerate()
+                    .filter(|(j, _)| short.contains(j))
+                    .map(|(_, job)| &mut job.cache.cache)
+                    .collect();
+                self.model.forward_rows(&rows, &short_lens, &mut caches)?
+            };
+            let argmax: Vec<u32> = logits.argmax(1)?.to_vec1()?;
+            let mut last = 0;
+            for (&j, &len) in short.iter().zip(&short_lens) {
+                last += len;
+                best[j] = argmax[last - 1];
+            }
+        }
         for (j, &len) in lens.iter().enumerate() {
-            last += len;
-            if drafting[j] && (best[last - 1] as usize) < self.vocab {
-                drafts[j].push(best[last - 1]);
+            if len > 0 && drafting[j] && (best[j] as usize) < self.vocab {
+                drafts[j].push(best[j]);
             }
         }
         // Then one token per pass for the jobs that want more.
