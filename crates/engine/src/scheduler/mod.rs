@@ -115,6 +115,8 @@ pub(crate) struct Scheduler {
     drafts: Drafts,
     /// Decoding steps' time against their rows, for how many drafted tokens pay.
     step_cost: budget::StepCost,
+    /// The draft model's passes' time.
+    draft_cost: budget::DraftCost,
 }
 
 /// Where drafts come from.
@@ -156,6 +158,7 @@ impl Scheduler {
         Self {
             drafts,
             step_cost: budget::StepCost::default(),
+            draft_cost: budget::DraftCost::default(),
             model,
             origin,
             tokenizer,
@@ -778,11 +781,20 @@ impl Scheduler {
                 }
             }
         }
+        let model_rows = self.draft_cost.rows(self.step_cost.per_row());
         let candidates: Vec<budget::Candidate> = self
             .running
             .iter()
             .zip(&room)
-            .map(|(s, &len)| s.draft_candidate(len))
+            .map(|(s, &len)| {
+                // Where the draft model drafts, each token costs its pass; prompt lookup's
+                // drafts are found already.
+                let cost = match with_model && s.draft.is_empty() {
+                    true => model_rows,
+                    false => 0.0,
+                };
+                s.draft_candidate(len, cost)
+            })
             .collect();
         let decoding = self.running.iter().filter(|s| s.decoding()).count();
         let given = budget::allot(
@@ -850,8 +862,12 @@ impl Scheduler {
                 }
             }
         }
+        let started = Instant::now();
         let drafts = model.draft(&mut jobs, self.config.prefill_chunk)?;
         drop(jobs);
+        let passes = drafts.iter().map(Vec::len).max().unwrap_or(0);
+        self.draft_cost
+            .record(passes, started.elapsed().as_secs_f64());
         for (&i, draft) in wanted.iter().zip(drafts) {
             self.running[i].draft = draft;
         }
@@ -881,8 +897,12 @@ impl Scheduler {
         if jobs.is_empty() {
             return Ok(());
         }
+        let started = Instant::now();
         let drafts = mtp::draft(self.model.as_ref(), &mut jobs, vocab)?;
         drop(jobs);
+        let passes = drafts.iter().map(Vec::len).max().unwrap_or(0);
+        self.draft_cost
+            .record(passes, started.elapsed().as_secs_f64());
         for (&i, draft) in which.iter().zip(drafts) {
             self.running[i].draft = draft;
         }

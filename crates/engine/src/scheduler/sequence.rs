@@ -221,9 +221,10 @@ impl Sequence {
         self.tokens.iter().copied().chain(self.pending).collect()
     }
 
-    /// This sequence's draft of up to `len` tokens, as the step's budget weighs it.
-    pub fn draft_candidate(&self, len: usize) -> crate::speculative::budget::Candidate {
-        self.drafting.candidate(len)
+    /// This sequence's draft of up to `len` tokens, each costing `cost` rows besides its own,
+    /// as the step's budget weighs it.
+    pub fn draft_candidate(&self, len: usize, cost: f64) -> crate::speculative::budget::Candidate {
+        self.drafting.candidate(len, cost)
     }
 
     /// Counts a draft of `n` tokens sent for verification.

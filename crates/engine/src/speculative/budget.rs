@@ -9,7 +9,9 @@
 //! its place in the draft: acceptance stops at the first miss) raises the step's expected
 //! tokens `E` per second exactly when `v / c > E / T(R)`, that is `v > E / (ρ + R)` with
 //! `ρ = T₀ / c`. [`allot`] admits tokens by that rule, the likeliest first; [`StepCost`]
-//! learns `ρ` from the steps the scheduler times. A sequence that has hardly drafted yet has
+//! learns `ρ` from the steps the scheduler times. A token a draft model drafts costs its pass
+//! too, `x` rows more ([`DraftCost`]): it pays when `v·(ρ + R + X) > E·(1 + x)`, `X` the extra
+//! rows the step's drafts cost already. A sequence that has hardly drafted yet has
 //! no rate to go by: its first token is verified anyway, so that a wide batch of edits learns
 //! that its drafts are kept.
 
@@ -45,23 +47,65 @@ impl StepCost {
     /// `ρ = T₀ / c`: a step's fixed cost in rows. The prior until steps of different widths
     /// have been seen (one sequence decoding without drafts gives no slope).
     pub fn rho(&self) -> f64 {
+        match self.fit() {
+            None => PRIOR_RHO,
+            // Rows cost nothing measurable: drafts are free.
+            Some((_, slope)) if slope <= 0.0 => f64::INFINITY,
+            Some((fixed, slope)) => (fixed / slope).max(0.0),
+        }
+    }
+
+    /// Seconds a row costs (`c`), once the fit has one.
+    pub fn per_row(&self) -> Option<f64> {
+        self.fit().map(|(_, slope)| slope).filter(|&c| c > 0.0)
+    }
+
+    /// `(T₀, c)` of the fit, when steps of different widths have been seen.
+    fn fit(&self) -> Option<(f64, f64)> {
         let n = self.n;
         if n < 8.0 {
-            return PRIOR_RHO;
+            return None;
         }
         let var = self.rows2 / n - (self.rows / n).powi(2);
         if var < 0.25 {
-            return PRIOR_RHO;
+            return None;
         }
         let slope = (self.rows_secs / n - self.rows / n * self.secs / n) / var;
-        let fixed = self.secs / n - slope * self.rows / n;
-        if slope <= 0.0 {
-            // Rows cost nothing measurable: drafts are free.
-            return f64::INFINITY;
-        }
-        (fixed / slope).max(0.0)
+        Some((self.secs / n - slope * self.rows / n, slope))
     }
 }
+
+/// A draft model's (or a multi-token-prediction head's) passes: their recent mean time, to
+/// weigh the tokens it drafts.
+#[derive(Debug, Clone, Default)]
+pub struct DraftCost {
+    n: f64,
+    secs: f64,
+}
+
+impl DraftCost {
+    /// Counts `passes` draft-model passes that took `secs` seconds in all.
+    pub fn record(&mut self, passes: usize, secs: f64) {
+        if passes == 0 {
+            return;
+        }
+        self.n = self.n * DECAY + passes as f64;
+        self.secs = self.secs * DECAY + secs;
+    }
+
+    /// A pass's cost in verified rows (`x`), given a row's seconds; `PRIOR_DRAFT_ROWS` until
+    /// both are known.
+    pub fn rows(&self, per_row: Option<f64>) -> f64 {
+        match per_row {
+            Some(c) if self.n >= 1.0 => self.secs / self.n / c,
+            _ => PRIOR_DRAFT_ROWS,
+        }
+    }
+}
+
+/// A draft pass's cost in rows before one has been timed: a model a third the size of the
+/// served one, whose pass reads its weights as a step does.
+const PRIOR_DRAFT_ROWS: f64 = 2.0;
 
 /// A sequence's candidate draft: up to `len` tokens, each kept with probability `rate`
 /// given the ones before it were.
@@ -74,6 +118,9 @@ pub struct Candidate {
     /// Whether it has drafted too little for `rate` to mean anything: its first token is
     /// verified whatever the rule says.
     pub new: bool,
+    /// What each of its tokens costs besides its row, in rows (a draft model's pass; 0 for
+    /// prompt lookup).
+    pub cost: f64,
 }
 
 /// How many tokens of each candidate's draft the step verifies, for a step that decodes
@@ -90,28 +137,37 @@ pub fn allot(candidates: &[Candidate], decoding: usize, max_rows: usize, rho: f6
         }
     };
     let mut rows = decoding;
+    let mut extra = 0.0;
     let mut expected = decoding as f64;
     for (i, c) in candidates.iter().enumerate() {
         if c.new && c.len > 0 && rows < max_rows {
             expected += value(i, &given);
             given[i] += 1;
             rows += 1;
+            extra += c.cost;
         }
     }
     while rows < max_rows {
-        let Some((best, v)) = (0..candidates.len())
-            .map(|i| (i, value(i, &given)))
-            .max_by(|a, b| a.1.total_cmp(&b.1))
+        // The token that gains most for what it costs.
+        let Some((best, v)) =
+            (0..candidates.len())
+                .map(|i| (i, value(i, &given)))
+                .max_by(|a, b| {
+                    let gain = |&(i, v): &(usize, f64)| v / (1.0 + candidates[i].cost);
+                    gain(a).total_cmp(&gain(b))
+                })
         else {
             break;
         };
-        // Worth its row: `v > E / (ρ + R)` with this row counted in `R`.
-        if v <= 0.0 || v * (rho + (rows + 1) as f64) <= expected {
+        // Worth its row and its pass: `v·(ρ + R + X) > E·(1 + x)`, this row counted in `R`.
+        let x = candidates[best].cost;
+        if v <= 0.0 || v * (rho + (rows + 1) as f64 + extra + x) <= expected * (1.0 + x) {
             break;
         }
         expected += v;
         given[best] += 1;
         rows += 1;
+        extra += x;
     }
     given
 }
@@ -125,6 +181,7 @@ mod tests {
             len,
             rate,
             new: false,
+            cost: 0.0,
         }
     }
 
@@ -171,6 +228,26 @@ mod tests {
         // Free rows (no measurable cost per row): every candidate token up to the cap.
         assert_eq!(allot(&[c(3, 0.2), c(2, 0.2)], 2, 64, f64::INFINITY), [3, 2]);
         assert_eq!(allot(&[c(0, 0.9)], 1, 64, 6.0), [0]);
+    }
+
+    #[test]
+    fn a_draft_models_tokens_pay_for_its_passes() {
+        // A pass costs two rows: an edit's likely draft still goes whole beside one sequence;
+        // a chat's, kept two times in three, only its first token; a third, none.
+        let model = |len, rate| Candidate {
+            cost: 2.0,
+            ..c(len, rate)
+        };
+        assert_eq!(allot(&[model(12, 0.99)], 1, 64, 3.0), [12]);
+        assert_eq!(allot(&[model(4, 0.67)], 1, 64, 3.0), [1]);
+        assert_eq!(allot(&[model(4, 0.33)], 1, 64, 3.0), [0]);
+        // Rows that cost nothing measurable make a step's time no matter: everything goes.
+        assert_eq!(allot(&[model(4, 0.2)], 1, 64, f64::INFINITY), [4]);
+        let mut cost = DraftCost::default();
+        assert_eq!(cost.rows(Some(0.01)), PRIOR_DRAFT_ROWS);
+        cost.record(10, 0.2);
+        assert!((cost.rows(Some(0.01)) - 2.0).abs() < 1e-9);
+        assert_eq!(cost.rows(None), PRIOR_DRAFT_ROWS);
     }
 
     #[test]
