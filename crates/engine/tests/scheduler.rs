@@ -382,6 +382,35 @@ fn a_draft_model_gives_the_tokens_of_decoding() {
 }
 
 #[test]
+fn a_draft_model_runs_the_prompt_with_it_and_drafts_from_the_first_step() {
+    // A 200-token prompt in chunks of 16: the draft model runs each chunk beside the served
+    // model, so the first decoding step drafts (caught up a chunk a step, the first thirteen
+    // steps would draft nothing). The model drafting for itself: every draft is kept.
+    let scheduler = SchedulerOptions {
+        prefill_chunk: Some(16),
+        speculation: Some(Speculation::Draft),
+        ..Default::default()
+    };
+    let spec = tiny("qwen2").to_str().unwrap().to_string();
+    let e = Engine::load(
+        &spec,
+        &LoadOptions {
+            draft_model: Some(spec.clone()),
+            ..options(scheduler)
+        },
+    )
+    .unwrap();
+    let prompt: Vec<u32> = (0..200).map(|i| (i * 41 + 9) % 1000).collect();
+    let (ids, s) = collect(e.generate(request(prompt, 40, None)).unwrap());
+    let u = &s.usage;
+    assert_eq!(ids.len(), 40);
+    assert_eq!(u.accepted_draft_tokens, u.draft_tokens, "{u:?}");
+    // The first step drafts one token (a sequence new to drafting), the next ones more: few
+    // tokens come from steps of their own (each step chooses one past its draft).
+    assert!(u.draft_tokens + 10 >= ids.len(), "{u:?}");
+}
+
+#[test]
 fn a_session_after_speculation_resumes_as_after_decoding() {
     // The cache a speculative answer leaves holds exactly the tokens decoding would have run.
     let prompt: Vec<u32> = repetitive_prompts().remove(2);

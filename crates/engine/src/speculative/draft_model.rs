@@ -12,7 +12,7 @@ use crate::generation::LanguageModel;
 use crate::tokenizer::Tokenizer;
 
 /// New tokens past which a sequence's catch-up runs alone, through the prefill path.
-const LONG_CATCH_UP: usize = 16;
+const LONG_CATCH_UP: usize = 2;
 
 /// The draft model and the vocabulary of the model it drafts for.
 pub struct DraftModel {
