@@ -1,4 +1,5 @@
-//! Qwen3.5's multi-token-prediction head (`mtp.*`): its logits against the head computed from
+//! Qwen3.5's multi-token-prediction head (`mtp.*`; the dense model's and the MoE model's, whose
+//! head routes to experts): its logits against the head computed from
 //! transformers' parts (golden by crates/engine/tests/fixtures/mtp_golden.py), from safetensors
 //! and from the GGUF llama.cpp's converter makes of them (its `nextn` block), its state kept
 //! step by step as a from-scratch run of the head computes it, and `--speculative mtp` giving
@@ -44,12 +45,16 @@ fn load_gguf(name: &str) -> Qwen {
 fn the_head_matches_the_reference() {
     assert!(!load("qwen3.5").has_mtp());
     assert!(!load_gguf("qwen3.5-f32").has_mtp());
-    head_matches_the_reference(&load("qwen3.5-mtp"), "safetensors");
-    head_matches_the_reference(&load_gguf("qwen3.5-mtp-f32"), "gguf");
+    for family in ["qwen3.5", "qwen3.5-moe"] {
+        let mtp = format!("{family}-mtp");
+        head_matches_the_reference(&load(&mtp), &mtp, "safetensors");
+        head_matches_the_reference(&load_gguf(&format!("{mtp}-f32")), &mtp, "gguf");
+    }
 }
 
-fn head_matches_the_reference(model: &Qwen, what: &str) {
-    let path = fixtures().join("golden/tiny-qwen3.5-mtp.json");
+fn head_matches_the_reference(model: &Qwen, name: &str, format: &str) {
+    let what = format!("{name}, {format}");
+    let path = fixtures().join(format!("golden/tiny-{name}.json"));
     let g: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let prompt: Vec<u32> = g["prompt_ids"]
@@ -63,7 +68,7 @@ fn head_matches_the_reference(model: &Qwen, what: &str) {
     let (logits, hidden) = model.forward_hidden(&prompt, &mut cache).unwrap();
     let next = logits.argmax(0).unwrap().to_scalar::<u32>().unwrap();
     assert_eq!(next, id(&g, "next"), "{what}");
-    assert_eq!(hidden.dims(), &[prompt.len(), 64]);
+    assert_eq!(hidden.dims(), &[prompt.len(), 64], "{what}");
 
     // Row p: the hidden state at p and the token at p + 1, the model's choice last.
     let mut head = model.new_mtp_cache();
@@ -253,8 +258,20 @@ fn engine(family: &str, speculation: Speculation) -> Result<Engine, String> {
 
 #[test]
 fn speculating_with_the_head_gives_the_tokens_of_decoding() {
-    let off = engine("qwen3.5-mtp", Speculation::Off).unwrap();
-    let on = engine("qwen3.5-mtp", Speculation::Mtp).unwrap();
+    for family in ["qwen3.5-mtp", "qwen3.5-moe-mtp"] {
+        head_speculation_is_exact(family);
+    }
+    // A model without the head is refused, by name.
+    let e = engine("qwen3.5", Speculation::Mtp).err().unwrap();
+    assert!(
+        e.contains("speculative") && e.contains("multi-token-prediction"),
+        "{e}"
+    );
+}
+
+fn head_speculation_is_exact(family: &str) {
+    let off = engine(family, Speculation::Off).unwrap();
+    let on = engine(family, Speculation::Mtp).unwrap();
     let prompts: Vec<Vec<u32>> = (0..4)
         .map(|k| {
             (0..20 + 7 * k)
@@ -278,8 +295,8 @@ fn speculating_with_the_head_gives_the_tokens_of_decoding() {
             .map(|p| collect(off.generate(request(p)).unwrap()).0)
             .collect();
         let (got, usage) = collect(on.generate(request(&prompts[0])).unwrap());
-        assert_eq!(got, want[0], "{sampling:?}: alone");
-        assert!(usage.draft_tokens > 0, "nothing drafted");
+        assert_eq!(got, want[0], "{family}, {sampling:?}: alone");
+        assert!(usage.draft_tokens > 0, "{family}: nothing drafted");
         // Four at once, prompts of different lengths prefilled in chunks beside decoding.
         let streams: Vec<EventStream> = prompts
             .iter()
@@ -289,14 +306,8 @@ fn speculating_with_the_head_gives_the_tokens_of_decoding() {
             assert_eq!(
                 collect(s).0,
                 want[i],
-                "{sampling:?}: prompt {i} of 4 at once"
+                "{family}, {sampling:?}: prompt {i} of 4 at once"
             );
         }
     }
-    // A model without the head is refused, by name.
-    let e = engine("qwen3.5", Speculation::Mtp).err().unwrap();
-    assert!(
-        e.contains("speculative") && e.contains("multi-token-prediction"),
-        "{e}"
-    );
 }
