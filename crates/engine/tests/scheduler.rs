@@ -383,11 +383,12 @@ fn a_draft_model_gives_the_tokens_of_decoding() {
 
 #[test]
 fn a_draft_model_runs_the_prompt_with_it_and_drafts_from_the_first_step() {
-    // A 200-token prompt in chunks of 16: the draft model runs each chunk beside the served
-    // model, so the first decoding step drafts (caught up a chunk a step, the first thirteen
-    // steps would draft nothing). The model drafting for itself: every draft is kept.
+    // A 200-token prompt in chunks of 8: the draft model runs each chunk beside the served
+    // model, so the first decoding step drafts. Caught up a chunk a step, the first 25 steps
+    // would draft nothing, and at most 14 of 40 tokens could be drafted. The model drafting
+    // for itself: every draft is kept.
     let scheduler = SchedulerOptions {
-        prefill_chunk: Some(16),
+        prefill_chunk: Some(8),
         speculation: Some(Speculation::Draft),
         ..Default::default()
     };
@@ -401,13 +402,21 @@ fn a_draft_model_runs_the_prompt_with_it_and_drafts_from_the_first_step() {
     )
     .unwrap();
     let prompt: Vec<u32> = (0..200).map(|i| (i * 41 + 9) % 1000).collect();
-    let (ids, s) = collect(e.generate(request(prompt, 40, None)).unwrap());
+    let (ids, s) = collect(e.generate(request(prompt.clone(), 40, None)).unwrap());
     let u = &s.usage;
     assert_eq!(ids.len(), 40);
     assert_eq!(u.accepted_draft_tokens, u.draft_tokens, "{u:?}");
-    // The first step drafts one token (a sequence new to drafting), the next ones more: few
-    // tokens come from steps of their own (each step chooses one past its draft).
-    assert!(u.draft_tokens + 10 >= ids.len(), "{u:?}");
+    assert!(u.draft_tokens >= 20, "{u:?}");
+    // A prompt that starts with that one: the served model's cache of the shared tokens is
+    // reused, and the draft model's with it (else it would run them a chunk a step, and
+    // draft at most 14 tokens again).
+    let mut longer: Vec<u32> = prompt.clone();
+    longer.extend((0..20).map(|i| (i * 7 + 3) % 1000));
+    let (ids, s) = collect(e.generate(request(longer, 40, None)).unwrap());
+    let u = &s.usage;
+    assert!(u.cached_prompt_tokens >= 200, "{u:?}");
+    assert_eq!(ids.len(), 40);
+    assert!(u.draft_tokens >= 20, "{u:?}");
 }
 
 #[test]

@@ -3,6 +3,7 @@
 //! running sequences' — stay under a byte budget; idle ones are evicted least recently used.
 
 use crate::cache::kv::KvCache;
+use crate::speculative::draft_model::DraftCache;
 
 /// A prompt must share at least this many tokens with a cached sequence to be seeded from it
 /// (below that, copying the rows costs about what running them does).
@@ -16,6 +17,9 @@ pub(crate) struct Entry {
     /// The tokens whose keys and values `cache` holds, in order.
     pub tokens: Vec<u32>,
     pub cache: KvCache,
+    /// The draft model's cache of these tokens (some of them), kept so that a prompt that
+    /// starts with them does not run them through the draft model again.
+    pub draft: Option<DraftCache>,
     last_used: u64,
 }
 
@@ -23,6 +27,8 @@ pub(crate) struct Entry {
 pub(crate) struct Seed {
     pub cache: KvCache,
     pub tokens: Vec<u32>,
+    /// Its cache in the draft model, where the source had one.
+    pub draft: Option<DraftCache>,
 }
 
 #[derive(Default)]
@@ -39,7 +45,10 @@ pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
 impl KvPool {
     /// Bytes the idle caches hold.
     pub fn bytes(&self) -> usize {
-        self.entries.iter().map(|e| e.cache.bytes()).sum()
+        self.entries
+            .iter()
+            .map(|e| e.cache.bytes() + e.draft.as_ref().map_or(0, DraftCache::bytes))
+            .sum()
     }
 
     pub fn len(&self) -> usize {
@@ -57,7 +66,13 @@ impl KvPool {
     /// anonymous cache whose tokens another anonymous one already starts with adds nothing and
     /// is dropped; one that extends others replaces them (many requests of one prompt, or
     /// clients that leave one after another, keep one cache, not one each).
-    pub fn put(&mut self, session: Option<String>, tokens: Vec<u32>, cache: KvCache) {
+    pub fn put(
+        &mut self,
+        session: Option<String>,
+        tokens: Vec<u32>,
+        cache: KvCache,
+        draft: Option<DraftCache>,
+    ) {
         if tokens.is_empty() {
             return;
         }
@@ -93,6 +108,7 @@ impl KvPool {
             released_by: None,
             tokens,
             cache,
+            draft,
             last_used: self.clock,
         });
     }
@@ -193,8 +209,8 @@ mod tests {
         let a: Vec<u32> = (0..40).collect();
         let mut b: Vec<u32> = (0..20).collect();
         b.extend(100..120);
-        pool.put(Some("a".into()), a.clone(), cache(40));
-        pool.put(None, b, cache(40));
+        pool.put(Some("a".into()), a.clone(), cache(40), None);
+        pool.put(None, b, cache(40), None);
         let mut prompt: Vec<u32> = (0..30).collect();
         prompt.push(7);
         assert_eq!(pool.longest_prefix(&prompt), Some((0, 30)));
@@ -207,9 +223,9 @@ mod tests {
     fn eviction_takes_the_least_recently_used_and_spares_the_kept_session(
     ) -> Result<(), &'static str> {
         let mut pool = KvPool::default();
-        pool.put(Some("old".into()), vec![1], cache(1));
-        pool.put(Some("mid".into()), vec![2], cache(1));
-        pool.put(Some("new".into()), vec![3], cache(1));
+        pool.put(Some("old".into()), vec![1], cache(1), None);
+        pool.put(Some("mid".into()), vec![2], cache(1), None);
+        pool.put(Some("new".into()), vec![3], cache(1), None);
         pool.touch(0); // "old" used last
         let e = pool.evict_one(None).ok_or("nothing evicted")?;
         assert_eq!(e.session.as_deref(), Some("mid"));
@@ -224,24 +240,24 @@ mod tests {
     fn anonymous_caches_of_one_prompt_are_kept_once() {
         let mut pool = KvPool::default();
         let long: Vec<u32> = (0..40).collect();
-        pool.put(None, long[..30].to_vec(), cache(30));
+        pool.put(None, long[..30].to_vec(), cache(30), None);
         // Longer: replaces the shorter. Shorter or equal: adds nothing.
-        pool.put(None, long.clone(), cache(40));
-        pool.put(None, long[..20].to_vec(), cache(20));
-        pool.put(None, long.clone(), cache(40));
+        pool.put(None, long.clone(), cache(40), None);
+        pool.put(None, long[..20].to_vec(), cache(20), None);
+        pool.put(None, long.clone(), cache(40), None);
         assert_eq!(pool.len(), 1);
         assert_eq!(pool.entry(0).tokens, long);
         // Another prompt, and a session with the same tokens, are kept beside it.
-        pool.put(None, (100..140).collect(), cache(40));
-        pool.put(Some("s".into()), long[..30].to_vec(), cache(30));
+        pool.put(None, (100..140).collect(), cache(40), None);
+        pool.put(Some("s".into()), long[..30].to_vec(), cache(30), None);
         assert_eq!(pool.len(), 3);
     }
 
     #[test]
     fn a_session_replaces_its_earlier_entry() -> Result<(), &'static str> {
         let mut pool = KvPool::default();
-        pool.put(Some("s".into()), vec![1, 2], cache(2));
-        pool.put(Some("s".into()), vec![1, 2, 3], cache(3));
+        pool.put(Some("s".into()), vec![1, 2], cache(2), None);
+        pool.put(Some("s".into()), vec![1, 2, 3], cache(3), None);
         assert_eq!(pool.len(), 1);
         assert_eq!(
             pool.take_session("s").ok_or("no entry")?.tokens,

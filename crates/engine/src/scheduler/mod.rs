@@ -315,7 +315,7 @@ impl Scheduler {
             ));
         }
         let n = c.tokens.len();
-        self.pool.put(Some(c.session), c.tokens, cache);
+        self.pool.put(Some(c.session), c.tokens, cache, None);
         Ok(n)
     }
 
@@ -449,6 +449,7 @@ impl Scheduler {
             match Sequence::new(job, stop, seed.cache, seed.tokens) {
                 Some(mut s) => {
                     s.speculate = !matches!(self.drafts, Drafts::None);
+                    s.draft_cache = seed.draft;
                     self.running.push(s)
                 }
                 None => {
@@ -488,6 +489,7 @@ impl Scheduler {
             return Seed {
                 cache: e.cache,
                 tokens: e.tokens,
+                draft: e.draft,
             };
         }
         if let Some(seed) = self.shared_prefix(prompt) {
@@ -496,6 +498,7 @@ impl Scheduler {
         Seed {
             cache: self.model.new_cache(),
             tokens: Vec::new(),
+            draft: None,
         }
     }
 
@@ -548,6 +551,7 @@ impl Scheduler {
                 return Some(Seed {
                     cache: e.cache,
                     tokens: e.tokens,
+                    draft: e.draft,
                 });
             }
             self.pool.touch(i);
@@ -559,11 +563,21 @@ impl Scheduler {
         if src.position_bytes() == 0 {
             return None;
         }
+        // The draft model's cache of the prefix too, where the source has one.
+        let draft_src = match source {
+            Source::Pool(i) => self.pool.entry(i).draft.as_ref(),
+            Source::Running(j) => self.running[j].draft_cache.as_ref(),
+        };
+        let draft = match (&self.drafts, draft_src) {
+            (Drafts::Model(model, _), Some(d)) => model.copy_prefix(d, len).ok(),
+            _ => None,
+        };
         let mut cache = self.model.new_cache();
         match cache.copy_prefix(src, len) {
             Ok(()) => Some(Seed {
                 cache,
                 tokens: prompt[..len].to_vec(),
+                draft,
             }),
             Err(e) => {
                 tracing::warn!("cannot share a cached prefix: {e}");
@@ -1044,7 +1058,8 @@ impl Scheduler {
             s.fail(e.to_string());
         }
         if s.keep {
-            self.pool.put(s.request.session.clone(), s.tokens, s.cache);
+            self.pool
+                .put(s.request.session.clone(), s.tokens, s.cache, s.draft_cache);
         }
     }
 

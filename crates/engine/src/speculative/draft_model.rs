@@ -94,6 +94,15 @@ impl DraftModel {
         }
     }
 
+    /// A cache holding the first `len` tokens that `src` holds (fewer where it holds fewer).
+    pub fn copy_prefix(&self, src: &DraftCache, len: usize) -> Result<DraftCache> {
+        let mut new = self.new_cache();
+        let len = len.min(src.held.len()).min(src.cache.len());
+        new.cache.copy_prefix(&src.cache, len)?;
+        new.held = src.held[..len].to_vec();
+        Ok(new)
+    }
+
     /// Drafts up to `job.max` tokens for every job: the new part of each context in one pass
     /// (at most `chunk` tokens of it; a job with more only catches up, and drafts nothing this
     /// step), then one pass per drafted token. Returns each job's draft.
