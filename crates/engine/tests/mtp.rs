@@ -214,6 +214,25 @@ fn the_state_follows_the_sequence_through_cuts() {
             .to_scalar::<u32>()
             .unwrap();
     }
+    // A copy of its first 30 positions (a prompt seeded from this one's cached prefix) goes
+    // on with the rows after them as the head run from nothing does.
+    let mut copy = state
+        .copy_prefix(30, model.new_mtp_cache())
+        .unwrap()
+        .unwrap();
+    let mut fresh = model.new_cache();
+    let (_, h) = model.forward_hidden(&prompt, &mut fresh).unwrap();
+    copy.push(30, h.narrow(0, 30, 10).unwrap()).unwrap();
+    let context: Vec<u32> = prompt.iter().copied().chain([7]).collect();
+    let mut jobs = [MtpJob {
+        state: &mut copy,
+        context: context.clone(),
+        max: 2,
+    }];
+    assert_eq!(
+        mtp::draft(&model, &mut jobs, vocab).unwrap()[0],
+        drafts_from_scratch(&model, &context, 2)
+    );
     // A gap (a sequence seeded from a shared prefix): the state starts over where its rows
     // start, and drafts from there.
     let mut late = MtpState::new(model.new_mtp_cache());
@@ -297,6 +316,18 @@ fn head_speculation_is_exact(family: &str) {
         let (got, usage) = collect(on.generate(request(&prompts[0])).unwrap());
         assert_eq!(got, want[0], "{family}, {sampling:?}: alone");
         assert!(usage.draft_tokens > 0, "{family}: nothing drafted");
+        // A prompt that starts with that answer's tokens: seeded from its cache, the head's
+        // state with it.
+        let longer: Vec<u32> = prompts[0]
+            .iter()
+            .chain(&got)
+            .copied()
+            .chain([5, 6])
+            .collect();
+        let (a, _) = collect(off.generate(request(&longer)).unwrap());
+        let (b, usage) = collect(on.generate(request(&longer)).unwrap());
+        assert_eq!(b, a, "{family}, {sampling:?}: a seeded prompt");
+        assert!(usage.cached_prompt_tokens >= 16, "{family}: {usage:?}");
         // Four at once, prompts of different lengths prefilled in chunks beside decoding.
         let streams: Vec<EventStream> = prompts
             .iter()

@@ -4,6 +4,7 @@
 
 use crate::cache::kv::KvCache;
 use crate::speculative::draft_model::DraftCache;
+use crate::speculative::mtp::MtpState;
 
 /// A prompt must share at least this many tokens with a cached sequence to be seeded from it
 /// (below that, copying the rows costs about what running them does).
@@ -17,18 +18,44 @@ pub(crate) struct Entry {
     /// The tokens whose keys and values `cache` holds, in order.
     pub tokens: Vec<u32>,
     pub cache: KvCache,
-    /// The draft model's cache of these tokens (some of them), kept so that a prompt that
-    /// starts with them does not run them through the draft model again.
-    pub draft: Option<DraftCache>,
+    /// Its state in the draft source, kept so that a prompt that starts with these tokens
+    /// does not run them through the draft model or the prediction head again.
+    pub drafter: Drafter,
     last_used: u64,
+}
+
+/// A sequence's state in its draft source, kept beside its cache.
+#[derive(Default)]
+pub(crate) struct Drafter {
+    /// Its cache in the draft model.
+    pub model: Option<DraftCache>,
+    /// Its state in the multi-token-prediction head.
+    pub mtp: Option<MtpState>,
+}
+
+impl Drafter {
+    pub fn bytes(&self) -> usize {
+        self.model.as_ref().map_or(0, DraftCache::bytes)
+            + self.mtp.as_ref().map_or(0, MtpState::bytes)
+    }
+
+    /// Forgets the head's positions from `len` on (the draft model cuts its own cache to what
+    /// it shares with the context when it drafts).
+    pub fn truncate(&mut self, len: usize) {
+        if let Some(m) = &mut self.mtp {
+            if m.truncate(len).is_err() {
+                self.mtp = None;
+            }
+        }
+    }
 }
 
 /// Where a new sequence's cache comes from.
 pub(crate) struct Seed {
     pub cache: KvCache,
     pub tokens: Vec<u32>,
-    /// Its cache in the draft model, where the source had one.
-    pub draft: Option<DraftCache>,
+    /// Its state in the draft source, where the source had one.
+    pub drafter: Drafter,
 }
 
 #[derive(Default)]
@@ -47,7 +74,7 @@ impl KvPool {
     pub fn bytes(&self) -> usize {
         self.entries
             .iter()
-            .map(|e| e.cache.bytes() + e.draft.as_ref().map_or(0, DraftCache::bytes))
+            .map(|e| e.cache.bytes() + e.drafter.bytes())
             .sum()
     }
 
@@ -71,7 +98,7 @@ impl KvPool {
         session: Option<String>,
         tokens: Vec<u32>,
         cache: KvCache,
-        draft: Option<DraftCache>,
+        drafter: Drafter,
     ) {
         if tokens.is_empty() {
             return;
@@ -108,7 +135,7 @@ impl KvPool {
             released_by: None,
             tokens,
             cache,
-            draft,
+            drafter,
             last_used: self.clock,
         });
     }
@@ -209,8 +236,8 @@ mod tests {
         let a: Vec<u32> = (0..40).collect();
         let mut b: Vec<u32> = (0..20).collect();
         b.extend(100..120);
-        pool.put(Some("a".into()), a.clone(), cache(40), None);
-        pool.put(None, b, cache(40), None);
+        pool.put(Some("a".into()), a.clone(), cache(40), Drafter::default());
+        pool.put(None, b, cache(40), Drafter::default());
         let mut prompt: Vec<u32> = (0..30).collect();
         prompt.push(7);
         assert_eq!(pool.longest_prefix(&prompt), Some((0, 30)));
@@ -223,9 +250,9 @@ mod tests {
     fn eviction_takes_the_least_recently_used_and_spares_the_kept_session(
     ) -> Result<(), &'static str> {
         let mut pool = KvPool::default();
-        pool.put(Some("old".into()), vec![1], cache(1), None);
-        pool.put(Some("mid".into()), vec![2], cache(1), None);
-        pool.put(Some("new".into()), vec![3], cache(1), None);
+        pool.put(Some("old".into()), vec![1], cache(1), Drafter::default());
+        pool.put(Some("mid".into()), vec![2], cache(1), Drafter::default());
+        pool.put(Some("new".into()), vec![3], cache(1), Drafter::default());
         pool.touch(0); // "old" used last
         let e = pool.evict_one(None).ok_or("nothing evicted")?;
         assert_eq!(e.session.as_deref(), Some("mid"));
@@ -240,24 +267,34 @@ mod tests {
     fn anonymous_caches_of_one_prompt_are_kept_once() {
         let mut pool = KvPool::default();
         let long: Vec<u32> = (0..40).collect();
-        pool.put(None, long[..30].to_vec(), cache(30), None);
+        pool.put(None, long[..30].to_vec(), cache(30), Drafter::default());
         // Longer: replaces the shorter. Shorter or equal: adds nothing.
-        pool.put(None, long.clone(), cache(40), None);
-        pool.put(None, long[..20].to_vec(), cache(20), None);
-        pool.put(None, long.clone(), cache(40), None);
+        pool.put(None, long.clone(), cache(40), Drafter::default());
+        pool.put(None, long[..20].to_vec(), cache(20), Drafter::default());
+        pool.put(None, long.clone(), cache(40), Drafter::default());
         assert_eq!(pool.len(), 1);
         assert_eq!(pool.entry(0).tokens, long);
         // Another prompt, and a session with the same tokens, are kept beside it.
-        pool.put(None, (100..140).collect(), cache(40), None);
-        pool.put(Some("s".into()), long[..30].to_vec(), cache(30), None);
+        pool.put(None, (100..140).collect(), cache(40), Drafter::default());
+        pool.put(
+            Some("s".into()),
+            long[..30].to_vec(),
+            cache(30),
+            Drafter::default(),
+        );
         assert_eq!(pool.len(), 3);
     }
 
     #[test]
     fn a_session_replaces_its_earlier_entry() -> Result<(), &'static str> {
         let mut pool = KvPool::default();
-        pool.put(Some("s".into()), vec![1, 2], cache(2), None);
-        pool.put(Some("s".into()), vec![1, 2, 3], cache(3), None);
+        pool.put(Some("s".into()), vec![1, 2], cache(2), Drafter::default());
+        pool.put(
+            Some("s".into()),
+            vec![1, 2, 3],
+            cache(3),
+            Drafter::default(),
+        );
         assert_eq!(pool.len(), 1);
         assert_eq!(
             pool.take_session("s").ok_or("no entry")?.tokens,

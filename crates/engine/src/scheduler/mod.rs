@@ -29,7 +29,7 @@ use crate::speculative::draft_model::{DraftJob, DraftModel};
 use crate::speculative::mtp::{self, MtpJob, MtpState};
 use crate::speculative::{budget, Speculation};
 use crate::tokenizer::Tokenizer;
-use kv_pool::{common_prefix, KvPool, Seed, MIN_SHARED_PREFIX};
+use kv_pool::{common_prefix, Drafter, KvPool, Seed, MIN_SHARED_PREFIX};
 use sequence::Sequence;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -315,7 +315,8 @@ impl Scheduler {
             ));
         }
         let n = c.tokens.len();
-        self.pool.put(Some(c.session), c.tokens, cache, None);
+        self.pool
+            .put(Some(c.session), c.tokens, cache, Drafter::default());
         Ok(n)
     }
 
@@ -449,7 +450,8 @@ impl Scheduler {
             match Sequence::new(job, stop, seed.cache, seed.tokens) {
                 Some(mut s) => {
                     s.speculate = !matches!(self.drafts, Drafts::None);
-                    s.draft_cache = seed.draft;
+                    s.draft_cache = seed.drafter.model;
+                    s.mtp = seed.drafter.mtp;
                     self.running.push(s)
                 }
                 None => {
@@ -486,10 +488,11 @@ impl Scheduler {
                     prompt.len() - kept
                 );
             }
+            e.drafter.truncate(kept);
             return Seed {
                 cache: e.cache,
                 tokens: e.tokens,
-                draft: e.draft,
+                drafter: e.drafter,
             };
         }
         if let Some(seed) = self.shared_prefix(prompt) {
@@ -498,7 +501,7 @@ impl Scheduler {
         Seed {
             cache: self.model.new_cache(),
             tokens: Vec::new(),
-            draft: None,
+            drafter: Drafter::default(),
         }
     }
 
@@ -548,10 +551,11 @@ impl Scheduler {
                 let mut e = self.pool.take(i);
                 e.cache.truncate(len);
                 e.tokens.truncate(len);
+                e.drafter.truncate(len);
                 return Some(Seed {
                     cache: e.cache,
                     tokens: e.tokens,
-                    draft: e.draft,
+                    drafter: e.drafter,
                 });
             }
             self.pool.touch(i);
@@ -563,21 +567,32 @@ impl Scheduler {
         if src.position_bytes() == 0 {
             return None;
         }
-        // The draft model's cache of the prefix too, where the source has one.
-        let draft_src = match source {
-            Source::Pool(i) => self.pool.entry(i).draft.as_ref(),
-            Source::Running(j) => self.running[j].draft_cache.as_ref(),
+        // The draft source's state of the prefix too, where the source has one.
+        let (model_src, mtp_src) = match source {
+            Source::Pool(i) => {
+                let d = &self.pool.entry(i).drafter;
+                (d.model.as_ref(), d.mtp.as_ref())
+            }
+            Source::Running(j) => {
+                let s = &self.running[j];
+                (s.draft_cache.as_ref(), s.mtp.as_ref())
+            }
         };
-        let draft = match (&self.drafts, draft_src) {
-            (Drafts::Model(model, _), Some(d)) => model.copy_prefix(d, len).ok(),
-            _ => None,
+        let drafter = Drafter {
+            model: match (&self.drafts, model_src) {
+                (Drafts::Model(model, _), Some(d)) => model.copy_prefix(d, len).ok(),
+                _ => None,
+            },
+            mtp: mtp_src
+                .and_then(|m| m.copy_prefix(len, self.model.new_mtp_cache()).ok())
+                .flatten(),
         };
         let mut cache = self.model.new_cache();
         match cache.copy_prefix(src, len) {
             Ok(()) => Some(Seed {
                 cache,
                 tokens: prompt[..len].to_vec(),
-                draft,
+                drafter,
             }),
             Err(e) => {
                 tracing::warn!("cannot share a cached prefix: {e}");
@@ -1058,8 +1073,12 @@ impl Scheduler {
             s.fail(e.to_string());
         }
         if s.keep {
+            let drafter = Drafter {
+                model: s.draft_cache,
+                mtp: s.mtp,
+            };
             self.pool
-                .put(s.request.session.clone(), s.tokens, s.cache, s.draft_cache);
+                .put(s.request.session.clone(), s.tokens, s.cache, drafter);
         }
     }
 

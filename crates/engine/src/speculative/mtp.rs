@@ -73,6 +73,22 @@ impl MtpState {
         Ok(())
     }
 
+    /// A state over `empty` holding what this one ran of positions before `len`; `None`
+    /// where it holds none of them.
+    pub fn copy_prefix(&self, len: usize, mut empty: KvCache) -> Result<Option<Self>> {
+        if len <= self.base {
+            return Ok(None);
+        }
+        let run = (len - self.base).min(self.run);
+        empty.copy_prefix(&self.cache, run)?;
+        Ok(Some(Self {
+            cache: empty,
+            base: self.base,
+            run,
+            hidden: None,
+        }))
+    }
+
     /// Forgets positions from `len` on (a verified step's rejected rows).
     pub fn truncate(&mut self, len: usize) -> Result<()> {
         let seen = self.seen()?;
