@@ -214,38 +214,30 @@ fn the_state_follows_the_sequence_through_cuts() {
             .to_scalar::<u32>()
             .unwrap();
     }
+    // Positions 30..40 of the prompt, then the pending token 7, drafted from `state`.
+    let (_, h) = model
+        .forward_hidden(&prompt, &mut model.new_cache())
+        .unwrap();
+    let context: Vec<u32> = prompt.iter().copied().chain([7]).collect();
+    let from_30 = |mut state: MtpState| -> Vec<u32> {
+        state.push(30, h.narrow(0, 30, 10).unwrap()).unwrap();
+        let mut jobs = [MtpJob {
+            state: &mut state,
+            context: context.clone(),
+            max: 2,
+        }];
+        mtp::draft(&model, &mut jobs, vocab).unwrap().remove(0)
+    };
     // A copy of its first 30 positions (a prompt seeded from this one's cached prefix) goes
-    // on with the rows after them as the head run from nothing does.
-    let mut copy = state
+    // on as the head run from nothing does.
+    let copy = state
         .copy_prefix(30, model.new_mtp_cache())
         .unwrap()
         .unwrap();
-    let mut fresh = model.new_cache();
-    let (_, h) = model.forward_hidden(&prompt, &mut fresh).unwrap();
-    copy.push(30, h.narrow(0, 30, 10).unwrap()).unwrap();
-    let context: Vec<u32> = prompt.iter().copied().chain([7]).collect();
-    let mut jobs = [MtpJob {
-        state: &mut copy,
-        context: context.clone(),
-        max: 2,
-    }];
-    assert_eq!(
-        mtp::draft(&model, &mut jobs, vocab).unwrap()[0],
-        drafts_from_scratch(&model, &context, 2)
-    );
-    // A gap (a sequence seeded from a shared prefix): the state starts over where its rows
-    // start, and drafts from there.
-    let mut late = MtpState::new(model.new_mtp_cache());
-    let mut cache = model.new_cache();
-    let (_, h) = model.forward_hidden(&prompt, &mut cache).unwrap();
-    late.push(30, h.narrow(0, 30, 10).unwrap()).unwrap();
-    let context: Vec<u32> = prompt.iter().copied().chain([7]).collect();
-    let mut jobs = [MtpJob {
-        state: &mut late,
-        context,
-        max: 2,
-    }];
-    assert_eq!(mtp::draft(&model, &mut jobs, vocab).unwrap()[0].len(), 2);
+    assert_eq!(from_30(copy), drafts_from_scratch(&model, &context, 2));
+    // A gap (a sequence seeded from a shared prefix whose head state is gone): the state
+    // starts over where its rows start, and drafts from there.
+    assert_eq!(from_30(MtpState::new(model.new_mtp_cache())).len(), 2);
 }
 
 fn collect(mut s: EventStream) -> (Vec<u32>, Usage) {
