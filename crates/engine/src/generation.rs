@@ -64,7 +64,7 @@ pub trait LanguageModel: Send {
 
     /// [`Self::forward`], and every position's final hidden state `[tokens.len(), hidden]`.
     fn forward_hidden(&self, _tokens: &[u32], _cache: &mut KvCache) -> Result<(Tensor, Tensor)> {
-        Err(no_mtp())
+        Err(crate::model::mtp::missing())
     }
 
     /// [`Self::forward_rows`], and every row's final hidden state `[tokens.len(), hidden]`.
@@ -74,7 +74,7 @@ pub trait LanguageModel: Send {
         _lens: &[usize],
         _caches: &mut [&mut KvCache],
     ) -> Result<(Tensor, Tensor)> {
-        Err(no_mtp())
+        Err(crate::model::mtp::missing())
     }
 
     /// An empty cache for the multi-token-prediction head.
@@ -91,20 +91,13 @@ pub trait LanguageModel: Send {
         _lens: &[usize],
         _caches: &mut [&mut KvCache],
     ) -> Result<(Tensor, Tensor)> {
-        Err(no_mtp())
+        Err(crate::model::mtp::missing())
     }
 
     /// Where the model's caches live.
     fn device(&self) -> candle_core::Device {
         candle_core::Device::Cpu
     }
-}
-
-fn no_mtp() -> crate::error::EngineError {
-    crate::error::EngineError::invalid(
-        "speculative",
-        "the model has no multi-token-prediction head (mtp.*)",
-    )
 }
 
 impl LanguageModel for crate::model::Qwen {

@@ -311,31 +311,15 @@ impl Qwen {
         caches: &mut [&mut KvCache],
     ) -> Result<(Tensor, Tensor)> {
         let Some(mtp) = &self.mtp else {
-            return Err(EngineError::invalid(
-                "speculative",
-                "the model has no multi-token-prediction head (mtp.*)",
-            ));
+            return Err(super::mtp::missing());
         };
-        if lens.len() != caches.len()
-            || lens.contains(&0)
-            || lens.iter().sum::<usize>() != tokens.len()
-            || hidden.dim(0)? != tokens.len()
-        {
+        if hidden.dim(0)? != tokens.len() {
             return Err(EngineError::invalid(
                 "tokens",
-                format!(
-                    "{} tokens and {} hidden rows in rows of {lens:?} for {} caches",
-                    tokens.len(),
-                    hidden.dim(0)?,
-                    caches.len()
-                ),
+                format!("{} tokens for {} hidden rows", tokens.len(), hidden.dim(0)?),
             ));
         }
-        let mut first = 0;
-        for (&len, cache) in lens.iter().zip(caches.iter()) {
-            self.check_step(&tokens[first..first + len], cache)?;
-            first += len;
-        }
+        self.check_rows(tokens, lens, caches)?;
         let eps = self.cfg.rms_norm_eps as f32;
         self.on_pool(|| {
             let ids = Tensor::new(tokens, &self.device)?;

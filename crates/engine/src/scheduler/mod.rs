@@ -894,13 +894,19 @@ impl Scheduler {
         let started = Instant::now();
         let drafts = model.draft(&mut jobs, self.config.prefill_chunk)?;
         drop(jobs);
+        self.take_drafts(&wanted, drafts, started);
+        Ok(())
+    }
+
+    /// Gives sequences `which` their drafts, and times the passes that drafted them (since
+    /// `started`: as many as the longest draft has tokens).
+    fn take_drafts(&mut self, which: &[usize], drafts: Vec<Vec<u32>>, started: Instant) {
         let passes = drafts.iter().map(Vec::len).max().unwrap_or(0);
         self.draft_cost
             .record(passes, started.elapsed().as_secs_f64());
-        for (&i, draft) in wanted.iter().zip(drafts) {
+        for (&i, draft) in which.iter().zip(drafts) {
             self.running[i].draft = draft;
         }
-        Ok(())
     }
 
     /// Drafts with the model's multi-token-prediction head for every sequence with room; every
@@ -929,12 +935,7 @@ impl Scheduler {
         let started = Instant::now();
         let drafts = mtp::draft(self.model.as_ref(), &mut jobs, vocab)?;
         drop(jobs);
-        let passes = drafts.iter().map(Vec::len).max().unwrap_or(0);
-        self.draft_cost
-            .record(passes, started.elapsed().as_secs_f64());
-        for (&i, draft) in which.iter().zip(drafts) {
-            self.running[i].draft = draft;
-        }
+        self.take_drafts(&which, drafts, started);
         Ok(())
     }
 

@@ -163,12 +163,7 @@ impl DraftModel {
                 first += len;
             }
             let logits = {
-                let mut caches: Vec<&mut KvCache> = jobs
-                    .iter_mut()
-                    .enumerate()
-                    .filter(|(j, _)| short.contains(j))
-                    .map(|(_, job)| &mut job.cache.cache)
-                    .collect();
+                let mut caches = super::caches_of(jobs, &short, |job| &mut job.cache.cache);
                 self.model.forward_rows(&rows, &short_lens, &mut caches)?
             };
             let argmax: Vec<u32> = logits.argmax(1)?.to_vec1()?;
@@ -196,12 +191,7 @@ impl DraftModel {
                 .map(|&j| *drafts[j].last().expect("non-empty"))
                 .collect();
             let logits = {
-                let mut caches: Vec<&mut KvCache> = jobs
-                    .iter_mut()
-                    .enumerate()
-                    .filter(|(j, _)| more.contains(j))
-                    .map(|(_, job)| &mut job.cache.cache)
-                    .collect();
+                let mut caches = super::caches_of(jobs, &more, |job| &mut job.cache.cache);
                 self.model.forward_batch(&step, &mut caches)?
             };
             let best: Vec<u32> = logits.argmax(1)?.to_vec1()?;

@@ -26,7 +26,22 @@ pub mod draft_model;
 pub mod mtp;
 pub mod ngram;
 
+use crate::cache::kv::KvCache;
 use crate::error::{EngineError, Result};
+
+/// The caches (`cache` of each) of the drafting jobs `which` (in increasing order), for one
+/// pass over them all.
+fn caches_of<'a, J>(
+    jobs: &'a mut [J],
+    which: &[usize],
+    cache: impl Fn(&mut J) -> &mut KvCache,
+) -> Vec<&'a mut KvCache> {
+    jobs.iter_mut()
+        .enumerate()
+        .filter(|(j, _)| which.contains(j))
+        .map(|(_, job)| cache(job))
+        .collect()
+}
 
 /// Whether and how the scheduler drafts tokens to verify.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -164,7 +164,7 @@ pub fn draft(
     }
     let hidden = Tensor::cat(&hidden, 0)?;
     let (mut logits, mut out) = {
-        let mut caches = caches_of(jobs, &ran);
+        let mut caches = super::caches_of(jobs, &ran, |job| &mut job.state.cache);
         model.mtp_rows(&hidden, &tokens, &lens, &mut caches)?
     };
     for &j in &ran {
@@ -197,21 +197,12 @@ pub fn draft(
             .collect();
         let h = out.index_select(&Tensor::new(rows.as_slice(), out.device())?, 0)?;
         (logits, out) = {
-            let mut caches = caches_of(jobs, &next);
+            let mut caches = super::caches_of(jobs, &next, |job| &mut job.state.cache);
             model.mtp_rows(&h, &step, &vec![1; next.len()], &mut caches)?
         };
         keep = vec![true; next.len()];
         active = next;
     }
-}
-
-/// The head caches of the jobs `which` (in increasing order).
-fn caches_of<'a>(jobs: &'a mut [MtpJob<'_>], which: &[usize]) -> Vec<&'a mut KvCache> {
-    jobs.iter_mut()
-        .enumerate()
-        .filter(|(j, _)| which.contains(j))
-        .map(|(_, job)| &mut job.state.cache)
-        .collect()
 }
 
 /// Refuses `--speculative mtp` for a model without the head.
