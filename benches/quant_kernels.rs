@@ -1,9 +1,11 @@
 //! Quantized matrix products on the CPU, each block type of Qwen2.5-0.5B's GGUF files on its
 //! shapes, at every kernel level this CPU runs (`portable`, `avx2`, `avx512`) beside candle's
 //! `QMatMul`: one activation row (decoding) in GB/s of weights read, and 32 rows (a short
-//! prompt) in multiply-adds per second; for Q4_0/Q5_0/Q8_0/Q4_1/Q5_1 on AVX-512 VNNI also in
-//! 16-row tiles (`hearth_engine::kernels::tiles`), there also one layer's rows read from the
-//! caches (what the kernel itself computes per second, whatever the memory).
+//! prompt) in multiply-adds per second; where the active level has tile kernels (AVX2, AVX-512
+//! VNNI) also in 16-row tiles (`hearth_engine::kernels::tiles`), there also one layer's rows
+//! read from the caches (what the kernel itself computes per second, whatever the memory), and
+//! a decoding step of 1, 2, 4, 8 and 16 rows against that layer (batched sequences, verified
+//! drafts). `HEARTH_CPU` picks the tiles' level, `RAYON_NUM_THREADS` the threads.
 //!
 //!     cargo bench --bench quant_kernels [Q5_0 Q8_0 …]
 //!
@@ -154,6 +156,17 @@ fn main() {
         let cached = time(50 * reps, || {
             std::hint::black_box(matmul_t(&xv, 1, k, &part));
         });
+        // A decoding step's rows (batched sequences, drafted tokens) against the cached layer.
+        let step: Vec<String> = [1, 2, 4, 8, 16]
+            .iter()
+            .map(|&m| {
+                let t = time(10 * reps, || {
+                    std::hint::black_box(matmul_t(&xs[..m * k], m, k, &part));
+                });
+                format!("{m}: {:.1}", (m * rows * k) as f64 / t / 1e9)
+            })
+            .collect();
+        println!("    in tiles, step rows (GMAC/s): {}", step.join(", "));
         println!(
             "    in tiles: 1 row {:.3} ms ({:.1} GB/s, {:.2}x GGUF order); 1 row of [{rows} x {k}] in cache {:.1} us ({:.1} GB/s); {m} rows {:.1} GMAC/s",
             tiled * 1e3,
