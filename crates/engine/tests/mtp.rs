@@ -254,12 +254,21 @@ fn collect(mut s: EventStream) -> (Vec<u32>, Usage) {
 }
 
 fn engine(family: &str, speculation: Speculation) -> Result<Engine, String> {
+    engine_with(family, speculation, None)
+}
+
+fn engine_with(
+    family: &str,
+    speculation: Speculation,
+    kv_cache_mb: Option<usize>,
+) -> Result<Engine, String> {
     let opts = LoadOptions {
         device: DeviceSpec::Cpu,
         scheduler: SchedulerOptions {
             max_seqs: Some(4),
             speculation: Some(speculation),
             prefill_chunk: Some(16),
+            kv_cache_mb,
             ..Default::default()
         },
         ..Default::default()
@@ -278,6 +287,40 @@ fn speculating_with_the_head_gives_the_tokens_of_decoding() {
         e.contains("speculative") && e.contains("multi-token-prediction"),
         "{e}"
     );
+}
+
+/// Four sequences under a 1 MiB budget (each needs about 0.5 MiB by its end): the heads'
+/// caches are counted before they grow, so the budget holds with preemption, and the answers
+/// are decoding's.
+#[test]
+fn the_heads_caches_stay_under_the_kv_budget() {
+    let off = engine("qwen3.5-mtp", Speculation::Off).unwrap();
+    let on = engine_with("qwen3.5-mtp", Speculation::Mtp, Some(1)).unwrap();
+    let prompts: Vec<Vec<u32>> = (0..4)
+        .map(|k| {
+            (0..40 + 9 * k)
+                .map(|i| (i * 37 + 11 * k + 1) % 1000)
+                .collect()
+        })
+        .collect();
+    let request = |p: &Vec<u32>| GenerateRequest {
+        stop_token_ids: Some(vec![]),
+        ..GenerateRequest::new(p.clone(), 200)
+    };
+    let want: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| collect(off.generate(request(p)).unwrap()).0)
+        .collect();
+    let streams: Vec<EventStream> = prompts
+        .iter()
+        .map(|p| on.generate(request(p)).unwrap())
+        .collect();
+    for (i, s) in streams.into_iter().enumerate() {
+        assert_eq!(collect(s).0, want[i], "prompt {i} of 4 at once");
+    }
+    let stats = on.stats().unwrap();
+    assert!(stats.preemptions + stats.evictions > 0, "{stats:?}");
+    assert!(stats.peak_kv_bytes <= stats.kv_budget_bytes, "{stats:?}");
 }
 
 fn head_speculation_is_exact(family: &str) {

@@ -614,6 +614,13 @@ impl Scheduler {
             let chunk = s.unprefilled().len().min(self.config.prefill_chunk);
             budget = budget.saturating_sub(chunk);
             let extra = s.cache.bytes_for(s.cache.len() + chunk) - s.cache.bytes();
+            let extra = match self.mtp_growth(i, chunk) {
+                Ok(head) => extra + head,
+                Err(e) => {
+                    self.fail(i, e.to_string());
+                    continue;
+                }
+            };
             let (stays, at) = self.room_for(i, extra, 0);
             i = at;
             if !stays {
@@ -909,9 +916,32 @@ impl Scheduler {
         }
     }
 
+    /// Bytes the prediction head's cache of sequence `i` grows by to take `rows` more (none
+    /// without the head).
+    fn mtp_growth(&self, i: usize, rows: usize) -> Result<usize> {
+        if !matches!(self.drafts, Drafts::Mtp) {
+            return Ok(0);
+        }
+        match &self.running[i].mtp {
+            Some(state) => state.growth(rows),
+            None => Ok(self.model.new_mtp_cache().bytes_for(rows)),
+        }
+    }
+
     /// Drafts with the model's multi-token-prediction head for every sequence with room; every
     /// sequence with hidden states waiting runs them through the head (its cache keeps up).
+    /// Nothing runs this step where the heads' caches would not fit the KV budget without
+    /// preempting: the waiting rows run later.
     fn propose_with_mtp(&mut self, room: &[usize]) -> Result<()> {
+        let mut grow = 0;
+        for (i, s) in self.running.iter().enumerate() {
+            if s.decoding() && s.mtp.is_some() {
+                grow += self.mtp_growth(i, room[i])?;
+            }
+        }
+        if !self.make_room(grow, None) {
+            return Ok(());
+        }
         let vocab = self.tokenizer.vocab_size();
         let mut jobs = Vec::new();
         let mut which = Vec::new();

@@ -47,6 +47,17 @@ impl MtpState {
         self.cache.bytes()
     }
 
+    /// Bytes its cache grows by to run every waiting row and `rows` more (a draft's chained
+    /// rows, a prompt chunk's): what the KV budget must have room for first.
+    pub fn growth(&self, rows: usize) -> Result<usize> {
+        let waiting = match &self.hidden {
+            Some(h) => h.dim(0)?,
+            None => 0,
+        };
+        let len = self.run + waiting + rows;
+        Ok(self.cache.bytes_for(len).saturating_sub(self.cache.bytes()))
+    }
+
     /// Position after the last one whose hidden state it has (run or waiting).
     fn seen(&self) -> Result<usize> {
         let waiting = match &self.hidden {
