@@ -175,7 +175,7 @@ fn attend_block(
         // `cpu::runnable()`), whose features include these.
         match level {
             CpuLevel::Avx512 => return unsafe { avx512(task, scratch, dst) },
-            CpuLevel::Avx2 => return unsafe { avx2(task, scratch, dst) },
+            CpuLevel::Avx2 | CpuLevel::AvxVnni => return unsafe { avx2(task, scratch, dst) },
             CpuLevel::Portable | CpuLevel::Neon => {}
         }
     }

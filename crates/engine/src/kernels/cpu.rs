@@ -15,20 +15,24 @@ pub enum CpuLevel {
     Neon = 1,
     /// x86-64 with AVX2, FMA and F16C (Intel Haswell on, AMD Zen 1–3).
     Avx2 = 2,
+    /// AVX2 plus AVX-VNNI, the byte dot product on 256-bit vectors (Intel Alder Lake on, the
+    /// client CPUs without AVX-512): AVX2's kernels with `vpdpbusd` in the 16-row tiles.
+    AvxVnni = 3,
     /// AVX2 plus AVX-512 F, BW, VL and VNNI (Intel Ice Lake / Sapphire Rapids, AMD Zen 4 on).
-    Avx512 = 3,
+    Avx512 = 4,
 }
 
 /// The accepted `HEARTH_CPU` values, for messages.
-pub const LEVEL_NAMES: &str = "portable, neon, avx2, avx512 (or native)";
+pub const LEVEL_NAMES: &str = "portable, neon, avx2, avxvnni, avx512 (or native)";
 
 impl CpuLevel {
     /// Lowest first; a CPU runs the levels whose features it has (x86-64 never runs `neon`,
-    /// ARM never `avx2`).
-    pub const ALL: [CpuLevel; 4] = [
+    /// ARM never `avx2`; an AVX-512 CPU without AVX-VNNI, Ice Lake or Zen 4, skips `avxvnni`).
+    pub const ALL: [CpuLevel; 5] = [
         CpuLevel::Portable,
         CpuLevel::Neon,
         CpuLevel::Avx2,
+        CpuLevel::AvxVnni,
         CpuLevel::Avx512,
     ];
 
@@ -38,16 +42,18 @@ impl CpuLevel {
             Self::Portable => "portable",
             Self::Neon => "neon",
             Self::Avx2 => "avx2",
+            Self::AvxVnni => "avxvnni",
             Self::Avx512 => "avx512",
         }
     }
 
-    /// `portable`, `neon`, `avx2` or `avx512`; `native` (or `auto`) is the detected level.
+    /// `portable`, `neon`, `avx2`, `avxvnni` or `avx512`; `native` (or `auto`) is the detected level.
     pub fn parse(s: &str) -> Option<Self> {
         match s.trim().to_ascii_lowercase().as_str() {
             "portable" | "scalar" | "generic" => Some(Self::Portable),
             "neon" | "dotprod" => Some(Self::Neon),
             "avx2" => Some(Self::Avx2),
+            "avxvnni" | "avx-vnni" => Some(Self::AvxVnni),
             "avx512" | "avx-512" | "avx512vnni" => Some(Self::Avx512),
             "native" | "auto" | "" => Some(detected()),
             _ => None,
@@ -60,6 +66,7 @@ impl CpuLevel {
             Self::Portable => &[],
             Self::Neon => &["neon", "dotprod"],
             Self::Avx2 => &["avx2", "fma", "f16c"],
+            Self::AvxVnni => &["avx2", "fma", "f16c", "avxvnni"],
             Self::Avx512 => &[
                 "avx2",
                 "fma",
@@ -74,7 +81,8 @@ impl CpuLevel {
 
     fn from_u8(v: u8) -> Self {
         match v {
-            3 => Self::Avx512,
+            4 => Self::Avx512,
+            3 => Self::AvxVnni,
             2 => Self::Avx2,
             1 => Self::Neon,
             _ => Self::Portable,
@@ -98,6 +106,7 @@ fn has_feature(name: &str) -> bool {
         "avx512bw" => is_x86_feature_detected!("avx512bw"),
         "avx512vl" => is_x86_feature_detected!("avx512vl"),
         "avx512vnni" => is_x86_feature_detected!("avx512vnni"),
+        "avxvnni" => is_x86_feature_detected!("avxvnni"),
         _ => false,
     }
 }

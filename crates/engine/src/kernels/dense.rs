@@ -373,7 +373,9 @@ mod x86 {
         // these.
         match level.min(cpu::detected()) {
             CpuLevel::Avx512 => |x, m, k, w, o| unsafe { avx512::run(x, m, k, w, o) },
-            CpuLevel::Avx2 => |x, m, k, w, o| unsafe { avx2::run(x, m, k, w, o) },
+            CpuLevel::Avx2 | CpuLevel::AvxVnni => {
+                |x, m, k, w, o| unsafe { avx2::run(x, m, k, w, o) }
+            }
             CpuLevel::Portable | CpuLevel::Neon => block_portable,
         }
     }

@@ -34,7 +34,7 @@ macro_rules! simd_dispatch {
                 // include these.
                 match cpu::active() {
                     CpuLevel::Avx512 => return unsafe { avx512($($arg),*) },
-                    CpuLevel::Avx2 => return unsafe { avx2($($arg),*) },
+                    CpuLevel::Avx2 | CpuLevel::AvxVnni => return unsafe { avx2($($arg),*) },
                     CpuLevel::Portable | CpuLevel::Neon => {}
                 }
             }

@@ -184,6 +184,7 @@ pub fn kernel_path() -> &'static str {
     match cpu::active() {
         CpuLevel::Avx512 => "avx512 (VNNI, 16-row tiles)",
         CpuLevel::Avx2 => "avx2 (16-row tiles for Q4_0, Q5_0, Q8_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K)",
+        CpuLevel::AvxVnni => "avxvnni (AVX2's 16-row tiles, Q8_0's with vpdpbusd)",
         CpuLevel::Neon => "neon (dotprod)",
         CpuLevel::Portable => "portable",
     }

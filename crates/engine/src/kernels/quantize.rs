@@ -37,7 +37,7 @@ pub(crate) fn quantize_q8_k_at(level: CpuLevel, x: &[f32]) -> Q8Row {
                 avx512::quantize_q8_k(xs, *d, qs)
             },
             #[cfg(target_arch = "x86_64")]
-            CpuLevel::Avx2 => unsafe {
+            CpuLevel::Avx2 | CpuLevel::AvxVnni => unsafe {
                 let Some(max) = avx2::largest(xs) else {
                     continue;
                 };
