@@ -11,8 +11,8 @@ use candle_core::{DType, Device, Tensor};
 use common::*;
 use hearth_engine::speculative::mtp::{self, MtpJob, MtpState};
 use hearth_engine::{
-    DeviceSpec, Engine, Event, EventStream, GenerateRequest, LoadOptions, Qwen, QwenConfig,
-    SamplingParams, SchedulerOptions, Speculation, Usage, Weights,
+    DeviceSpec, Engine, GenerateRequest, LoadOptions, Qwen, QwenConfig, SamplingParams,
+    SchedulerOptions, Speculation, Weights,
 };
 
 fn load(family: &str) -> Qwen {
@@ -240,19 +240,6 @@ fn the_state_follows_the_sequence_through_cuts() {
     assert_eq!(from_30(MtpState::new(model.new_mtp_cache())).len(), 2);
 }
 
-fn collect(mut s: EventStream) -> (Vec<u32>, Usage) {
-    let mut ids = vec![];
-    loop {
-        match s.blocking_next() {
-            Some(Event::Token { id }) => ids.push(id),
-            Some(Event::Finished(f)) => return (ids, f.usage),
-            Some(Event::Error { message }) => panic!("{message}"),
-            Some(_) => {}
-            None => panic!("stream ended without a summary"),
-        }
-    }
-}
-
 fn engine(family: &str, speculation: Speculation) -> Result<Engine, String> {
     engine_with(family, speculation, None)
 }
@@ -307,16 +294,12 @@ fn the_heads_caches_stay_under_the_kv_budget() {
         stop_token_ids: Some(vec![]),
         ..GenerateRequest::new(p.clone(), 200)
     };
-    let want: Vec<Vec<u32>> = prompts
-        .iter()
-        .map(|p| collect(off.generate(request(p)).unwrap()).0)
-        .collect();
-    let streams: Vec<EventStream> = prompts
-        .iter()
-        .map(|p| on.generate(request(p)).unwrap())
-        .collect();
-    for (i, s) in streams.into_iter().enumerate() {
-        assert_eq!(collect(s).0, want[i], "prompt {i} of 4 at once");
+    let want = one_by_one(&off, prompts.iter().map(request).collect());
+    for (i, (got, _)) in at_once(&on, prompts.iter().map(request).collect())
+        .into_iter()
+        .enumerate()
+    {
+        assert_eq!(got, want[i], "prompt {i} of 4 at once");
     }
     let stats = on.stats().unwrap();
     assert!(stats.preemptions + stats.evictions > 0, "{stats:?}");
@@ -344,11 +327,8 @@ fn head_speculation_is_exact(family: &str) {
             stop_token_ids: Some(vec![]),
             ..GenerateRequest::new(p.clone(), 48)
         };
-        let want: Vec<Vec<u32>> = prompts
-            .iter()
-            .map(|p| collect(off.generate(request(p)).unwrap()).0)
-            .collect();
-        let (got, usage) = collect(on.generate(request(&prompts[0])).unwrap());
+        let want = one_by_one(&off, prompts.iter().map(request).collect());
+        let (got, usage) = tokens_of(on.generate(request(&prompts[0])).unwrap());
         assert_eq!(got, want[0], "{family}, {sampling:?}: alone");
         assert!(usage.draft_tokens > 0, "{family}: nothing drafted");
         // A prompt that starts with that answer's tokens: seeded from its cache, the head's
@@ -359,19 +339,15 @@ fn head_speculation_is_exact(family: &str) {
             .copied()
             .chain([5, 6])
             .collect();
-        let (a, _) = collect(off.generate(request(&longer)).unwrap());
-        let (b, usage) = collect(on.generate(request(&longer)).unwrap());
+        let (a, _) = tokens_of(off.generate(request(&longer)).unwrap());
+        let (b, usage) = tokens_of(on.generate(request(&longer)).unwrap());
         assert_eq!(b, a, "{family}, {sampling:?}: a seeded prompt");
         assert!(usage.cached_prompt_tokens >= 16, "{family}: {usage:?}");
         // Four at once, prompts of different lengths prefilled in chunks beside decoding.
-        let streams: Vec<EventStream> = prompts
-            .iter()
-            .map(|p| on.generate(request(p)).unwrap())
-            .collect();
-        for (i, s) in streams.into_iter().enumerate() {
+        let answers = at_once(&on, prompts.iter().map(request).collect());
+        for (i, (got, _)) in answers.into_iter().enumerate() {
             assert_eq!(
-                collect(s).0,
-                want[i],
+                got, want[i],
                 "{family}, {sampling:?}: prompt {i} of 4 at once"
             );
         }

@@ -6,10 +6,10 @@
 
 mod common;
 
+use common::{at_once, one_by_one, tokens_of};
 use hearth_engine::kernels::cpu;
 use hearth_engine::{
-    DeviceSpec, Engine, Event, EventStream, GenerateRequest, LoadOptions, SamplingParams,
-    SchedulerOptions, Speculation, Usage,
+    DeviceSpec, Engine, GenerateRequest, LoadOptions, SamplingParams, SchedulerOptions, Speculation,
 };
 
 fn options(speculation: Speculation) -> LoadOptions {
@@ -26,19 +26,6 @@ fn options(speculation: Speculation) -> LoadOptions {
 
 fn engine(path: &std::path::Path, speculation: Speculation) -> Engine {
     Engine::load(path.to_str().unwrap(), &options(speculation)).unwrap()
-}
-
-fn collect(mut s: EventStream) -> (Vec<u32>, Usage) {
-    let mut ids = vec![];
-    loop {
-        match s.blocking_next() {
-            Some(Event::Token { id }) => ids.push(id),
-            Some(Event::Finished(f)) => return (ids, f.usage),
-            Some(Event::Error { message }) => panic!("{message}"),
-            Some(_) => {}
-            None => panic!("stream ended without a summary"),
-        }
-    }
 }
 
 fn chat(user: &str) -> String {
@@ -96,8 +83,8 @@ fn speculation_gives_the_tokens_of_decoding_at_every_level() {
         };
         // The edit alone, greedy and sampled: the same tokens, most of them from drafts.
         for sampling in [SamplingParams::greedy(), sampled.clone()] {
-            let (want, _) = collect(off.generate(request(&ids[0], &sampling, 96)).unwrap());
-            let (got, usage) = collect(on.generate(request(&ids[0], &sampling, 96)).unwrap());
+            let (want, _) = tokens_of(off.generate(request(&ids[0], &sampling, 96)).unwrap());
+            let (got, usage) = tokens_of(on.generate(request(&ids[0], &sampling, 96)).unwrap());
             assert_eq!(got, want, "{level}, {sampling:?}: the edit alone");
             println!(
                 "{level}, temperature {}: {} tokens, {} of {} drafted tokens accepted",
@@ -117,17 +104,10 @@ fn speculation_gives_the_tokens_of_decoding_at_every_level() {
         }
         // Eight at once, greedy: each as plain decoding gives it alone.
         let greedy = SamplingParams::greedy();
-        let want: Vec<Vec<u32>> = ids
-            .iter()
-            .map(|p| collect(off.generate(request(p, &greedy, 40)).unwrap()).0)
-            .collect();
-        let streams: Vec<EventStream> = ids
-            .iter()
-            .map(|p| on.generate(request(p, &greedy, 40)).unwrap())
-            .collect();
+        let requests = || ids.iter().map(|p| request(p, &greedy, 40)).collect();
+        let want = one_by_one(&off, requests());
         let mut accepted = 0;
-        for (i, s) in streams.into_iter().enumerate() {
-            let (got, usage) = collect(s);
+        for (i, (got, usage)) in at_once(&on, requests()).into_iter().enumerate() {
             assert_eq!(got, want[i], "{level}: prompt {i} of 8 at once");
             accepted += usage.accepted_draft_tokens;
         }
@@ -164,20 +144,16 @@ fn a_draft_model_gives_the_tokens_of_decoding_at_every_level() {
             stop_token_ids: Some(vec![]),
             ..GenerateRequest::new(p.clone(), 32)
         };
-        let want: Vec<Vec<u32>> = ids
-            .iter()
-            .map(|p| collect(off.generate(request(p)).unwrap()).0)
-            .collect();
-        let (got, usage) = collect(on.generate(request(&ids[2])).unwrap());
+        let want = one_by_one(&off, ids.iter().map(request).collect());
+        let (got, usage) = tokens_of(on.generate(request(&ids[2])).unwrap());
         assert_eq!(got, want[2], "{level}: alone");
         assert!(usage.draft_tokens > 0, "{level}: nothing drafted");
         assert_eq!(usage.accepted_draft_tokens, usage.draft_tokens, "{level}");
-        let streams: Vec<EventStream> = ids
-            .iter()
-            .map(|p| on.generate(request(p)).unwrap())
-            .collect();
-        for (i, s) in streams.into_iter().enumerate() {
-            assert_eq!(collect(s).0, want[i], "{level}: prompt {i} of 8 at once");
+        for (i, (got, _)) in at_once(&on, ids.iter().map(request).collect())
+            .into_iter()
+            .enumerate()
+        {
+            assert_eq!(got, want[i], "{level}: prompt {i} of 8 at once");
         }
     }
     cpu::force(cpu::detected()).unwrap();

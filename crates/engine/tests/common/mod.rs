@@ -3,8 +3,41 @@
 //! include this file too.
 #![allow(dead_code)]
 
-use hearth_engine::Tokenizer;
+use hearth_engine::{Engine, Event, EventStream, GenerateRequest, Tokenizer, Usage};
 use std::path::PathBuf;
+
+/// A stream's tokens and usage; an error event, or a stream that ends without its summary,
+/// fails the test.
+pub fn tokens_of(mut s: EventStream) -> (Vec<u32>, Usage) {
+    let mut ids = vec![];
+    loop {
+        match s.blocking_next() {
+            Some(Event::Token { id }) => ids.push(id),
+            Some(Event::Finished(f)) => return (ids, f.usage),
+            Some(Event::Error { message }) => panic!("{message}"),
+            Some(_) => {}
+            None => panic!("stream ended without a summary"),
+        }
+    }
+}
+
+/// Each request's answer, one request at a time.
+pub fn one_by_one(e: &Engine, requests: Vec<GenerateRequest>) -> Vec<Vec<u32>> {
+    requests
+        .into_iter()
+        .map(|r| tokens_of(e.generate(r).unwrap()).0)
+        .collect()
+}
+
+/// Each request's answer and usage, every request given before any answer is read (so that
+/// the scheduler batches them).
+pub fn at_once(e: &Engine, requests: Vec<GenerateRequest>) -> Vec<(Vec<u32>, Usage)> {
+    let streams: Vec<EventStream> = requests
+        .into_iter()
+        .map(|r| e.generate(r).unwrap())
+        .collect();
+    streams.into_iter().map(tokens_of).collect()
+}
 
 /// The engine crate's folder, from whichever package's tests include this file.
 fn engine_dir() -> PathBuf {
