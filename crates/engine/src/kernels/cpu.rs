@@ -149,10 +149,13 @@ pub fn detected() -> CpuLevel {
 
 /// Every level this CPU runs, lowest first (what the kernel tests compare).
 pub fn runnable() -> Vec<CpuLevel> {
-    CpuLevel::ALL
-        .into_iter()
-        .filter(|&l| missing_features(l).is_empty())
-        .collect()
+    CpuLevel::ALL.into_iter().filter(|&l| runs(l)).collect()
+}
+
+/// Whether this CPU runs `level` (detected once: kernel choices ask on every product).
+pub fn runs(level: CpuLevel) -> bool {
+    static RUNS: OnceLock<[bool; CpuLevel::ALL.len()]> = OnceLock::new();
+    RUNS.get_or_init(|| CpuLevel::ALL.map(|l| missing_features(l).is_empty()))[level as usize]
 }
 
 /// Why a level cannot be used: an unknown name, or features this CPU lacks.

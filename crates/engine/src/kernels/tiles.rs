@@ -352,10 +352,7 @@ fn kernel_at(level: CpuLevel, t: BlockType) -> Option<GroupFn> {
         if hardware >= CpuLevel::Avx512 && level >= CpuLevel::Avx512 {
             return tile_kernel!(avx512, t, most: 8);
         }
-        if t == BlockType::Q8_0
-            && level >= CpuLevel::AvxVnni
-            && cpu::missing_features(CpuLevel::AvxVnni).is_empty()
-        {
+        if t == BlockType::Q8_0 && level >= CpuLevel::AvxVnni && cpu::runs(CpuLevel::AvxVnni) {
             let f: GroupFn = |w, c, s, o| unsafe {
                 in_groups!(avx_vnni::q8_0, w, c, s, o, width: ROWS, sixteen: false, most: 8)
             };
