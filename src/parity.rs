@@ -74,11 +74,24 @@ pub fn run(args: ParityArgs) -> anyhow::Result<()> {
         "bf16" | "f16" => (&g.logits_bf16_native, None, 0.05),
         other => bail!("parity compares f32, bf16 or f16 weights; this model is {other}"),
     };
-    check(
-        "logits",
-        max_abs_diff("logits", &short, reference)?,
-        rel * scale(reference),
-    );
+    // Where transformers' own bf16 run parts from its f32 one (a router's near tie flipped by
+    // rounding, as in the tiny Qwen3.5-MoE), it is no reference for bf16: compare with f32 at
+    // the bound of the long prompt's check instead.
+    let reference_parts =
+        max_abs_diff("logits_bf16_native", &g.logits_f32, reference)? > 0.05 * scale(&g.logits_f32);
+    if long_reference.is_none() && reference_parts {
+        check(
+            "logits_vs_f32",
+            max_abs_diff("logits_vs_f32", &short, &g.logits_f32)?,
+            0.1 * scale(&g.logits_f32),
+        );
+    } else {
+        check(
+            "logits",
+            max_abs_diff("logits", &short, reference)?,
+            rel * scale(reference),
+        );
+    }
     match long_reference {
         Some(r) => check(
             "logits_300_tokens",

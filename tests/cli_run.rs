@@ -154,6 +154,19 @@ fn parity_passes_against_the_goldens_and_fails_against_the_wrong_one() {
     assert!(!ok && stderr.contains("tiny-qwen3.json"), "{stderr}");
 }
 
+/// transformers' own bf16 run of the tiny Qwen3.5-MoE parts from its f32 run (a router's near
+/// tie flips): `hearth parity` in bf16 then checks against the f32 logits, and passes.
+#[test]
+fn parity_in_bf16_checks_against_f32_where_the_reference_bf16_parts() {
+    let model = common::fixtures().join("tiny-qwen3.5-moe");
+    let golden = common::fixtures().join("golden/tiny-qwen3.5-moe.json");
+    let (ok, stdout, stderr) = parity(&model, &golden, "bf16");
+    assert!(ok, "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["pass"], true, "{stdout}");
+    assert_eq!(report["checks"][0]["name"], "logits_vs_f32", "{stdout}");
+}
+
 /// A GGUF model card uses the file `scripts/fetch-test-models.sh` fetched (in `HEARTH_MODELS`)
 /// instead of the hub: here a file that is no GGUF, so the error names it.
 #[test]
