@@ -5,7 +5,10 @@
 //! (checked).
 //!
 //!     cargo bench --bench speculative -- MODEL.gguf [more models] [--draft DRAFT.gguf] [--repeat N]
+//!         [--only edit|chat] [--modes ngram,draft,auto]
 //!
+//! `--only` keeps one kind of workload, `--modes` some of the speculating engines (plain
+//! decoding always runs): a shorter run, written under its own name.
 //! Each engine answers each prompt `N` times (default 2), the engines taking turns, and the
 //! fastest answer counts: the least disturbed by the rest of the machine. The share of CPU
 //! time the hypervisor took meanwhile (steal, from /proc/stat) goes with the results.
@@ -135,12 +138,21 @@ fn main() {
         .map(|n| n.parse().expect("--repeat takes a number"))
         .unwrap_or(2)
         .max(1);
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1).cloned())
+    };
+    let only = value("--only");
+    let modes = value("--modes");
     let models: Vec<String> = args
         .iter()
         .enumerate()
         .filter(|(i, a)| {
             !a.starts_with('-')
-                && (*i == 0 || !["--draft", "--repeat"].contains(&args[i - 1].as_str()))
+                && (*i == 0
+                    || !["--draft", "--repeat", "--only", "--modes"]
+                        .contains(&args[i - 1].as_str()))
         })
         .map(|(_, a)| a.clone())
         .collect();
@@ -163,6 +175,9 @@ fn main() {
             engines.push(("draft", load(model, Speculation::Draft, Some(d))));
             engines.push(("auto", load(model, Speculation::Auto, Some(d))));
         }
+        if let Some(m) = &modes {
+            engines.retain(|(name, _)| *name == "plain" || m.split(',').any(|x| x == *name));
+        }
         // Set at load (HEARTH_CPU forces a lower one).
         let level = hearth_engine::kernels::cpu::active();
         // Warm-up: a long prompt and some decoding on every engine (the weights' pages
@@ -181,7 +196,14 @@ fn main() {
         // Per workload kind and engine: decode seconds, tokens, accepted, drafted.
         let mut sums: std::collections::BTreeMap<(&str, &str), (f64, usize, usize, usize)> =
             Default::default();
+        let kinds: Vec<&str> = ["edit", "chat"]
+            .into_iter()
+            .filter(|k| only.as_deref().is_none_or(|o| o == *k))
+            .collect();
         for (kind, prompt, max) in workloads() {
+            if !kinds.contains(&kind) {
+                continue;
+            }
             let mut runs: Vec<(&str, Option<Run>)> =
                 engines.iter().map(|(name, _)| (*name, None)).collect();
             for _ in 0..repeat {
@@ -237,7 +259,7 @@ fn main() {
             100.0 * steal
         );
         let mut totals = serde_json::Map::new();
-        for kind in ["edit", "chat"] {
+        for &kind in &kinds {
             let (plain_s, ..) = sums[&(kind, "plain")];
             let mut t = serde_json::Map::new();
             for name in &names {
@@ -256,14 +278,28 @@ fn main() {
             }
             totals.insert(kind.into(), serde_json::Value::Object(t));
         }
+        let part = match (&only, &modes) {
+            (None, None) => String::new(),
+            _ => format!(
+                "-{}",
+                [only.as_deref(), modes.as_deref()]
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<_>>()
+                    .join("-")
+                    .replace(',', "-")
+            ),
+        };
         let out = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!(
-            "benches/results/{date}-speculative-{}-{level}.json",
+            "benches/results/{date}-speculative-{}-{level}{part}.json",
             stem(model)
         ));
         let doc = serde_json::json!({
             "command": format!(
-                "cargo bench --bench speculative -- {model}{} --repeat {repeat}",
-                draft.as_deref().map(|d| format!(" --draft {d}")).unwrap_or_default()
+                "cargo bench --bench speculative -- {model}{} --repeat {repeat}{}{}",
+                draft.as_deref().map(|d| format!(" --draft {d}")).unwrap_or_default(),
+                only.as_deref().map(|o| format!(" --only {o}")).unwrap_or_default(),
+                modes.as_deref().map(|m| format!(" --modes {m}")).unwrap_or_default()
             ),
             "cpu_level": level.to_string(),
             "threads": threads,

@@ -83,10 +83,14 @@ impl Engine {
             draft.info.parameters,
             main.info.origin
         );
-        Ok(DraftModel::new(
-            Box::new(draft.model),
-            main.config.vocab_size,
-        ))
+        let mut added: Vec<u32> = main
+            .tokenizer
+            .inner()
+            .get_added_tokens_decoder()
+            .into_keys()
+            .collect();
+        added.sort_unstable();
+        DraftModel::new(Box::new(draft.model), main.config.vocab_size, &added)
     }
 
     /// Starts a worker thread that owns `model`, with the CPU's scheduler defaults.

@@ -94,6 +94,33 @@ pub trait LanguageModel: Send {
         Err(crate::model::mtp::missing())
     }
 
+    /// Cuts the head of [`Self::draft_rows`] to ids `0..n`; whether the model could.
+    fn set_draft_vocabulary(&mut self, _n: usize) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// Rows as [`Self::forward_rows`] runs them; for each sequence's last row, the logits of
+    /// ids `0..n` ([`Self::set_draft_vocabulary`]) and the final hidden state.
+    fn draft_rows(
+        &self,
+        _tokens: &[u32],
+        _lens: &[usize],
+        _caches: &mut [&mut KvCache],
+    ) -> Result<(Tensor, Tensor)> {
+        Err(crate::error::EngineError::invalid(
+            "draft_model",
+            "this model has no draft vocabulary",
+        ))
+    }
+
+    /// The LM head's rows for `ids`, f32 `[ids.len(), hidden]`.
+    fn head_rows(&self, _ids: &[u32]) -> Result<Tensor> {
+        Err(crate::error::EngineError::invalid(
+            "draft_model",
+            "this model has no draft vocabulary",
+        ))
+    }
+
     /// Where the model's caches live.
     fn device(&self) -> candle_core::Device {
         candle_core::Device::Cpu
@@ -137,6 +164,20 @@ impl LanguageModel for crate::model::Qwen {
         caches: &mut [&mut KvCache],
     ) -> Result<(Tensor, Tensor)> {
         crate::model::Qwen::forward_rows_hidden(self, tokens, lens, caches)
+    }
+    fn set_draft_vocabulary(&mut self, n: usize) -> Result<bool> {
+        crate::model::Qwen::set_draft_vocabulary(self, n)
+    }
+    fn draft_rows(
+        &self,
+        tokens: &[u32],
+        lens: &[usize],
+        caches: &mut [&mut KvCache],
+    ) -> Result<(Tensor, Tensor)> {
+        crate::model::Qwen::draft_rows(self, tokens, lens, caches)
+    }
+    fn head_rows(&self, ids: &[u32]) -> Result<Tensor> {
+        crate::model::Qwen::head_rows(self, ids)
     }
     fn new_mtp_cache(&self) -> KvCache {
         crate::model::Qwen::new_mtp_cache(self)

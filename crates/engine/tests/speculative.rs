@@ -125,7 +125,7 @@ fn a_draft_model_gives_the_tokens_of_decoding_at_every_level() {
     for level in cpu::runnable() {
         cpu::force(level).unwrap();
         let off = engine(&path, Speculation::Off);
-        // The model drafting for itself: every greedy draft is what it then chooses.
+        // The model drafting for itself: its greedy drafts are what it then chooses.
         let on = Engine::load(
             spec,
             &LoadOptions {
@@ -148,7 +148,12 @@ fn a_draft_model_gives_the_tokens_of_decoding_at_every_level() {
         let (got, usage) = tokens_of(on.generate(request(&ids[2])).unwrap());
         assert_eq!(got, want[2], "{level}: alone");
         assert!(usage.draft_tokens > 0, "{level}: nothing drafted");
-        assert_eq!(usage.accepted_draft_tokens, usage.draft_tokens, "{level}");
+        // Its draft head covers the first 32,768 ids, the added tokens and the context's: a
+        // rarer token of the answer is not drafted there (this answer has one).
+        assert!(
+            usage.accepted_draft_tokens * 4 >= usage.draft_tokens * 3,
+            "{level}: {usage:?}"
+        );
         for (i, (got, _)) in at_once(&on, ids.iter().map(request).collect())
             .into_iter()
             .enumerate()

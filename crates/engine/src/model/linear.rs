@@ -147,6 +147,48 @@ impl Linear {
 }
 
 impl Linear {
+    /// The layer over the first `n` rows of its weight alone (outputs `0..n`), with the same
+    /// kernels: a draft model's LM head over the likeliest ids. `None` where the layer has
+    /// several parts or a bias.
+    pub fn row_prefix(&self, n: usize) -> Result<Option<Linear>> {
+        let ([part], None) = (self.parts.as_slice(), &self.bias) else {
+            return Ok(None);
+        };
+        let q = match part {
+            Part::Dense(t) => {
+                let rows = t.dim(0)?.min(n);
+                let prefix = Linear::new(t.narrow(0, 0, rows)?, None)?;
+                return Ok(Some(prefix.with_kernels(self.kernels)));
+            }
+            Part::Quantized(_, q) => q.clone(),
+            Part::Tiles(t) => Arc::new(tiles_to_qtensor(t)?),
+        };
+        let (rows, cols) = q.shape().dims2()?;
+        let n = n.min(rows);
+        let data = q.data()?;
+        let row_bytes = data.len() / rows.max(1);
+        let prefix = qtensor_from_ggml(
+            q.dtype(),
+            &data[..n * row_bytes],
+            vec![n, cols],
+            &q.device(),
+        )?;
+        let prefix = Linear::fused(vec![Matrix::Quantized(Arc::new(prefix))], None)?;
+        Ok(Some(prefix.with_kernels(self.kernels)))
+    }
+
+    /// Rows `ids` of its weight, f32 `[ids.len(), in]` (one part, no bias; else `None`).
+    pub fn weight_rows(&self, ids: &Tensor) -> Result<Option<Tensor>> {
+        let ([part], None) = (self.parts.as_slice(), &self.bias) else {
+            return Ok(None);
+        };
+        Ok(Some(match part {
+            Part::Dense(t) => t.index_select(ids, 0)?.to_dtype(DType::F32)?,
+            Part::Quantized(_, q) => q.embedding(ids)?.to_dtype(DType::F32)?,
+            Part::Tiles(t) => tiles_to_qtensor(t)?.embedding(ids)?.to_dtype(DType::F32)?,
+        }))
+    }
+
     /// Bytes of the weight and bias as held in memory: what one product reads.
     pub fn bytes(&self) -> usize {
         let parts: usize = self

@@ -25,6 +25,8 @@ pub struct Qwen {
     layers: Vec<Layer>,
     norm: Tensor,
     lm_head: Linear,
+    /// The LM head over the first ids alone, for drafting ([`Qwen::set_draft_vocabulary`]).
+    draft_head: Option<Linear>,
     /// The multi-token-prediction head, where the checkpoint has one (Qwen3.5).
     mtp: Option<Mtp>,
     rotary: Rotary,
@@ -121,6 +123,7 @@ impl Qwen {
             embed,
             layers,
             lm_head,
+            draft_head: None,
             act_dtype: act,
             device,
         })
@@ -281,6 +284,60 @@ impl Qwen {
                 .flatten_all()?
                 .to_dtype(DType::F32)?;
             Ok((logits, hidden.squeeze(0)?))
+        })
+    }
+
+    /// Gives [`Qwen::draft_rows`] an LM head over ids `0..n` alone: a draft model's pass then
+    /// reads that share of the head (the largest matrix of a small model). Returns whether the
+    /// head could be cut (one matrix, no bias).
+    pub fn set_draft_vocabulary(&mut self, n: usize) -> Result<bool> {
+        self.draft_head = self.lm_head.row_prefix(n)?;
+        Ok(self.draft_head.is_some())
+    }
+
+    /// Rows of several sequences, as [`Qwen::forward_rows`] runs them, with the head of
+    /// [`Qwen::set_draft_vocabulary`] on each sequence's last row: its logits of ids `0..n`
+    /// (f32 `[lens.len(), n]`) and its final hidden state (f32 `[lens.len(), hidden]`), for
+    /// [`Qwen::head_rows`]' other ids.
+    pub fn draft_rows(
+        &self,
+        tokens: &[u32],
+        lens: &[usize],
+        caches: &mut [&mut KvCache],
+    ) -> Result<(Tensor, Tensor)> {
+        let Some(head) = &self.draft_head else {
+            return Err(EngineError::invalid(
+                "draft_model",
+                "no draft vocabulary was set on this model",
+            ));
+        };
+        self.check_rows(tokens, lens, caches)?;
+        self.on_pool(|| {
+            crate::model::linear::rows_as_sequences(|| {
+                let x = self.rows_hidden(tokens, lens, caches)?.squeeze(0)?;
+                let last: Vec<u32> = lens
+                    .iter()
+                    .scan(0u32, |end, &len| {
+                        *end += len as u32;
+                        Some(*end - 1)
+                    })
+                    .collect();
+                let x = x.index_select(&Tensor::new(last.as_slice(), &self.device)?, 0)?;
+                let logits = head.forward(&x.unsqueeze(0)?)?.squeeze(0)?;
+                Ok((logits.to_dtype(DType::F32)?, x.to_dtype(DType::F32)?))
+            })
+        })
+    }
+
+    /// The LM head's rows for `ids`, f32 `[ids.len(), hidden]`: a hidden state's logit of id
+    /// `ids[i]` is its dot product with row `i`.
+    pub fn head_rows(&self, ids: &[u32]) -> Result<Tensor> {
+        let ids = Tensor::new(ids, &self.device)?;
+        if self.cfg.tie_word_embeddings {
+            return Ok(self.embed.lookup(&ids)?.to_dtype(DType::F32)?);
+        }
+        self.lm_head.weight_rows(&ids)?.ok_or_else(|| {
+            EngineError::invalid("draft_model", "the LM head has several parts or a bias")
         })
     }
 

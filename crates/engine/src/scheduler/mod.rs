@@ -779,7 +779,15 @@ impl Scheduler {
                 .sum::<usize>();
         let started = Instant::now();
         let result = self.decode_batch(&batch);
-        self.step_cost.record(rows, started.elapsed().as_secs_f64());
+        let secs = started.elapsed().as_secs_f64();
+        self.step_cost.record(rows, secs);
+        tracing::debug!(
+            sequences = batch.len(),
+            rows,
+            ms = secs * 1e3,
+            rho = self.step_cost.rho(),
+            "decoding step"
+        );
         if let Err(e) = result {
             let message = e.to_string();
             for &i in batch.iter().rev() {
@@ -909,8 +917,9 @@ impl Scheduler {
     /// `started`: as many as the longest draft has tokens).
     fn take_drafts(&mut self, which: &[usize], drafts: Vec<Vec<u32>>, started: Instant) {
         let passes = drafts.iter().map(Vec::len).max().unwrap_or(0);
-        self.draft_cost
-            .record(passes, started.elapsed().as_secs_f64());
+        let secs = started.elapsed().as_secs_f64();
+        self.draft_cost.record(passes, secs);
+        tracing::debug!(passes, ms = secs * 1e3, "drafting");
         for (&i, draft) in which.iter().zip(drafts) {
             self.running[i].draft = draft;
         }

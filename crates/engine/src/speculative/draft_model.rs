@@ -5,26 +5,52 @@
 //! sequence's tokens (the draft's rejected tail goes) and catches up on what is new. The
 //! draft's tokens are the draft model's argmax, so verifying them by the sequence's own
 //! choices keeps the served model's output exactly (see [`super`]).
+//!
+//! The argmax is taken over part of the vocabulary only: the first [`DRAFT_VOCABULARY`] ids
+//! and the ids the sequence's tokens hold. A small model's LM head is its largest matrix
+//! (the 0.5B's is a third of its weights), and a draft pass reads all of it for one token;
+//! a byte-pair vocabulary numbers its tokens in the order their merges were learnt, most
+//! frequent first, so its first ids cover most of what is written (Qwen's first 32,768 all
+//! but 4–10 % of code and prose tokens), and an answer's rarer tokens are mostly its
+//! context's (the identifiers of the file it edits); the tokenizer's added tokens (the end of a
+//! turn, a tool call's tags) are always covered. A token outside these is never drafted:
+//! the draft stops short of it, and verification gives it. The output stays exact whatever
+//! the draft.
 
 use crate::cache::kv::KvCache;
 use crate::error::{EngineError, Result};
 use crate::generation::LanguageModel;
 use crate::tokenizer::Tokenizer;
+use candle_core::Tensor;
 
 /// New tokens past which a sequence's catch-up runs alone, through the prefill path.
 const LONG_CATCH_UP: usize = 2;
+
+/// Ids a draft pass's LM head covers for every sequence (a multiple of 16, the kernels'
+/// tile); the head is cut only for vocabularies at least twice as large.
+pub const DRAFT_VOCABULARY: usize = 32768;
 
 /// The draft model and the vocabulary of the model it drafts for.
 pub struct DraftModel {
     model: Box<dyn LanguageModel>,
     /// Ids at or past this are not the served model's: a draft stops before one.
     vocab: usize,
+    /// The ids the model's draft head covers (`0..n`), where it was cut.
+    head: Option<usize>,
+    /// Ids past the head's that every sequence's drafts may take (the tokenizer's added
+    /// tokens), and their rows of the LM head.
+    always: Vec<u32>,
+    always_rows: Option<Tensor>,
 }
 
 /// A sequence's cache in the draft model and the tokens it holds.
 pub struct DraftCache {
     cache: KvCache,
     held: Vec<u32>,
+    /// Ids past the draft head's that `held` has shown, and their rows of the LM head
+    /// (f32 `[ids, hidden]`).
+    context_ids: Vec<u32>,
+    context_rows: Option<Tensor>,
 }
 
 impl DraftCache {
@@ -81,9 +107,40 @@ pub fn check_tokenizers(main: &Tokenizer, draft: &Tokenizer, draft_spec: &str) -
 }
 
 impl DraftModel {
-    /// `model` drafting for a served model whose vocabulary has `vocab` ids.
-    pub fn new(model: Box<dyn LanguageModel>, vocab: usize) -> Self {
-        Self { model, vocab }
+    /// `model` drafting for a served model whose vocabulary has `vocab` ids, its head cut to
+    /// the first [`DRAFT_VOCABULARY`] ids where the vocabulary is large; `always`: ids its
+    /// drafts may always take (the tokenizer's added tokens).
+    pub fn new(model: Box<dyn LanguageModel>, vocab: usize, always: &[u32]) -> Result<Self> {
+        let head = match vocab >= 2 * DRAFT_VOCABULARY {
+            true => Some(DRAFT_VOCABULARY),
+            false => None,
+        };
+        Self::with_head(model, vocab, head, always)
+    }
+
+    /// [`Self::new`] with the head cut to ids `0..n` (`None`: the whole vocabulary).
+    pub fn with_head(
+        mut model: Box<dyn LanguageModel>,
+        vocab: usize,
+        head: Option<usize>,
+        always: &[u32],
+    ) -> Result<Self> {
+        let head = match head {
+            Some(n) if n < vocab && model.set_draft_vocabulary(n)? => Some(n),
+            _ => None,
+        };
+        let mut draft = Self {
+            model,
+            vocab,
+            head,
+            always: Vec::new(),
+            always_rows: None,
+        };
+        let mut cache = draft.new_cache();
+        draft.note_context(&mut cache, always)?;
+        draft.always = cache.context_ids;
+        draft.always_rows = cache.context_rows;
+        Ok(draft)
     }
 
     /// An empty cache for one sequence.
@@ -91,6 +148,8 @@ impl DraftModel {
         DraftCache {
             cache: self.model.new_cache(),
             held: Vec::new(),
+            context_ids: self.always.clone(),
+            context_rows: self.always_rows.clone(),
         }
     }
 
@@ -100,7 +159,102 @@ impl DraftModel {
         let len = len.min(src.held.len()).min(src.cache.len());
         new.cache.copy_prefix(&src.cache, len)?;
         new.held = src.held[..len].to_vec();
+        // A superset of the prefix's ids: harmless, they only widen its drafts' choice.
+        new.context_ids = src.context_ids.clone();
+        new.context_rows = src.context_rows.clone();
         Ok(new)
+    }
+
+    /// Adds the ids of `tokens` past the draft head's to the cache's context ids.
+    fn note_context(&self, cache: &mut DraftCache, tokens: &[u32]) -> Result<()> {
+        let Some(n) = self.head else {
+            return Ok(());
+        };
+        let mut new: Vec<u32> = Vec::new();
+        for &t in tokens {
+            let t_usize = t as usize;
+            if t_usize >= n
+                && t_usize < self.vocab
+                && !cache.context_ids.contains(&t)
+                && !new.contains(&t)
+            {
+                new.push(t);
+            }
+        }
+        if new.is_empty() {
+            return Ok(());
+        }
+        let rows = self.model.head_rows(&new)?;
+        cache.context_rows = Some(match cache.context_rows.take() {
+            Some(old) => Tensor::cat(&[old, rows], 0)?,
+            None => rows,
+        });
+        cache.context_ids.extend(new);
+        Ok(())
+    }
+
+    /// Each job's argmax for one row: the draft head's logits `[jobs, n]` and final hidden
+    /// states `[jobs, hidden]`, against each job's context rows too.
+    fn cut_argmax(
+        &self,
+        jobs: &[&DraftCache],
+        logits: &Tensor,
+        hidden: &Tensor,
+    ) -> Result<Vec<u32>> {
+        let best: Vec<u32> = logits.argmax(1)?.to_vec1()?;
+        let top: Vec<f32> = logits.max(1)?.to_vec1()?;
+        let mut out = Vec::with_capacity(jobs.len());
+        for (j, cache) in jobs.iter().enumerate() {
+            let mut choice = (best[j], top[j]);
+            if let Some(rows) = &cache.context_rows {
+                let h = hidden.narrow(0, j, 1)?;
+                let l = h.matmul(&rows.t()?)?.squeeze(0)?;
+                let i = l.argmax(0)?.to_scalar::<u32>()? as usize;
+                let v = l.get(i)?.to_scalar::<f32>()?;
+                if v > choice.1 {
+                    choice = (cache.context_ids[i], v);
+                }
+            }
+            out.push(choice.0);
+        }
+        Ok(out)
+    }
+
+    /// One pass over rows (`lens[i]` of them at the end of `caches[i]`): the argmax of each
+    /// sequence's last row, over the draft head's ids and its context's where the head is cut.
+    fn pass(
+        &self,
+        rows: &[u32],
+        lens: &[usize],
+        jobs: &mut [DraftJob<'_>],
+        which: &[usize],
+    ) -> Result<Vec<u32>> {
+        if self.head.is_none() {
+            let logits = {
+                let mut caches = super::caches_of(jobs, which, |job| &mut job.cache.cache);
+                self.model.forward_rows(rows, lens, &mut caches)?
+            };
+            let argmax: Vec<u32> = logits.argmax(1)?.to_vec1()?;
+            let mut last = 0;
+            return Ok(lens
+                .iter()
+                .map(|&len| {
+                    last += len;
+                    argmax[last - 1]
+                })
+                .collect());
+        }
+        let mut first = 0;
+        for (&j, &len) in which.iter().zip(lens) {
+            self.note_context(&mut *jobs[j].cache, &rows[first..first + len])?;
+            first += len;
+        }
+        let (logits, hidden) = {
+            let mut caches = super::caches_of(jobs, which, |job| &mut job.cache.cache);
+            self.model.draft_rows(rows, lens, &mut caches)?
+        };
+        let caches: Vec<&DraftCache> = which.iter().map(|&j| &*jobs[j].cache).collect();
+        self.cut_argmax(&caches, &logits, &hidden)
     }
 
     /// Drafts up to `job.max` tokens for every job: the new part of each context in one pass
@@ -141,6 +295,7 @@ impl DraftModel {
         for (j, job) in jobs.iter_mut().enumerate() {
             let len = lens[j];
             if long[j] {
+                self.note_context(job.cache, &tokens[first..first + len])?;
                 let logits = self
                     .model
                     .forward(&tokens[first..first + len], &mut job.cache.cache)?;
@@ -162,15 +317,9 @@ impl DraftModel {
                 }
                 first += len;
             }
-            let logits = {
-                let mut caches = super::caches_of(jobs, &short, |job| &mut job.cache.cache);
-                self.model.forward_rows(&rows, &short_lens, &mut caches)?
-            };
-            let argmax: Vec<u32> = logits.argmax(1)?.to_vec1()?;
-            let mut last = 0;
-            for (&j, &len) in short.iter().zip(&short_lens) {
-                last += len;
-                best[j] = argmax[last - 1];
+            let argmax = self.pass(&rows, &short_lens, jobs, &short)?;
+            for (&j, b) in short.iter().zip(argmax) {
+                best[j] = b;
             }
         }
         for (j, &len) in lens.iter().enumerate() {
@@ -190,11 +339,7 @@ impl DraftModel {
                 .iter()
                 .map(|&j| *drafts[j].last().expect("non-empty"))
                 .collect();
-            let logits = {
-                let mut caches = super::caches_of(jobs, &more, |job| &mut job.cache.cache);
-                self.model.forward_batch(&step, &mut caches)?
-            };
-            let best: Vec<u32> = logits.argmax(1)?.to_vec1()?;
+            let best = self.pass(&step, &vec![1; step.len()], jobs, &more)?;
             for (row, &j) in more.iter().enumerate() {
                 jobs[j].cache.held.push(step[row]);
                 if (best[row] as usize) < self.vocab {
