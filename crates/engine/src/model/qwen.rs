@@ -289,8 +289,12 @@ impl Qwen {
 
     /// Gives [`Qwen::draft_rows`] an LM head over ids `0..n` alone: a draft model's pass then
     /// reads that share of the head (the largest matrix of a small model). Returns whether the
-    /// head could be cut (one matrix, no bias).
+    /// head could be cut (on the CPU, one matrix, no bias; a GPU keeps the whole head, whose
+    /// cut has not been measured there).
     pub fn set_draft_vocabulary(&mut self, n: usize) -> Result<bool> {
+        if !self.device.is_cpu() {
+            return Ok(false);
+        }
         self.draft_head = self.lm_head.row_prefix(n)?;
         Ok(self.draft_head.is_some())
     }

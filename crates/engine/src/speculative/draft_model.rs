@@ -125,8 +125,17 @@ impl DraftModel {
         head: Option<usize>,
         always: &[u32],
     ) -> Result<Self> {
+        // A head that cannot be cut drafts over the whole vocabulary, as before.
         let head = match head {
-            Some(n) if n < vocab && model.set_draft_vocabulary(n)? => Some(n),
+            // The context's ids need the head's rows too.
+            Some(n) if n < vocab => match model.set_draft_vocabulary(n) {
+                Ok(true) if model.head_rows(&[0]).is_ok() => Some(n),
+                Ok(_) => None,
+                Err(e) => {
+                    tracing::debug!("the draft model's head stays whole: {e}");
+                    None
+                }
+            },
             _ => None,
         };
         let mut draft = Self {
@@ -137,7 +146,11 @@ impl DraftModel {
             always_rows: None,
         };
         let mut cache = draft.new_cache();
-        draft.note_context(&mut cache, always)?;
+        if let Err(e) = draft.note_context(&mut cache, always) {
+            tracing::debug!("the draft model's head stays whole: {e}");
+            draft.head = None;
+            cache = draft.new_cache();
+        }
         draft.always = cache.context_ids;
         draft.always_rows = cache.context_rows;
         Ok(draft)
