@@ -725,6 +725,8 @@ impl Scheduler {
         if let Err(e) = model.draft(&mut job, self.config.prefill_chunk) {
             tracing::warn!("the draft model failed on a prompt chunk: {e}");
         }
+        let (tokens, secs) = model.last_catch_up();
+        self.draft_cost.record_catch_up(tokens, secs);
     }
 
     /// One decoding step of every sequence with a pending token, batched; a sequence with a
@@ -825,7 +827,8 @@ impl Scheduler {
                 }
             }
         }
-        let model_rows = self.draft_cost.rows(self.step_cost.per_row());
+        let per_row = self.step_cost.per_row();
+        let model_rows = self.draft_cost.rows(per_row);
         let candidates: Vec<budget::Candidate> = self
             .running
             .iter()
@@ -833,11 +836,11 @@ impl Scheduler {
             .map(|(s, &len)| {
                 // Where the draft model drafts, each token costs its pass; prompt lookup's
                 // drafts are found already.
-                let cost = match with_model && s.draft.is_empty() {
-                    true => model_rows,
-                    false => 0.0,
+                let (cost, catch_up) = match with_model && s.draft.is_empty() {
+                    true => (model_rows, self.catch_up_rows(s, per_row)),
+                    false => (0.0, 0.0),
                 };
-                s.draft_candidate(len, cost)
+                s.draft_candidate(len, cost, catch_up)
             })
             .collect();
         let decoding = self.running.iter().filter(|s| s.decoding()).count();
@@ -909,15 +912,39 @@ impl Scheduler {
         let started = Instant::now();
         let drafts = model.draft(&mut jobs, self.config.prefill_chunk)?;
         drop(jobs);
-        self.take_drafts(&wanted, drafts, started);
+        let (tokens, secs) = model.last_catch_up();
+        self.draft_cost.record_catch_up(tokens, secs);
+        self.take_drafts(&wanted, drafts, started, secs);
         Ok(())
     }
 
+    /// What the draft model's catch-up on what sequence `s` missed costs, in rows (none for
+    /// the multi-token-prediction head, which keeps up every step, nor for a lag short
+    /// enough to run with the first pass).
+    fn catch_up_rows(&self, s: &Sequence, per_row: Option<f64>) -> f64 {
+        if !matches!(self.drafts, Drafts::Model(..)) {
+            return 0.0;
+        }
+        match s.draft_lag() {
+            lag if lag > crate::speculative::draft_model::LONG_CATCH_UP => {
+                self.draft_cost.catch_up_rows(lag, per_row)
+            }
+            _ => 0.0,
+        }
+    }
+
     /// Gives sequences `which` their drafts, and times the passes that drafted them (since
-    /// `started`: as many as the longest draft has tokens).
-    fn take_drafts(&mut self, which: &[usize], drafts: Vec<Vec<u32>>, started: Instant) {
+    /// `started`, less `catch_up` seconds of catch-ups: as many as the longest draft has
+    /// tokens).
+    fn take_drafts(
+        &mut self,
+        which: &[usize],
+        drafts: Vec<Vec<u32>>,
+        started: Instant,
+        catch_up: f64,
+    ) {
         let passes = drafts.iter().map(Vec::len).max().unwrap_or(0);
-        let secs = started.elapsed().as_secs_f64();
+        let secs = (started.elapsed().as_secs_f64() - catch_up).max(0.0);
         self.draft_cost.record(passes, secs);
         tracing::debug!(passes, ms = secs * 1e3, "drafting");
         for (&i, draft) in which.iter().zip(drafts) {
@@ -974,7 +1001,7 @@ impl Scheduler {
         let started = Instant::now();
         let drafts = mtp::draft(self.model.as_ref(), &mut jobs, vocab)?;
         drop(jobs);
-        self.take_drafts(&which, drafts, started);
+        self.take_drafts(&which, drafts, started, 0.0);
         Ok(())
     }
 

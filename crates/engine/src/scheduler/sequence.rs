@@ -221,10 +221,21 @@ impl Sequence {
         self.tokens.iter().copied().chain(self.pending).collect()
     }
 
-    /// This sequence's draft of up to `len` tokens, each costing `cost` rows besides its own,
-    /// as the step's budget weighs it.
-    pub fn draft_candidate(&self, len: usize, cost: f64) -> crate::speculative::budget::Candidate {
-        self.drafting.candidate(len, cost)
+    /// This sequence's draft of up to `len` tokens, each costing `cost` rows besides its own
+    /// and its first `catch_up` more, as the step's budget weighs it.
+    pub fn draft_candidate(
+        &self,
+        len: usize,
+        cost: f64,
+        catch_up: f64,
+    ) -> crate::speculative::budget::Candidate {
+        self.drafting.candidate(len, cost, catch_up)
+    }
+
+    /// Tokens of its context the draft model's cache of it has not run yet.
+    pub fn draft_lag(&self) -> usize {
+        let context = self.tokens.len() + usize::from(self.pending.is_some());
+        context.saturating_sub(self.draft_cache.as_ref().map_or(0, |c| c.held()))
     }
 
     /// Counts a draft of `n` tokens sent for verification.

@@ -11,7 +11,10 @@
 //! `ρ = T₀ / c`. [`allot`] admits tokens by that rule, the likeliest first; [`StepCost`]
 //! learns `ρ` from the steps the scheduler times. A token a draft model drafts costs its pass
 //! too, `x` rows more ([`DraftCost`]): it pays when `v·(ρ + R + X) > E·(1 + x)`, `X` the extra
-//! rows the step's drafts cost already. A sequence that has hardly drafted yet has
+//! rows the step's drafts cost already. A draft model whose cache of the sequence lags behind
+//! (it drafted nothing for a while) must first catch up on the tokens it missed: that cost,
+//! in rows too ([`DraftCost::catch_up_rows`]), goes with the draft's first token. A sequence
+//! that has hardly drafted yet has
 //! no rate to go by: its first token is verified anyway, so that a wide batch of edits learns
 //! that its drafts are kept.
 
@@ -76,11 +79,13 @@ impl StepCost {
 }
 
 /// A draft model's (or a multi-token-prediction head's) passes: their recent mean time, to
-/// weigh the tokens it drafts.
+/// weigh the tokens it drafts; and its catch-ups' time per token.
 #[derive(Debug, Clone, Default)]
 pub struct DraftCost {
     n: f64,
     secs: f64,
+    caught_up: f64,
+    catch_up_secs: f64,
 }
 
 impl DraftCost {
@@ -91,6 +96,28 @@ impl DraftCost {
         }
         self.n = self.n * DECAY + passes as f64;
         self.secs = self.secs * DECAY + secs;
+    }
+
+    /// Counts a catch-up of `tokens` tokens (a prompt chunk's, or what a sequence missed) that
+    /// took `secs` seconds.
+    pub fn record_catch_up(&mut self, tokens: usize, secs: f64) {
+        if tokens == 0 {
+            return;
+        }
+        self.caught_up = self.caught_up * DECAY + tokens as f64;
+        self.catch_up_secs = self.catch_up_secs * DECAY + secs;
+    }
+
+    /// What catching up on `lag` missed tokens costs, in verified rows, given a row's seconds;
+    /// until both are known, a token a quarter of a pass (a prompt's rows run several times
+    /// faster than decoding's).
+    pub fn catch_up_rows(&self, lag: usize, per_row: Option<f64>) -> f64 {
+        match per_row {
+            Some(c) if self.caught_up >= 1.0 => {
+                lag as f64 * self.catch_up_secs / self.caught_up / c
+            }
+            _ => lag as f64 * self.rows(per_row) / 4.0,
+        }
     }
 
     /// A pass's cost in verified rows (`x`), given a row's seconds; `PRIOR_DRAFT_ROWS` until
@@ -121,6 +148,9 @@ pub struct Candidate {
     /// What each of its tokens costs besides its row, in rows (a draft model's pass; 0 for
     /// prompt lookup).
     pub cost: f64,
+    /// What its first token costs besides that, in rows: the draft model's catch-up on the
+    /// tokens it missed.
+    pub catch_up: f64,
 }
 
 /// How many tokens of each candidate's draft the step verifies, for a step that decodes
@@ -147,20 +177,26 @@ pub fn allot(candidates: &[Candidate], decoding: usize, max_rows: usize, rho: f6
             extra += c.cost;
         }
     }
+    // What a candidate's next token costs besides its row: its pass, and for its first the
+    // catch-up.
+    let cost = |i: usize, given: &[usize]| {
+        let c = &candidates[i];
+        c.cost + if given[i] == 0 { c.catch_up } else { 0.0 }
+    };
     while rows < max_rows {
         // The token that gains most for what it costs.
         let Some((best, v)) =
             (0..candidates.len())
                 .map(|i| (i, value(i, &given)))
                 .max_by(|a, b| {
-                    let gain = |&(i, v): &(usize, f64)| v / (1.0 + candidates[i].cost);
+                    let gain = |&(i, v): &(usize, f64)| v / (1.0 + cost(i, &given));
                     gain(a).total_cmp(&gain(b))
                 })
         else {
             break;
         };
         // Worth its row and its pass: `v·(ρ + R + X) > E·(1 + x)`, this row counted in `R`.
-        let x = candidates[best].cost;
+        let x = cost(best, &given);
         if v <= 0.0 || v * (rho + (rows + 1) as f64 + extra + x) <= expected * (1.0 + x) {
             break;
         }
@@ -182,6 +218,7 @@ mod tests {
             rate,
             new: false,
             cost: 0.0,
+            catch_up: 0.0,
         }
     }
 
@@ -248,6 +285,30 @@ mod tests {
         cost.record(10, 0.2);
         assert!((cost.rows(Some(0.01)) - 2.0).abs() < 1e-9);
         assert_eq!(cost.rows(None), PRIOR_DRAFT_ROWS);
+    }
+
+    #[test]
+    fn a_lagging_draft_model_pays_for_its_catch_up() {
+        // A chat's draft, kept two times in three, pays for its first token beside one
+        // sequence; not where the draft model must first catch up on 100 missed tokens (a
+        // token's catch-up a fifth of a row: 20 rows). An edit's likely draft still does.
+        let model = |len, rate, catch_up| Candidate {
+            cost: 2.0,
+            catch_up,
+            ..c(len, rate)
+        };
+        assert_eq!(allot(&[model(4, 0.67, 0.0)], 1, 64, 3.0), [1]);
+        let mut cost = DraftCost::default();
+        cost.record_catch_up(50, 0.01 * 50.0 / 5.0);
+        let lag = cost.catch_up_rows(100, Some(0.01));
+        assert!((lag - 20.0).abs() < 1e-9, "{lag}");
+        assert_eq!(allot(&[model(4, 0.67, lag)], 1, 64, 3.0), [0]);
+        assert_eq!(allot(&[model(12, 0.99, lag)], 1, 64, 3.0), [12]);
+        // Before any catch-up is timed: a quarter of a pass per token.
+        assert_eq!(
+            DraftCost::default().catch_up_rows(8, None),
+            8.0 * PRIOR_DRAFT_ROWS / 4.0
+        );
     }
 
     #[test]

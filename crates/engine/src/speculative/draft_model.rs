@@ -22,9 +22,11 @@ use crate::error::{EngineError, Result};
 use crate::generation::LanguageModel;
 use crate::tokenizer::Tokenizer;
 use candle_core::Tensor;
+use std::cell::Cell;
+use std::time::Instant;
 
 /// New tokens past which a sequence's catch-up runs alone, through the prefill path.
-const LONG_CATCH_UP: usize = 2;
+pub const LONG_CATCH_UP: usize = 2;
 
 /// Ids a draft pass's LM head covers for every sequence (a multiple of 16, the kernels'
 /// tile); the head is cut only for vocabularies at least twice as large.
@@ -41,6 +43,9 @@ pub struct DraftModel {
     /// tokens), and their rows of the LM head.
     always: Vec<u32>,
     always_rows: Option<Tensor>,
+    /// Tokens and seconds of the last [`DraftModel::draft`]'s catch-ups through the prefill
+    /// path.
+    catch_up: Cell<(usize, f64)>,
 }
 
 /// A sequence's cache in the draft model and the tokens it holds.
@@ -54,6 +59,11 @@ pub struct DraftCache {
 }
 
 impl DraftCache {
+    /// Tokens it holds.
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+
     /// Bytes its cache holds now.
     pub fn bytes(&self) -> usize {
         self.cache.bytes()
@@ -144,6 +154,7 @@ impl DraftModel {
             head,
             always: Vec::new(),
             always_rows: None,
+            catch_up: Cell::new((0, 0.0)),
         };
         let mut cache = draft.new_cache();
         if let Err(e) = draft.note_context(&mut cache, always) {
@@ -270,10 +281,18 @@ impl DraftModel {
         self.cut_argmax(&caches, &logits, &hidden)
     }
 
+    /// Tokens and seconds of the last [`Self::draft`]'s long catch-ups (a prompt chunk, or
+    /// what a sequence missed while it drafted nothing): what the scheduler weighs a lagging
+    /// cache's next draft by.
+    pub fn last_catch_up(&self) -> (usize, f64) {
+        self.catch_up.get()
+    }
+
     /// Drafts up to `job.max` tokens for every job: the new part of each context in one pass
     /// (at most `chunk` tokens of it; a job with more only catches up, and drafts nothing this
     /// step), then one pass per drafted token. Returns each job's draft.
     pub fn draft(&self, jobs: &mut [DraftJob<'_>], chunk: usize) -> Result<Vec<Vec<u32>>> {
+        self.catch_up.set((0, 0.0));
         let max_positions = self.model.max_positions();
         let mut tokens = Vec::new();
         let mut lens = Vec::with_capacity(jobs.len());
@@ -305,6 +324,8 @@ impl DraftModel {
         let long: Vec<bool> = lens.iter().map(|&len| len > LONG_CATCH_UP).collect();
         let mut best = vec![0u32; jobs.len()];
         let mut first = 0;
+        let started = Instant::now();
+        let mut caught_up = 0;
         for (j, job) in jobs.iter_mut().enumerate() {
             let len = lens[j];
             if long[j] {
@@ -313,9 +334,12 @@ impl DraftModel {
                     .model
                     .forward(&tokens[first..first + len], &mut job.cache.cache)?;
                 best[j] = logits.argmax(0)?.to_scalar::<u32>()?;
+                caught_up += len;
             }
             first += len;
         }
+        self.catch_up
+            .set((caught_up, started.elapsed().as_secs_f64()));
         let short: Vec<usize> = (0..jobs.len())
             .filter(|&j| !long[j] && lens[j] > 0)
             .collect();

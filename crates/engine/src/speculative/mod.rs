@@ -146,13 +146,14 @@ impl DraftLength {
     /// A draft of up to `len` tokens as [`budget::allot`] weighs it: kept at the share of
     /// drafted tokens accepted so far (a sequence that has drafted nothing counts as half),
     /// new while it has drafted fewer than [`budget::NEW_DRAFTER`] tokens, each token costing
-    /// `cost` rows besides its own (a draft model's pass).
-    pub fn candidate(&self, len: usize, cost: f64) -> budget::Candidate {
+    /// `cost` rows besides its own (a draft model's pass), its first `catch_up` more.
+    pub fn candidate(&self, len: usize, cost: f64, catch_up: f64) -> budget::Candidate {
         budget::Candidate {
             len,
             rate: (self.accepted + 1) as f64 / (self.drafted + 2) as f64,
             new: self.drafted < budget::NEW_DRAFTER,
             cost,
+            catch_up,
         }
     }
 
