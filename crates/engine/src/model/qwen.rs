@@ -319,14 +319,7 @@ impl Qwen {
         self.on_pool(|| {
             crate::model::linear::rows_as_sequences(|| {
                 let x = self.rows_hidden(tokens, lens, caches)?.squeeze(0)?;
-                let last: Vec<u32> = lens
-                    .iter()
-                    .scan(0u32, |end, &len| {
-                        *end += len as u32;
-                        Some(*end - 1)
-                    })
-                    .collect();
-                let x = x.index_select(&Tensor::new(last.as_slice(), &self.device)?, 0)?;
+                let x = x.index_select(&last_rows(lens, &self.device)?, 0)?;
                 let logits = head.forward(&x.unsqueeze(0)?)?.squeeze(0)?;
                 Ok((logits.to_dtype(DType::F32)?, x.to_dtype(DType::F32)?))
             })
@@ -337,9 +330,6 @@ impl Qwen {
     /// `ids[i]` is its dot product with row `i`.
     pub fn head_rows(&self, ids: &[u32]) -> Result<Tensor> {
         let ids = Tensor::new(ids, &self.device)?;
-        if self.cfg.tie_word_embeddings {
-            return Ok(self.embed.lookup(&ids)?.to_dtype(DType::F32)?);
-        }
         self.lm_head.weight_rows(&ids)?.ok_or_else(|| {
             EngineError::invalid("draft_model", "the LM head has several parts or a bias")
         })
@@ -400,16 +390,9 @@ impl Qwen {
             for (cache, &len) in caches.iter_mut().zip(lens) {
                 cache.advance(len);
             }
-            let last: Vec<u32> = lens
-                .iter()
-                .scan(0u32, |end, &len| {
-                    *end += len as u32;
-                    Some(*end - 1)
-                })
-                .collect();
             let x = x
                 .squeeze(0)?
-                .index_select(&Tensor::new(last.as_slice(), &self.device)?, 0)?;
+                .index_select(&last_rows(lens, &self.device)?, 0)?;
             let x = candle_nn::ops::rms_norm(&x, &mtp.norm, eps)?;
             let logits = self
                 .lm_head
@@ -559,6 +542,18 @@ fn stay_awake(done: &AtomicBool, owner: Option<usize>) {
             std::hint::spin_loop();
         }
     }
+}
+
+/// The index of each sequence's last row among rows laid out `lens[0]` first, then `lens[1]`, ….
+fn last_rows(lens: &[usize], device: &Device) -> candle_core::Result<Tensor> {
+    let last: Vec<u32> = lens
+        .iter()
+        .scan(0u32, |end, &len| {
+            *end += len as u32;
+            Some(*end - 1)
+        })
+        .collect();
+    Tensor::new(last.as_slice(), device)
 }
 
 /// The token embedding table; a quantized one is looked up without dequantizing it whole.
