@@ -35,7 +35,7 @@ pub(crate) fn prefetch_part(tile: *const u8, bytes: usize, i: usize, parts: usiz
 /// Runs a `C`-row kernel over packed activation rows (`stride` words apart), `width` outputs
 /// per row: in groups of 16 where `sixteen` (the weight block is widened once per group), then
 /// of `most` (at most 8), then one smaller group (the kernels keep registers per row, so `C` is
-/// a constant; AVX2's two accumulators per row would spill beyond 4).
+/// a constant).
 #[cfg(target_arch = "x86_64")]
 macro_rules! in_groups {
     ($module:ident :: $kernel:ident, $w:expr, $cols:expr, $stride:expr, $out:expr,
