@@ -360,9 +360,10 @@ fn kernel_at(level: CpuLevel, t: BlockType) -> Option<GroupFn> {
         }
         if hardware >= CpuLevel::Avx2 {
             // Groups of 8 rows, though AVX2's 16 registers then spill the accumulators: a tile
-            // widened once for 8 rows instead of twice for 4 made a step of 8 rows 10-21 %
-            // faster (Q5_0 76 -> 92 GMAC/s, Q8_0 55 -> 61, Q4_K 99 -> 108, Q6_K 76 -> 89; one
-            // thread, Xeon, `HEARTH_CPU=avx2 cargo bench --bench quant_kernels`).
+            // widened once for 8 rows instead of twice for 4 made a step of 8 rows faster (Q5_0
+            // 78.6 -> 89.3 GMAC/s, Q6_K 61.5 -> 83.8, Q4_K 102.3 -> 112.0, Q8_0 the same; one
+            // thread, Xeon, alternated, best of three, `HEARTH_CPU=avx2 cargo bench --bench
+            // quant_kernels`).
             return tile_kernel!(avx2, t, most: 8);
         }
     }
