@@ -873,7 +873,7 @@ fn a_cut_draft_head_drafts_the_argmax_over_its_ids_and_the_contexts() {
     // The tiny vocabulary (1,024 ids) cut at 64, and id 1000 always allowed: each token
     // drafted after the first pass (which runs the whole prompt through the full head) is the
     // full model's argmax over ids 0..64, the context's ids and 1000.
-    use hearth_engine::speculative::draft_model::{DraftJob, DraftModel};
+    use hearth_engine::speculative::draft_model::{DraftCache, DraftJob, DraftModel};
     let mut from_context = 0;
     for family in ["qwen2", "qwen3.5"] {
         let load = || {
@@ -884,23 +884,21 @@ fn a_cut_draft_head_drafts_the_argmax_over_its_ids_and_the_contexts() {
         let full = load();
         let cut = DraftModel::with_head(Box::new(load()), 1024, Some(64), &[1000]).unwrap();
         let prompt: Vec<u32> = (0..40).map(|i| (i * 37 + 300) % 1024).collect();
+        let draft = |cache: &mut DraftCache, context: Vec<u32>, max: usize| {
+            let mut job = [DraftJob {
+                cache,
+                context,
+                max,
+            }];
+            cut.draft(&mut job, 512).unwrap().remove(0)
+        };
         let mut cache = cut.new_cache();
-        let mut job = [DraftJob {
-            cache: &mut cache,
-            context: prompt.clone(),
-            max: 1,
-        }];
-        let first = cut.draft(&mut job, 512).unwrap().remove(0);
+        let first = draft(&mut cache, prompt.clone(), 1);
         assert_eq!(first.len(), 1, "{family}");
         // The first token accepted with one more, then a draft of 6 through the cut head.
         let mut context = prompt.clone();
         context.extend([first[0], 777]);
-        let mut job = [DraftJob {
-            cache: &mut cache,
-            context: context.clone(),
-            max: 6,
-        }];
-        let drafted = cut.draft(&mut job, 512).unwrap().remove(0);
+        let drafted = draft(&mut cache, context.clone(), 6);
         assert_eq!(drafted.len(), 6, "{family}");
         let allowed = |id: usize| id < 64 || id == 1000 || context.contains(&(id as u32));
         let mut seen = context.clone();

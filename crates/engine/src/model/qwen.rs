@@ -226,13 +226,8 @@ impl Qwen {
         lens: &[usize],
         caches: &mut [&mut KvCache],
     ) -> Result<Tensor> {
-        self.check_rows(tokens, lens, caches)?;
-        // Every row through the kernels it takes decoded alone, the LM head's too.
-        self.on_pool(|| {
-            crate::model::linear::rows_as_sequences(|| {
-                let x = self.rows_hidden(tokens, lens, caches)?;
-                Ok(self.lm_head.forward(&x)?.squeeze(0)?.to_dtype(DType::F32)?)
-            })
+        self.over_rows(tokens, lens, caches, |x| {
+            Ok(self.lm_head.forward(&x)?.squeeze(0)?.to_dtype(DType::F32)?)
         })
     }
 
@@ -244,12 +239,26 @@ impl Qwen {
         lens: &[usize],
         caches: &mut [&mut KvCache],
     ) -> Result<(Tensor, Tensor)> {
+        self.over_rows(tokens, lens, caches, |x| {
+            let logits = self.lm_head.forward(&x)?.squeeze(0)?.to_dtype(DType::F32)?;
+            Ok((logits, x.squeeze(0)?))
+        })
+    }
+
+    /// `head` over the normed hidden states `[1, rows, hidden]` of [`Qwen::forward_rows`]'
+    /// rows, once the caches are checked: every row through the kernels it takes decoded
+    /// alone, the head's too.
+    fn over_rows<T: Send>(
+        &self,
+        tokens: &[u32],
+        lens: &[usize],
+        caches: &mut [&mut KvCache],
+        head: impl FnOnce(Tensor) -> Result<T> + Send,
+    ) -> Result<T> {
         self.check_rows(tokens, lens, caches)?;
         self.on_pool(|| {
             crate::model::linear::rows_as_sequences(|| {
-                let x = self.rows_hidden(tokens, lens, caches)?;
-                let logits = self.lm_head.forward(&x)?.squeeze(0)?.to_dtype(DType::F32)?;
-                Ok((logits, x.squeeze(0)?))
+                head(self.rows_hidden(tokens, lens, caches)?)
             })
         })
     }
@@ -315,14 +324,12 @@ impl Qwen {
                 "no draft vocabulary was set on this model",
             ));
         };
-        self.check_rows(tokens, lens, caches)?;
-        self.on_pool(|| {
-            crate::model::linear::rows_as_sequences(|| {
-                let x = self.rows_hidden(tokens, lens, caches)?.squeeze(0)?;
-                let x = x.index_select(&last_rows(lens, &self.device)?, 0)?;
-                let logits = head.forward(&x.unsqueeze(0)?)?.squeeze(0)?;
-                Ok((logits.to_dtype(DType::F32)?, x.to_dtype(DType::F32)?))
-            })
+        self.over_rows(tokens, lens, caches, |x| {
+            let x = x
+                .squeeze(0)?
+                .index_select(&last_rows(lens, &self.device)?, 0)?;
+            let logits = head.forward(&x.unsqueeze(0)?)?.squeeze(0)?;
+            Ok((logits.to_dtype(DType::F32)?, x.to_dtype(DType::F32)?))
         })
     }
 
