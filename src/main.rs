@@ -4,6 +4,7 @@ mod agent;
 mod bench;
 mod chat;
 mod graph;
+mod launch;
 mod mcp_args;
 mod model_args;
 mod models;
@@ -56,6 +57,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Check this build on a device against reference logits from transformers.
     Parity(parity::ParityArgs),
+    /// Run a coding agent (claude, codex, opencode, qwen) against `hearth serve`.
+    Launch(launch::LaunchArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -90,6 +93,7 @@ fn main() -> std::process::ExitCode {
         Command::Graph(cmd) => graph::run(cmd),
         Command::Bench(args) => bench::run(args),
         Command::Parity(args) => parity::run(args),
+        Command::Launch(args) => launch::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -115,6 +115,19 @@ r = client.messages.create(
 )
 check(r.stop_reason == "tool_use" and len([b for b in r.content if b.type == "tool_use"]) == 1, r.content)
 
+# What Claude Code sends: system-role messages among the turns, a server tool (left out),
+# adaptive thinking, effort, context management, cache_control, metadata, the beta query.
+r = client.beta.messages.create(
+    model=MODEL, max_tokens=16, extra_body=GREEDY, thinking={"type": "adaptive"},
+    system=[{"type": "text", "text": "Answer in one word.", "cache_control": {"type": "ephemeral"}}],
+    messages=CAPITAL + [{"role": "system", "content": "Never explain."}],
+    tools=[{"type": "web_search_20250305", "name": "web_search", "max_uses": 1}],
+    output_config={"effort": "high"}, metadata={"user_id": "u"},
+    context_management={"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+    betas=["context-management-2025-06-27"],
+)
+check(r.stop_reason in ("end_turn", "max_tokens") and r.content, r)
+
 # Bad requests: Anthropic's error shape and the client's exception classes.
 for bad in [
     dict(messages=[{"role": "system", "content": "x"}]),

@@ -99,12 +99,34 @@ check(isinstance(json.loads(r.output_text)["capital"], str), r.output_text)
 r = client.responses.create(model=MODEL, input="Write a long story about a dragon.", max_output_tokens=3, temperature=0)
 check(r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens", (r.status, r.incomplete_details))
 
+# What Codex sends: developer input, a hosted tool (left out), a namespace of functions,
+# `store: false` with the reasoning asked back encrypted. A forced call of the namespace's
+# function comes back under its own name with its namespace; a custom tool's call as text.
+r = client.responses.create(
+    model=MODEL, max_output_tokens=64, temperature=0, store=False,
+    include=["reasoning.encrypted_content"], prompt_cache_key="k",
+    input=[{"role": "developer", "content": "Use the tools."}] + ASK,
+    tools=[{"type": "web_search"}, {"type": "namespace", "name": "weather_ns",
+                                    "description": "Weather tools", "tools": [WEATHER]}],
+    tool_choice={"type": "function", "name": "get_weather", "namespace": "weather_ns"},
+)
+calls = [o for o in r.output if o.type == "function_call"]
+check(len(calls) >= 1 and calls[0].name == "get_weather"
+      and getattr(calls[0], "namespace", None) == "weather_ns", r.output)
+patch = {"type": "custom", "name": "apply_patch", "description": "Apply a patch to files."}
+r = client.responses.create(
+    model=MODEL, max_output_tokens=48, temperature=0, input="Patch the files.", tools=[patch],
+    tool_choice={"type": "custom", "name": "apply_patch"},
+)
+custom = [o for o in r.output if o.type == "custom_tool_call"]
+check(len(custom) == 1 and custom[0].name == "apply_patch" and isinstance(custom[0].input, str), r.output)
+
 # Bad requests.
 for bad, param in [
     (dict(input=CAPITAL, previous_response_id="resp_123"), "previous_response_id"),
     (dict(input=[{"type": "function_call_output", "call_id": "call_x", "output": "4"}]), "input[0].call_id"),
     (dict(input=[{"role": "user", "content": [{"type": "input_image", "image_url": "http://x/y.png"}]}]), "input[0].content[0].type"),
-    (dict(input=CAPITAL, tools=[{"type": "web_search"}]), "tools[0].type"),
+    (dict(input=CAPITAL, tools=[{"type": "namespace", "name": "weather_ns"}]), "tools[0].tools"),
 ]:
     try:
         client.responses.create(model=MODEL, max_output_tokens=4, **bad)

@@ -106,7 +106,7 @@ fn decoded(body: &Value) -> Result<(), TestCaseError> {
     for call in [
         chat_call(body, &defaults, &server_tools),
         super::messages::request::messages_call(body, &defaults, false, &server_tools),
-        super::responses::request::responses_call(body, &defaults, &server_tools),
+        super::responses::request::responses_call(body, &defaults, &server_tools).map(|(c, _)| c),
     ] {
         match call {
             Ok(call) => prop_assert!(!call.messages.is_empty(), "a call without messages"),

@@ -50,6 +50,8 @@ struct RawChat {
     chat_template_kwargs: Option<Map<String, Value>>,
     #[serde(default)]
     parallel_tool_calls: Option<bool>,
+    #[serde(default)]
+    reasoning_effort: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -261,7 +263,9 @@ pub fn chat_call(
         .as_ref()
         .and_then(|k| k.get("enable_thinking"))
     {
-        None | Some(Value::Null) => None,
+        None | Some(Value::Null) => {
+            effort_thinking(raw.reasoning_effort.as_deref(), "reasoning_effort")?
+        }
         Some(Value::Bool(b)) => Some(*b),
         Some(_) => {
             return Err(ApiError::invalid(
@@ -622,6 +626,45 @@ pub fn offered_choice(
     Ok(choice)
 }
 
+/// A reasoning effort (`reasoning_effort`, `reasoning.effort`) as the model's thinking switch:
+/// `none` turns it off, any other effort on (the model has no finer setting).
+pub fn effort_thinking(effort: Option<&str>, at: &str) -> Result<Option<bool>, ApiError> {
+    match effort {
+        None => Ok(None),
+        Some("none") => Ok(Some(false)),
+        Some("minimal" | "low" | "medium" | "high" | "xhigh" | "max") => Ok(Some(true)),
+        Some(other) => Err(ApiError::invalid(
+            at,
+            format!("`{other}`: expected none, minimal, low, medium, high, xhigh or max"),
+        )),
+    }
+}
+
+/// A coding agent's recorded request (`tests/data/coding-agents/NAME`): its body.
+#[cfg(test)]
+pub fn agent_request(name: &str) -> Value {
+    let path = format!(
+        "{}/tests/data/coding-agents/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+    v["body"].clone()
+}
+
+/// Logs `what` once per process: a part of a request that every turn of an agent sends and
+/// the server leaves out (a hosted tool, an ignored option) is said once, not per request.
+pub fn note_once(what: &str) {
+    static SAID: std::sync::Mutex<Option<HashSet<String>>> = std::sync::Mutex::new(None);
+    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    if said
+        .get_or_insert_with(HashSet::new)
+        .insert(what.to_string())
+    {
+        tracing::info!("{what}");
+    }
+}
+
 /// A `{"type": "json_schema", …, "schema": {…}}` format's constraint (the schema at
 /// `schema_at` of the request).
 pub fn json_schema(schema: Option<&Value>, schema_at: &str) -> Result<Constraint, ApiError> {
@@ -644,6 +687,37 @@ mod tests {
 
     fn param(body: Value) -> Option<String> {
         call(body).err().and_then(|e| e.param)
+    }
+
+    #[test]
+    fn qwen_code_and_opencode_requests_read() -> Result<(), ApiError> {
+        for (name, tools) in [
+            ("qwen-code.json", 15),
+            ("opencode.json", 10),
+            ("opencode-title.json", 0),
+        ] {
+            let c = call(agent_request(name))?;
+            assert_eq!(c.messages[0].role, "system", "{name}");
+            assert_eq!(c.tools.len(), tools, "{name}");
+            assert!(c.stream && c.include_usage, "{name}");
+            assert!(c.max_tokens.is_some(), "{name}");
+        }
+        let c = call(
+            json!({"messages": [{"role": "developer", "content": "Be terse."},
+            {"role": "user", "content": "hi"}], "reasoning_effort": "none",
+            "max_completion_tokens": 5, "parallel_tool_calls": false,
+            "stream_options": {"include_usage": true}}),
+        )?;
+        assert_eq!(c.messages[0].role, "system");
+        assert_eq!((c.enable_thinking, c.max_tokens), (Some(false), Some(5)));
+        assert!(!c.parallel_tool_calls);
+        assert_eq!(
+            param(
+                json!({"messages": [{"role": "user", "content": "hi"}], "reasoning_effort": "lots"})
+            ),
+            Some("reasoning_effort".into())
+        );
+        Ok(())
     }
 
     #[test]

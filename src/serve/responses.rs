@@ -4,6 +4,7 @@
 //! `response.function_call_arguments.delta`, …, `response.completed`).
 
 pub(super) mod request;
+mod tools;
 
 use super::answer::{read_whole, stream_events, Answer, Part, Shape};
 use super::error::ApiError;
@@ -17,6 +18,7 @@ use axum::Json;
 use hearth_engine::{FinishReason, Summary};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
+use tools::{Dressed, Offered};
 
 pub async fn responses(
     State(app): State<Arc<App>>,
@@ -43,9 +45,9 @@ fn start(
 ) -> Result<(ChatCall, Output, Answer), ApiError> {
     let body = json_object(&body_bytes(body, app.body_limit)?)?;
     let (mcp, names) = app.mcp_tools();
-    let call = request::responses_call(&body, &app.engine.info().sampling, &names)?;
+    let (call, offered) = request::responses_call(&body, &app.engine.info().sampling, &names)?;
     let answer = Answer::start(app, &call, mcp)?;
-    Ok((call, Output::new(app, &body), answer))
+    Ok((call, Output::new(app, &body, offered), answer))
 }
 
 /// The item being written.
@@ -76,10 +78,19 @@ struct Output {
     items: Vec<Value>,
     open: Option<Open>,
     sequence: u64,
+    /// How calls go back: namespaces, custom tools.
+    offered: Offered,
+    /// `include: ["reasoning.encrypted_content"]`: reasoning items carry it, for a client that
+    /// keeps nothing on the server (`store: false`) to send back next turn.
+    sealed_reasoning: bool,
 }
 
 impl Output {
-    fn new(app: &App, body: &Value) -> Self {
+    fn new(app: &App, body: &Value, offered: Offered) -> Self {
+        let sealed_reasoning = body
+            .get("include")
+            .and_then(Value::as_array)
+            .is_some_and(|i| i.iter().any(|v| v == "reasoning.encrypted_content"));
         let mut echo = Map::new();
         for (key, default) in [
             ("instructions", Value::Null),
@@ -104,6 +115,8 @@ impl Output {
             items: vec![],
             open: None,
             sequence: 0,
+            offered,
+            sealed_reasoning,
         }
     }
 
@@ -195,8 +208,7 @@ impl Output {
             format!("fc_{}", RequestId::next()),
             format!("call_{}", RequestId::next()),
         );
-        let item = json!({"id": id, "type": "function_call", "call_id": call_id,
-            "name": name, "arguments": "", "status": "in_progress"});
+        let item = self.call_item(&id, &call_id, name, "", "in_progress");
         let index = self.index();
         out.push(self.event(
             "response.output_item.added",
@@ -209,8 +221,38 @@ impl Output {
         });
     }
 
+    /// A call's item as the client offered its tool: a `function_call` (with its namespace
+    /// where it has one) or a `custom_tool_call`, whose `input` is the text the engine's call
+    /// carries as its `input` argument.
+    fn call_item(
+        &self,
+        id: &str,
+        call_id: &str,
+        name: &str,
+        arguments: &str,
+        status: &str,
+    ) -> Value {
+        match self.offered.dress(name) {
+            Dressed::Function { name, namespace } => {
+                let mut item = json!({"id": id, "type": "function_call", "call_id": call_id,
+                    "name": name, "arguments": arguments, "status": status});
+                if let Some(ns) = namespace {
+                    item["namespace"] = json!(ns);
+                }
+                item
+            }
+            Dressed::Custom { name } => json!({"id": id, "type": "custom_tool_call",
+                "call_id": call_id, "name": name, "input": custom_input(arguments),
+                "status": status}),
+        }
+    }
+
     fn call_args(&mut self, args: &str, out: &mut Vec<Value>) {
-        if let Some(Open::Call { id, .. }) = &self.open {
+        if let Some(Open::Call { id, name, .. }) = &self.open {
+            // A custom call's input goes out whole at its end (its JSON pieces are not text).
+            if self.offered.is_custom(name) {
+                return;
+            }
             let fields = json!({"item_id": id, "output_index": self.items.len(), "delta": args});
             out.push(self.event("response.function_call_arguments.delta", fields));
         }
@@ -222,12 +264,26 @@ impl Output {
             return;
         };
         let index = self.index();
-        out.push(self.event(
-            "response.function_call_arguments.done",
-            json!({"item_id": id, "output_index": index, "name": name, "arguments": arguments}),
-        ));
-        let item = json!({"id": id, "type": "function_call", "call_id": call_id,
-            "name": name, "arguments": arguments, "status": "completed"});
+        if self.offered.is_custom(&name) {
+            let input = custom_input(arguments);
+            out.push(self.event(
+                "response.custom_tool_call_input.delta",
+                json!({"item_id": id, "output_index": index, "delta": input}),
+            ));
+            out.push(self.event(
+                "response.custom_tool_call_input.done",
+                json!({"item_id": id, "output_index": index, "input": input}),
+            ));
+        } else {
+            let shown = match self.offered.dress(&name) {
+                Dressed::Function { name, .. } | Dressed::Custom { name } => name,
+            };
+            out.push(self.event(
+                "response.function_call_arguments.done",
+                json!({"item_id": id, "output_index": index, "name": shown, "arguments": arguments}),
+            ));
+        }
+        let item = self.call_item(&id, &call_id, &name, arguments, "completed");
         self.done(item, out);
     }
 
@@ -261,13 +317,16 @@ impl Output {
                     "response.content_part.done",
                     json!({"item_id": id, "output_index": index, "content_index": 0, "part": part}),
                 ));
-                let item = json!({"id": id, "type": "reasoning", "summary": [], "content": [part]});
+                let mut item =
+                    json!({"id": id, "type": "reasoning", "summary": [], "content": [part]});
+                if self.sealed_reasoning {
+                    item["encrypted_content"] = json!(request::sealed_reasoning(&text));
+                }
                 self.done(item, out);
             }
             // A call cut off before its arguments were whole.
             Some(Open::Call { id, call_id, name }) => {
-                let item = json!({"id": id, "type": "function_call", "call_id": call_id,
-                    "name": name, "arguments": "{}", "status": "incomplete"});
+                let item = self.call_item(&id, &call_id, &name, "{}", "incomplete");
                 self.done(item, out);
             }
         }
@@ -379,6 +438,14 @@ impl Shape for Output {
         }
         out
     }
+}
+
+/// A custom tool call's text: the `input` string of the engine's call's arguments.
+fn custom_input(arguments: &str) -> String {
+    serde_json::from_str::<Value>(arguments)
+        .ok()
+        .and_then(|v| v.get("input").and_then(Value::as_str).map(str::to_owned))
+        .unwrap_or_default()
 }
 
 fn usage(s: &Summary) -> Value {

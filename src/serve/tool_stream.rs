@@ -159,7 +159,12 @@ impl ToolCallSplitter {
             if let Reading::Calls { text, calls } = read_calls(&rest, &self.names, &self.specs) {
                 push_text(&mut out, &text);
                 for c in calls {
-                    if !self.repeats(&c) {
+                    if let Err(error) = arguments_fit(&self.specs, &c) {
+                        out.push(Piece::Invalid {
+                            error,
+                            raw: rest.clone(),
+                        });
+                    } else if !self.repeats(&c) {
                         self.seen.push(c.clone());
                         out.push(Piece::Call(c));
                     }
@@ -275,6 +280,9 @@ impl ToolCallSplitter {
             }
             Reading::Calls { mut calls, .. } if calls.len() == 1 => {
                 let call = calls.remove(0);
+                if let Err(why) = arguments_fit(&self.specs, &call) {
+                    return Some(Piece::Invalid { error: why, raw });
+                }
                 self.seen.push(call.clone());
                 Some(Piece::Call(call))
             }
@@ -295,6 +303,35 @@ impl ToolCallSplitter {
             }
         }
     }
+}
+
+/// Whether `call`'s arguments are valid against its tool's whole schema (in `specs`, OpenAI's
+/// format). The call grammar holds most schemas whole, but loosens the keywords it cannot
+/// hold (`propertyNames`, `if`/`then`, …): this check is what keeps those calls valid. A
+/// schema the validator cannot read either (a remote `$ref`) is not checked.
+pub fn arguments_fit(specs: &[Value], call: &ToolCall) -> Result<(), String> {
+    let name = &call.function.name;
+    let Some(schema) = specs
+        .iter()
+        .map(|t| t.get("function").unwrap_or(t))
+        .find(|f| f.get("name").and_then(Value::as_str) == Some(name))
+        .and_then(|f| f.get("parameters"))
+        .filter(|p| p.is_object())
+    else {
+        return Ok(());
+    };
+    let Ok(validator) = jsonschema::validator_for(schema) else {
+        return Ok(());
+    };
+    let first = validator
+        .iter_errors(&call.function.arguments)
+        .next()
+        .map(|e| {
+            let at = e.instance_path().to_string();
+            let at = if at.is_empty() { "/".to_string() } else { at };
+            format!("the arguments of `{name}` do not fit its schema at {at}: {e}")
+        });
+    first.map_or(Ok(()), Err)
 }
 
 /// The parameters of `call` from the `from`-th on, as pieces of its arguments' JSON (written
@@ -589,6 +626,30 @@ mod tests {
         assert_eq!(text(&out), "{\"name\": \"rm\", \"arguments\": {}}");
         let out = run(&["{\"a\": 1} and more"]);
         assert_eq!(text(&out), "{\"a\": 1} and more");
+    }
+
+    #[test]
+    fn a_call_is_checked_against_its_tools_whole_schema() {
+        // `propertyNames` is what the grammar loosens: the finished call is checked here.
+        let specs = vec![json!({"type": "function", "function": {"name": "task",
+            "parameters": {"type": "object", "properties": {
+                "metadata": {"type": "object", "propertyNames": {"pattern": "^[a-z]+$"}}}}}})];
+        let mut s = ToolCallSplitter::new(specs.clone(), vec!["task".into()]);
+        let good = "<tool_call>\n{\"name\": \"task\", \"arguments\": {\"metadata\": {\"ok\": 1}}}\n</tool_call>";
+        assert!(matches!(&s.push(good)[..], [Piece::Call(_)]));
+        let mut s = ToolCallSplitter::new(specs.clone(), vec!["task".into()]);
+        let bad = "<tool_call>\n{\"name\": \"task\", \"arguments\": {\"metadata\": {\"Not OK\": 1}}}\n</tool_call>";
+        let out = s.push(bad);
+        assert!(
+            matches!(&out[..], [Piece::Invalid { error, raw }]
+                if error.contains("`task`") && error.contains("/metadata") && raw.contains("Not OK")),
+            "{out:?}"
+        );
+        // An untagged call, read at the end, is checked too.
+        let mut s = ToolCallSplitter::new(specs, vec!["task".into()]);
+        let mut out = s.push("{\"name\": \"task\", \"arguments\": {\"metadata\": {\"X\": 1}}}");
+        out.extend(s.finish());
+        assert!(matches!(&out[..], [Piece::Invalid { .. }]), "{out:?}");
     }
 
     #[test]

@@ -236,6 +236,48 @@ fn bad_tools_and_choices_are_refused() -> TestResult {
     Ok(())
 }
 
+/// Schemas as coding agents send them (Claude Code's TaskCreate has `propertyNames`) hold
+/// keywords llguidance does not implement: they are loosened, never refused, and the calls
+/// still name the tool with an object of arguments that keeps the keywords it can hold.
+#[test]
+fn keywords_the_grammar_cannot_hold_are_loosened_not_refused() -> TestResult {
+    let e = tiny()?;
+    let g = e.grammars()?;
+    let tools = [json!({"type": "function", "function": {
+        "name": "task",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "subject": {"type": "string", "maxLength": 8},
+                "metadata": {"type": "object", "propertyNames": {"pattern": "^[a-z]+$"}},
+                "when": {"type": "string", "format": "made-up-format"},
+                "kind": {"if": {"const": "a"}, "then": {"minLength": 1}}
+            },
+            "required": ["subject"],
+            "dependentSchemas": {"when": {"required": ["kind"]}}
+        }
+    }})];
+    for _ in 0..2 {
+        let c = g.tool_calls(&tools, &ToolChoice::Required)?;
+        for seed in 1..4 {
+            let (text, reason) = run(&e, c.clone(), seed)?;
+            let body = text
+                .split("<tool_call>")
+                .nth(1)
+                .and_then(|b| b.split("</tool_call>").next())
+                .ok_or(format!("no call: {text:?}"))?;
+            if reason == FinishReason::MaxTokens && !text.contains("</tool_call>") {
+                continue;
+            }
+            let call: Value = serde_json::from_str(body.trim())?;
+            assert_eq!(call["name"], json!("task"), "{text:?}");
+            let subject = call["arguments"]["subject"].as_str().ok_or("subject")?;
+            assert!(subject.chars().count() <= 8, "{text:?}");
+        }
+    }
+    Ok(())
+}
+
 #[test]
 fn on_the_real_vocabulary_the_tags_are_tokens() -> TestResult {
     let Some(tok) = common::real_tokenizer("qwen2.5")? else {

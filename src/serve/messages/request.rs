@@ -4,7 +4,7 @@
 
 use crate::serve::error::ApiError;
 use crate::serve::request::{
-    json_schema, offered_choice, tool_names, typed, ChatCall, RawSampling,
+    json_schema, note_once, offered_choice, tool_names, typed, ChatCall, RawSampling,
 };
 use hearth_engine::constraint::Constraint;
 use hearth_engine::{ChatMessage, SamplingParams, ToolCall, ToolChoice};
@@ -30,6 +30,8 @@ struct RawMessages {
     thinking: Option<Value>,
     #[serde(default)]
     output_config: Option<Value>,
+    #[serde(default)]
+    context_management: Option<Value>,
 }
 
 /// The request as a [`ChatCall`]. `count_only`: for `/v1/messages/count_tokens`, where
@@ -51,12 +53,28 @@ pub fn messages_call(
         return Err(ApiError::invalid("messages", "no messages"));
     }
     let mut messages = vec![];
-    if let Some(system) = system(raw.system.as_ref())? {
-        messages.push(ChatMessage::system(system));
-    }
+    // System text: `system`, then every `system`-role message of `messages` in order (Claude
+    // Code sends them there), joined where the templates take system text: first.
+    let mut systems: Vec<String> = system(raw.system.as_ref())?.into_iter().collect();
     let mut call_ids = HashSet::new();
     for (i, m) in raw.messages.iter().enumerate() {
+        if m.get("role").and_then(Value::as_str) == Some("system") {
+            systems.push(system_turn(i, m)?);
+            continue;
+        }
         turn(i, m, &mut call_ids, &mut messages)?;
+    }
+    if !systems.is_empty() {
+        messages.insert(0, ChatMessage::system(systems.join("\n\n")));
+    }
+    if raw
+        .context_management
+        .as_ref()
+        .is_some_and(|c| !c.is_null())
+    {
+        // Its edits clear old tool results and thinking to save the model's context; the
+        // whole conversation fits here or is refused by its length, so nothing is cleared.
+        tracing::debug!("messages: context_management ignored (no edits applied)");
     }
     // A last assistant turn of text is where the answer starts (Anthropic's prefill).
     let prefill = match messages.last() {
@@ -131,6 +149,24 @@ fn system(v: Option<&Value>) -> Result<Option<String>, ApiError> {
     }
 }
 
+/// A `system`-role message's text: a string or text blocks.
+fn system_turn(i: usize, m: &Value) -> Result<String, ApiError> {
+    let at = format!("messages[{i}].content");
+    match m.get("content") {
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(blocks)) => Ok(blocks
+            .iter()
+            .enumerate()
+            .map(|(j, b)| text_block(&format!("{at}[{j}]"), b))
+            .collect::<Result<Vec<_>, _>>()?
+            .join("\n")),
+        _ => Err(ApiError::invalid(
+            at,
+            "a system message's content is a string or a list of text blocks",
+        )),
+    }
+}
+
 /// A `{"type": "text", "text": …}` block's text.
 fn text_block(at: &str, b: &Value) -> Result<String, ApiError> {
     match (block_type(b), b.get("text").and_then(Value::as_str)) {
@@ -195,7 +231,7 @@ fn turn(
         }
         other => Err(ApiError::invalid(
             format!("{at}.role"),
-            format!("unknown role `{other}`; expected user or assistant (system goes in `system`)"),
+            format!("unknown role `{other}`; expected user, assistant or system"),
         )),
     }
 }
@@ -328,44 +364,50 @@ fn assistant_turn(
 }
 
 /// Anthropic's tools (`name`, `description`, `input_schema`) in the OpenAI function format
-/// the engine's templates and grammars read.
+/// the engine's templates and grammars read. Server tools (`web_search_…`, `code_execution_…`)
+/// run on Anthropic's side: none runs here, so they are left out (logged once), as a client
+/// that offers them also works without them.
 fn tools(tools: &[Value]) -> Result<Vec<Value>, ApiError> {
     tools
         .iter()
         .enumerate()
-        .map(|(i, t)| {
+        .filter_map(|(i, t)| {
             let at = format!("tools[{i}]");
-            let obj = t
-                .as_object()
-                .ok_or_else(|| ApiError::invalid(&at, "a tool must be a JSON object"))?;
+            let Some(obj) = t.as_object() else {
+                return Some(Err(ApiError::invalid(&at, "a tool must be a JSON object")));
+            };
             match obj.get("type").and_then(Value::as_str) {
-                None | Some("custom") => {}
+                None | Some("custom") => Some(custom_tool(&at, obj)),
                 Some(other) => {
-                    return Err(ApiError::unsupported(
-                        &format!("{at}.type"),
-                        format!("server tool `{other}` is not available here; only custom tools"),
-                    ))
+                    note_once(&format!(
+                        "messages: server tool `{other}` left out (none runs here)"
+                    ));
+                    None
                 }
             }
-            let mut function = Map::new();
-            for (from, to) in [
-                ("name", "name"),
-                ("description", "description"),
-                ("input_schema", "parameters"),
-            ] {
-                if let Some(v) = obj.get(from) {
-                    function.insert(to.into(), v.clone());
-                }
-            }
-            if !function.contains_key("parameters") {
-                return Err(ApiError::invalid(
-                    format!("{at}.input_schema"),
-                    "a tool needs an `input_schema`",
-                ));
-            }
-            Ok(json!({"type": "function", "function": function}))
         })
         .collect()
+}
+
+/// A custom tool in the OpenAI function format.
+fn custom_tool(at: &str, obj: &Map<String, Value>) -> Result<Value, ApiError> {
+    let mut function = Map::new();
+    for (from, to) in [
+        ("name", "name"),
+        ("description", "description"),
+        ("input_schema", "parameters"),
+    ] {
+        if let Some(v) = obj.get(from) {
+            function.insert(to.into(), v.clone());
+        }
+    }
+    if !function.contains_key("parameters") {
+        return Err(ApiError::invalid(
+            format!("{at}.input_schema"),
+            "a tool needs an `input_schema`",
+        ));
+    }
+    Ok(json!({"type": "function", "function": function}))
 }
 
 /// `tool_choice` (`auto`, `any`, `tool` with a `name`, `none`) and whether the answer may
@@ -494,6 +536,56 @@ mod tests {
     }
 
     #[test]
+    fn claude_codes_first_request_reads() -> Result<(), ApiError> {
+        let body = crate::serve::request::agent_request("claude-code.json");
+        let c = call(body)?;
+        // Its `system`-role message (after the user's) joins the system text, in order.
+        let roles: Vec<&str> = c.messages.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["system", "user"]);
+        let system = c.messages[0].content.as_deref().unwrap_or_default();
+        let (agent, types) = (
+            system.find("You are a Claude agent"),
+            system.find("Available agent types"),
+        );
+        assert!(
+            agent.is_some() && types.is_some() && agent < types,
+            "{system}"
+        );
+        assert_eq!(c.tools.len(), 24);
+        assert_eq!((c.enable_thinking, c.max_tokens), (Some(true), Some(32000)));
+        assert!(c.stream);
+        Ok(())
+    }
+
+    #[test]
+    fn system_messages_anywhere_and_server_tools_are_taken() -> Result<(), ApiError> {
+        let c = call(json!({"max_tokens": 8, "system": "One.",
+            "messages": [
+                {"role": "system", "content": [{"type": "text", "text": "Two.", "cache_control": {"type": "ephemeral"}}]},
+                {"role": "user", "content": "hi"},
+                {"role": "system", "content": "Three."}],
+            "tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": 5},
+                {"name": "f", "input_schema": {"type": "object"}, "cache_control": {"type": "ephemeral"}}],
+            "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+            "output_config": {"effort": "high"}, "thinking": {"type": "adaptive"},
+            "metadata": {"user_id": "u"}}))?;
+        assert_eq!(
+            c.messages[0].content.as_deref(),
+            Some("One.\n\nTwo.\n\nThree.")
+        );
+        assert_eq!(c.messages.len(), 2);
+        assert_eq!(c.tool_names, ["f"]);
+        assert_eq!(
+            param(
+                json!({"max_tokens": 5, "messages": [{"role": "user", "content": "hi"},
+                {"role": "system", "content": 7}]})
+            ),
+            Some("messages[1].content".into())
+        );
+        Ok(())
+    }
+
+    #[test]
     fn errors_name_the_field() {
         let user = json!({"role": "user", "content": "hi"});
         assert_eq!(
@@ -508,7 +600,7 @@ mod tests {
         )
         .is_ok());
         assert_eq!(
-            param(json!({"max_tokens": 5, "messages": [{"role": "system", "content": "x"}]})),
+            param(json!({"max_tokens": 5, "messages": [{"role": "critic", "content": "x"}]})),
             Some("messages[0].role".into())
         );
         assert_eq!(
@@ -545,11 +637,6 @@ mod tests {
             param(json!({"max_tokens": 5, "messages": [user],
                 "tools": [{"name": "bad name", "input_schema": {"type": "object"}}]})),
             Some("tools[0].name".into())
-        );
-        assert_eq!(
-            param(json!({"max_tokens": 5, "messages": [user],
-                "tools": [{"type": "web_search_20250305", "name": "web_search"}]})),
-            Some("tools[0].type".into())
         );
         assert_eq!(
             param(json!({"max_tokens": 5, "messages": [user], "tool_choice": {"type": "any"}})),

@@ -1,12 +1,16 @@
 //! An OpenAI Responses request read and checked: `input` (a string, or items: messages,
-//! `function_call`, `function_call_output`, `reasoning`), `instructions`, function `tools`,
-//! `tool_choice`, `text.format` and `reasoning`, turned into the call every API shares.
-//! Stateless: nothing is kept between requests, so `previous_response_id` is refused.
+//! `function_call`, `custom_tool_call`, their outputs, `reasoning`), `instructions`, `tools`
+//! (see [`super::tools`]), `tool_choice`, `text.format` and `reasoning`, turned into the call
+//! every API shares. Stateless: nothing is kept between requests, so `previous_response_id`
+//! is refused; `store: false` clients send the reasoning back as `encrypted_content`.
 
+use super::tools::{offered_tools, Offered};
 use crate::serve::error::ApiError;
 use crate::serve::request::{
-    json_schema, offered_choice, tool_names, typed, ChatCall, RawSampling,
+    effort_thinking, json_schema, note_once, offered_choice, tool_names, typed, ChatCall,
+    RawSampling,
 };
+use base64::Engine as _;
 use hearth_engine::constraint::Constraint;
 use hearth_engine::{ChatMessage, SamplingParams, ToolCall, ToolChoice};
 use serde::Deserialize;
@@ -39,13 +43,30 @@ struct RawResponses {
     parallel_tool_calls: Option<bool>,
 }
 
-/// The request as a [`ChatCall`], and its tools as the client sent them (echoed back in
-/// the response object).
+/// Where a reasoning item's `encrypted_content` is this server's: the reasoning, readable.
+const REASONING_MARK: &str = "hearth.";
+
+/// A reasoning text as the `encrypted_content` a `store: false` client sends back next turn.
+pub fn sealed_reasoning(text: &str) -> String {
+    format!(
+        "{REASONING_MARK}{}",
+        base64::engine::general_purpose::STANDARD.encode(text)
+    )
+}
+
+/// The reasoning in an `encrypted_content` this server gave out (another server's is opaque).
+fn unsealed_reasoning(sealed: &str) -> Option<String> {
+    let b64 = sealed.strip_prefix(REASONING_MARK)?;
+    let bytes = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
+    String::from_utf8(bytes).ok()
+}
+
+/// The request as a [`ChatCall`], and how its tools' calls go back to the client.
 pub fn responses_call(
     body: &Value,
     defaults: &SamplingParams,
     server_tools: &[String],
-) -> Result<ChatCall, ApiError> {
+) -> Result<(ChatCall, Offered), ApiError> {
     let raw: RawResponses = typed(body)?;
     let sampling: RawSampling = typed(body)?;
     if raw.previous_response_id.is_some() {
@@ -60,13 +81,14 @@ pub fn responses_call(
             "this server keeps no conversations: send the whole conversation in `input`",
         ));
     }
+    let (tools, offered) = offered_tools(raw.tools.as_deref().unwrap_or_default())?;
     let mut messages = vec![];
     if let Some(instructions) = raw.instructions.filter(|i| !i.is_empty()) {
         messages.push(ChatMessage::system(instructions));
     }
     match &raw.input {
         Value::String(s) => messages.push(ChatMessage::user(s.clone())),
-        Value::Array(items) => items_into(items, &mut messages)?,
+        Value::Array(items) => items_into(items, &offered, &mut messages)?,
         Value::Null => return Err(ApiError::invalid("input", "input is required")),
         _ => {
             return Err(ApiError::invalid(
@@ -75,10 +97,17 @@ pub fn responses_call(
             ))
         }
     }
+    // System and developer text goes first, where the templates take it.
+    let (systems, rest): (Vec<ChatMessage>, Vec<ChatMessage>) =
+        messages.into_iter().partition(|m| m.role == "system");
+    let mut messages = rest;
+    if !systems.is_empty() {
+        let text: Vec<String> = systems.into_iter().filter_map(|m| m.content).collect();
+        messages.insert(0, ChatMessage::system(text.join("\n\n")));
+    }
     if !messages.iter().any(|m| m.role == "user") {
         return Err(ApiError::invalid("input", "the input needs a user message"));
     }
-    let tools = tools(raw.tools.as_deref().unwrap_or_default())?;
     let names = tool_names(&tools).map_err(|mut e| {
         if let Some(p) = &mut e.param {
             *p = p.replacen(".function.", ".", 1);
@@ -87,9 +116,10 @@ pub fn responses_call(
     })?;
     let tool_choice = tool_choice(
         raw.tool_choice.as_ref(),
+        &offered,
         &[&names[..], server_tools].concat(),
     )?;
-    Ok(ChatCall {
+    let call = ChatCall {
         messages,
         tools,
         tool_names: names,
@@ -105,12 +135,17 @@ pub fn responses_call(
         response_format: format(raw.text.as_ref())?,
         parallel_tool_calls: raw.parallel_tool_calls.unwrap_or(true),
         prefill: None,
-    })
+    };
+    Ok((call, offered))
 }
 
 /// The input items as the engine's messages: consecutive `function_call` items join the
 /// assistant turn before them, a `reasoning` item goes with the assistant turn after it.
-fn items_into(items: &[Value], out: &mut Vec<ChatMessage>) -> Result<(), ApiError> {
+fn items_into(
+    items: &[Value],
+    offered: &Offered,
+    out: &mut Vec<ChatMessage>,
+) -> Result<(), ApiError> {
     let mut call_ids = HashSet::new();
     let mut reasoning: Option<String> = None;
     for (i, item) in items.iter().enumerate() {
@@ -144,10 +179,13 @@ fn items_into(items: &[Value], out: &mut Vec<ChatMessage>) -> Result<(), ApiErro
                 }
                 out.push(m);
             }
-            "function_call" => {
+            kind @ ("function_call" | "custom_tool_call") => {
                 let call_id = field("call_id")?;
-                let name = field("name")?;
+                let name = offered
+                    .engine_name(field("name")?, obj.get("namespace").and_then(Value::as_str));
                 let arguments = match obj.get("arguments") {
+                    // A custom tool's call carries text: its `input`.
+                    _ if kind == "custom_tool_call" => json!({"input": field("input")?}),
                     None | Some(Value::Null) => Value::Object(Map::new()),
                     Some(Value::String(s)) if s.trim().is_empty() => Value::Object(Map::new()),
                     Some(Value::String(s)) => serde_json::from_str(s).map_err(|e| {
@@ -161,7 +199,7 @@ fn items_into(items: &[Value], out: &mut Vec<ChatMessage>) -> Result<(), ApiErro
                     }
                 };
                 call_ids.insert(call_id.to_string());
-                let mut call = ToolCall::new(name, arguments);
+                let mut call = ToolCall::new(&name, arguments);
                 call.id = Some(call_id.to_string());
                 match out.last_mut() {
                     Some(m) if m.role == "assistant" => m.tool_calls.push(call),
@@ -174,7 +212,7 @@ fn items_into(items: &[Value], out: &mut Vec<ChatMessage>) -> Result<(), ApiErro
                     }
                 }
             }
-            "function_call_output" => {
+            "function_call_output" | "custom_tool_call_output" => {
                 let call_id = field("call_id")?;
                 if !call_ids.contains(call_id) {
                     return Err(ApiError::invalid(
@@ -190,7 +228,24 @@ fn items_into(items: &[Value], out: &mut Vec<ChatMessage>) -> Result<(), ApiErro
             }
             "reasoning" => {
                 let text = reasoning_text(&at, obj)?;
-                reasoning = Some(text);
+                reasoning = Some(text).filter(|t| !t.is_empty());
+            }
+            // What hosted tools did (none runs here: another server's turns), and context
+            // compacted on OpenAI's servers: nothing this model can read.
+            hosted @ ("web_search_call"
+            | "file_search_call"
+            | "image_generation_call"
+            | "code_interpreter_call"
+            | "computer_call"
+            | "computer_call_output"
+            | "local_shell_call"
+            | "local_shell_call_output"
+            | "mcp_list_tools"
+            | "mcp_approval_request"
+            | "mcp_approval_response"
+            | "compaction"
+            | "item_reference") => {
+                note_once(&format!("responses: `{hosted}` input items left out"));
             }
             other => {
                 return Err(ApiError::unsupported(
@@ -265,47 +320,26 @@ fn reasoning_text(at: &str, obj: &Map<String, Value>) -> Result<String, ApiError
         }
     };
     let content = texts("content")?;
-    Ok(if content.is_empty() {
-        texts("summary")?
-    } else {
-        content
+    if !content.is_empty() {
+        return Ok(content.join("\n"));
     }
-    .join("\n"))
+    if let Some(text) = obj
+        .get("encrypted_content")
+        .and_then(Value::as_str)
+        .and_then(unsealed_reasoning)
+    {
+        return Ok(text);
+    }
+    Ok(texts("summary")?.join("\n"))
 }
 
-/// Function tools (`{"type": "function", "name", "description", "parameters"}`) in the
-/// chat format the engine's templates and grammars read.
-fn tools(tools: &[Value]) -> Result<Vec<Value>, ApiError> {
-    tools
-        .iter()
-        .enumerate()
-        .map(|(i, t)| {
-            let at = format!("tools[{i}]");
-            let obj = t
-                .as_object()
-                .ok_or_else(|| ApiError::invalid(&at, "a tool must be a JSON object"))?;
-            match obj.get("type").and_then(Value::as_str) {
-                Some("function") => {}
-                other => {
-                    return Err(ApiError::unsupported(
-                        &format!("{at}.type"),
-                        format!("tool type {other:?} is not available here; only \"function\""),
-                    ))
-                }
-            }
-            let mut function = Map::new();
-            for key in ["name", "description", "parameters"] {
-                if let Some(v) = obj.get(key).filter(|v| !v.is_null()) {
-                    function.insert(key.into(), v.clone());
-                }
-            }
-            Ok(json!({"type": "function", "function": function}))
-        })
-        .collect()
-}
-
-/// `auto`, `none`, `required`, or `{"type": "function", "name": …}`.
-fn tool_choice(v: Option<&Value>, names: &[String]) -> Result<ToolChoice, ApiError> {
+/// `auto`, `none`, `required`, or `{"type": "function" | "custom", "name": …}` (with the
+/// function's `namespace` where it has one).
+fn tool_choice(
+    v: Option<&Value>,
+    offered: &Offered,
+    names: &[String],
+) -> Result<ToolChoice, ApiError> {
     let choice = match v {
         None | Some(Value::Null) => ToolChoice::Auto,
         Some(Value::String(s)) => match s.as_str() {
@@ -319,11 +353,16 @@ fn tool_choice(v: Option<&Value>, names: &[String]) -> Result<ToolChoice, ApiErr
                 ))
             }
         },
-        Some(Value::Object(o)) if o.get("type").and_then(Value::as_str) == Some("function") => {
+        Some(Value::Object(o))
+            if matches!(
+                o.get("type").and_then(Value::as_str),
+                Some("function" | "custom")
+            ) =>
+        {
             let name = o.get("name").and_then(Value::as_str).ok_or_else(|| {
                 ApiError::invalid("tool_choice.name", "a function choice needs its `name`")
             })?;
-            ToolChoice::Named(name.to_string())
+            ToolChoice::Named(offered.engine_name(name, o.get("namespace").and_then(Value::as_str)))
         }
         Some(_) => {
             return Err(ApiError::unsupported(
@@ -335,18 +374,13 @@ fn tool_choice(v: Option<&Value>, names: &[String]) -> Result<ToolChoice, ApiErr
     offered_choice(choice, names, "tool_choice.name")
 }
 
-/// `reasoning.effort`: `none` turns the model's thinking off, any other effort on.
+/// `reasoning.effort`: `none` turns the model's thinking off, any other effort on
+/// (`reasoning.summary` asks for summaries, which this server does not write: its reasoning
+/// items carry the reasoning itself).
 fn reasoning(v: Option<&Value>) -> Result<Option<bool>, ApiError> {
     match v.filter(|v| !v.is_null()).map(|r| r.get("effort")) {
         None | Some(None) | Some(Some(Value::Null)) => Ok(None),
-        Some(Some(Value::String(e))) => match e.as_str() {
-            "none" => Ok(Some(false)),
-            "minimal" | "low" | "medium" | "high" | "xhigh" => Ok(Some(true)),
-            other => Err(ApiError::invalid(
-                "reasoning.effort",
-                format!("`{other}`: expected none, minimal, low, medium or high"),
-            )),
-        },
+        Some(Some(Value::String(e))) => effort_thinking(Some(e), "reasoning.effort"),
         Some(Some(_)) => Err(ApiError::invalid("reasoning.effort", "must be a string")),
     }
 }
@@ -375,7 +409,7 @@ mod tests {
     use super::*;
 
     fn call(body: Value) -> Result<ChatCall, ApiError> {
-        responses_call(&body, &SamplingParams::default(), &[])
+        responses_call(&body, &SamplingParams::default(), &[]).map(|(c, _)| c)
     }
 
     fn param(body: Value) -> Option<String> {
@@ -415,6 +449,65 @@ mod tests {
     }
 
     #[test]
+    fn codexs_first_request_reads() -> Result<(), ApiError> {
+        let body = crate::serve::request::agent_request("codex.json");
+        let (c, offered) = responses_call(&body, &SamplingParams::default(), &[])?;
+        // Two developer messages become the system text; the hosted web_search is left out;
+        // the namespace's functions are offered under their own names.
+        let roles: Vec<&str> = c.messages.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["system", "user", "user"]);
+        assert!(c.tool_names.iter().any(|n| n == "exec_command"));
+        assert!(c.tool_names.iter().any(|n| n == "spawn_agent"));
+        assert!(!c.tool_names.iter().any(|n| n == "web_search"));
+        assert_eq!(
+            offered.dress("spawn_agent"),
+            super::super::tools::Dressed::Function {
+                name: "spawn_agent".into(),
+                namespace: Some("multi_agent_v1".into())
+            }
+        );
+        assert!(c.stream && c.parallel_tool_calls);
+        Ok(())
+    }
+
+    #[test]
+    fn namespaced_custom_and_sealed_items_come_back() -> Result<(), ApiError> {
+        let sealed = sealed_reasoning("think <b>");
+        let (c, _) = responses_call(
+            &json!({"input": [
+                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]},
+                {"type": "reasoning", "summary": [], "encrypted_content": sealed},
+                {"type": "function_call", "call_id": "c1", "namespace": "agents", "name": "spawn", "arguments": "{}"},
+                {"type": "custom_tool_call", "call_id": "c2", "name": "apply_patch", "input": "*** Begin Patch"},
+                {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+                {"type": "custom_tool_call_output", "call_id": "c2", "output": "done"},
+                {"type": "web_search_call", "status": "completed", "action": {"type": "search"}},
+                {"type": "reasoning", "summary": [], "encrypted_content": "gAAAA-someone-elses"},
+                {"role": "system", "content": "late"}],
+                "tools": [{"type": "namespace", "name": "agents", "description": "d", "tools": [
+                    {"type": "function", "name": "spawn", "parameters": {"type": "object"}}]},
+                    {"type": "custom", "name": "apply_patch", "description": "p"}],
+                "tool_choice": {"type": "function", "namespace": "agents", "name": "spawn"},
+                "include": ["reasoning.encrypted_content"], "store": false,
+                "prompt_cache_key": "k", "reasoning": {"effort": "xhigh", "summary": "auto"}}),
+            &SamplingParams::default(),
+            &[],
+        )?;
+        let roles: Vec<&str> = c.messages.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["system", "user", "assistant", "tool", "tool"]);
+        let a = &c.messages[2];
+        assert_eq!(a.reasoning_content.as_deref(), Some("think <b>"));
+        assert_eq!(a.tool_calls[0].function.name, "spawn");
+        assert_eq!(
+            a.tool_calls[1].function.arguments,
+            json!({"input": "*** Begin Patch"})
+        );
+        assert_eq!(c.tool_choice, ToolChoice::Named("spawn".into()));
+        assert_eq!(c.enable_thinking, Some(true));
+        Ok(())
+    }
+
+    #[test]
     fn errors_name_the_field() {
         assert_eq!(param(json!({"model": "m"})), Some("input".into()));
         assert_eq!(
@@ -436,10 +529,6 @@ mod tests {
         assert_eq!(
             param(json!({"input": [{"role": "wizard", "content": "x"}]})),
             Some("input[0].role".into())
-        );
-        assert_eq!(
-            param(json!({"input": "hi", "tools": [{"type": "web_search"}]})),
-            Some("tools[0].type".into())
         );
         assert_eq!(
             param(json!({"input": "hi", "tools": [{"type": "function", "name": "a b"}]})),

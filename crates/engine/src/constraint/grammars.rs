@@ -14,7 +14,7 @@ use crate::error::{EngineError, Result};
 use crate::tokenizer::Tokenizer;
 use llguidance::toktrie::TokEnv;
 use llguidance::{Matcher, ParserFactory};
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 /// Constraints kept compiled (an agent's tools come back every turn).
@@ -29,15 +29,24 @@ pub struct Grammars {
     /// the lexer's states, built lazily as masks need them (the first mask inside a bounded
     /// string or a tool's arguments costs milliseconds), are built once, not per request.
     compiled: Mutex<Vec<(String, Matcher)>>,
-    /// Tool-call schemas known to compile (checked once, not on every request that offers
-    /// the tool).
-    checked: Mutex<HashSet<String>>,
+    /// Tool-call schemas checked, and how each compiles (once, not on every request that
+    /// offers the tool).
+    checked: Mutex<HashMap<String, Fit>>,
     /// How the model writes tool calls.
     tool_format: ToolFormat,
 }
 
 /// Checked tool-call schemas remembered before the set starts over.
 const CHECKED: usize = 256;
+
+/// How much of a tool's schema the call grammar holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fit {
+    /// All of it.
+    Whole,
+    /// All but the keywords llguidance does not implement, which are ignored.
+    Lenient,
+}
 
 impl std::fmt::Debug for Grammars {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -58,7 +67,7 @@ impl Grammars {
             factory,
             env,
             compiled: Mutex::new(Vec::new()),
-            checked: Mutex::new(HashSet::new()),
+            checked: Mutex::new(HashMap::new()),
             tool_format: ToolFormat::Json,
         })
     }
@@ -102,37 +111,65 @@ impl Grammars {
 
     /// The constraint that keeps an answer's tool calls valid: calls of the offered `tools`
     /// (OpenAI's format) as `choice` allows, each with arguments valid against its tool's
-    /// schema; `None` where nothing needs constraining (`auto` with no tools). A tool whose
-    /// parameters llguidance cannot compile is refused (invalid `tools`, naming the tool
-    /// and why) rather than left unconstrained.
+    /// schema; `None` where nothing needs constraining (`auto` with no tools). Where the
+    /// grammar cannot hold a keyword of a schema (`propertyNames`, `if`/`then`, an unknown
+    /// `format`, …) that part admits any value of its declared type (llguidance's lenient
+    /// mode), logged once per schema; the finished call is then checked against the whole
+    /// schema by whoever reads it. A schema that does not compile even so (a `$ref` to
+    /// nothing) is refused: invalid `tools`, naming the tool and why.
     pub fn tool_calls(
         &self,
         tools: &[serde_json::Value],
         choice: &ToolChoice,
     ) -> Result<Option<Constraint>> {
-        let specs = ToolSpec::from_openai(tools)?;
-        for s in &specs {
-            let schema = s.call_schema(Layout::Dumps);
-            let key = schema.to_string();
-            if self.checked.lock().is_ok_and(|c| c.contains(&key)) {
-                continue;
-            }
-            self.factory
-                .create_parser(Constraint::JsonSchema(schema).grammar())
-                .map_err(|e| {
-                    EngineError::invalid(
-                        "tools",
-                        format!("tool `{}`: its parameters are not a schema constrained decoding supports: {e}", s.name),
-                    )
-                })?;
-            if let Ok(mut checked) = self.checked.lock() {
-                if checked.len() == CHECKED {
-                    checked.clear();
-                }
-                checked.insert(key);
-            }
+        let mut specs = ToolSpec::from_openai(tools)?;
+        for s in &mut specs {
+            s.lenient = self.fit(s)? == Fit::Lenient;
         }
         tool_call_grammar(&specs, choice, self.tag_style(), self.tool_format)
+    }
+
+    /// How much of `spec`'s schema a call grammar can hold, compiled once per schema.
+    fn fit(&self, spec: &ToolSpec) -> Result<Fit> {
+        let schema = spec.call_schema(Layout::Dumps);
+        let key = schema.to_string();
+        if let Some(fit) = self.checked.lock().ok().and_then(|c| c.get(&key).copied()) {
+            return Ok(fit);
+        }
+        let compiles = |spec: &ToolSpec| {
+            self.factory
+                .create_parser(Constraint::JsonSchema(spec.call_schema(Layout::Dumps)).grammar())
+                .map(|_| ())
+        };
+        let fit = match compiles(spec) {
+            Ok(()) => Fit::Whole,
+            Err(strict) => {
+                let lenient = ToolSpec {
+                    lenient: true,
+                    ..spec.clone()
+                };
+                compiles(&lenient).map_err(|e| {
+                    EngineError::invalid(
+                        "tools",
+                        format!("tool `{}`: its parameters are not a schema constrained decoding can hold: {e}", spec.name),
+                    )
+                })?;
+                tracing::warn!(
+                    "tool `{}`: its schema is loosened for constrained decoding ({strict}): \
+                     those parts take any value of their type, and each call is checked \
+                     against the whole schema",
+                    spec.name
+                );
+                Fit::Lenient
+            }
+        };
+        if let Ok(mut checked) = self.checked.lock() {
+            if checked.len() == CHECKED {
+                checked.clear();
+            }
+            checked.insert(key, fit);
+        }
+        Ok(fit)
     }
 
     /// A matcher for `constraint` at its start: a clone of the compiled one when it was

@@ -28,6 +28,10 @@ pub struct ToolSpec {
     pub name: String,
     /// JSON schema of its arguments.
     pub parameters: Value,
+    /// Keywords of the schema the grammar cannot hold are ignored (llguidance's lenient
+    /// mode): those parts admit any value of their declared type, and the finished call is
+    /// checked against the whole schema instead.
+    pub lenient: bool,
 }
 
 impl ToolSpec {
@@ -59,6 +63,7 @@ impl ToolSpec {
             specs.push(ToolSpec {
                 name: name.to_string(),
                 parameters,
+                lenient: false,
             });
         }
         Ok(specs)
@@ -98,16 +103,17 @@ impl ToolSpec {
         );
         schema.insert("required".into(), json!(["name", "arguments"]));
         schema.insert("additionalProperties".into(), json!(false));
-        schema.insert(
-            "x-guidance".into(),
-            match layout {
-                Layout::Dumps => json!({"whitespace_flexible": false,
-                    "item_separator": ", ", "key_separator": ": "}),
-                Layout::Free => json!({"whitespace_flexible": false,
-                    "whitespace_pattern": FREE_WHITESPACE, "item_separator": ",",
-                    "key_separator": ":"}),
-            },
-        );
+        let mut guidance = match layout {
+            Layout::Dumps => json!({"whitespace_flexible": false,
+                "item_separator": ", ", "key_separator": ": "}),
+            Layout::Free => json!({"whitespace_flexible": false,
+                "whitespace_pattern": FREE_WHITESPACE, "item_separator": ",",
+                "key_separator": ":"}),
+        };
+        if self.lenient {
+            guidance["lenient"] = json!(true);
+        }
+        schema.insert("x-guidance".into(), guidance);
         Value::Object(schema)
     }
 }

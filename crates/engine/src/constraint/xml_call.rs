@@ -44,7 +44,7 @@ fn push_call(g: &mut String, rule: &str, tool: &ToolSpec) {
         Some(props) => {
             for (i, (key, schema)) in props.iter().enumerate() {
                 let p = format!("{rule}_p{i}");
-                push_parameter(g, &p, key, schema, &defs(params));
+                push_parameter(g, &p, key, schema, &defs(params), tool.lenient);
                 seq.push(if required.contains(&key.as_str()) {
                     p
                 } else {
@@ -85,6 +85,7 @@ fn push_parameter(
     key: &str,
     schema: &Value,
     defs: &Map<String, Value>,
+    lenient: bool,
 ) {
     let open = literal(&format!("<parameter={key}>\n"));
     let end = "\"\\n</parameter>\\n\"";
@@ -103,7 +104,8 @@ fn push_parameter(
                 }
                 m.insert(
                     "x-guidance".into(),
-                    json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "}),
+                    json!({"whitespace_flexible": false, "item_separator": ", ",
+                        "key_separator": ": ", "lenient": lenient}),
                 );
             }
             format!("%json {s}")

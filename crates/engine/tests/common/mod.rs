@@ -202,6 +202,28 @@ pub fn api_python() -> Option<PathBuf> {
     )
 }
 
+/// The coding agents `scripts/fetch-coding-agents.sh` installs: `HEARTH_CODING_AGENTS`, else
+/// `$HEARTH_CACHE/coding-agents` (its `node_modules/.bin` holds claude, codex, qwen, opencode).
+pub fn coding_agents() -> Option<PathBuf> {
+    let dir = std::env::var_os("HEARTH_CODING_AGENTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache_dir().join("coding-agents"));
+    let bin = dir.join("node_modules/.bin");
+    match ["claude", "codex", "qwen", "opencode"]
+        .iter()
+        .find(|b| !bin.join(b).exists())
+    {
+        None => Some(dir),
+        Some(b) => {
+            missing(format!(
+                "{} is missing; run scripts/fetch-coding-agents.sh",
+                bin.join(b).display()
+            ));
+            None
+        }
+    }
+}
+
 /// A Python with Selenium, beside Debian's Chromium and ChromeDriver: `HEARTH_BROWSER_PYTHON`,
 /// else the virtual environment `scripts/fetch-browser.sh` makes (`$HEARTH_CACHE/venv-browser`).
 pub fn browser_python() -> Option<PathBuf> {
