@@ -7,8 +7,9 @@ LISTEN_PORT 0 picks a free port; the port is printed on stdout once listening. E
 is forwarded unchanged to 127.0.0.1:UPSTREAM_PORT and its answer streamed
 back; one JSON line per request goes to LOG.jsonl: method, path, status, the request body,
 when it started (`start`, Unix seconds), the seconds to its first streamed delta (`ttft`) and
-to its end (`seconds`), the answer's last `usage` object where it has one (`usage`), and for
-an error status the answer's body (`answer`). Used to record what the agents send
+to its end (`seconds`), the answer's last `usage` object where it has one (`usage`),
+`aborted` where the agent left before the answer ended, and for an error status the answer's
+body (`answer`). Used to record what the agents send
 (tests/data/coding-agents/) and by tests/coding_agents.rs to check every request was 2xx.
 """
 
@@ -71,6 +72,7 @@ class Proxy(BaseHTTPRequestHandler):
         self.end_headers()
         kept = b""
         ttft = None
+        aborted = False
         while True:
             chunk = r.read1(65536) if hasattr(r, "read1") else r.read(65536)
             if not chunk:
@@ -79,10 +81,20 @@ class Proxy(BaseHTTPRequestHandler):
                 ttft = time.time() - start
             # The answer is kept for its usage (a long one: its end, where usage comes).
             kept = (kept + chunk)[-(1 << 20):]
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-            self.wfile.flush()
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()
+            try:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                # The agent left (its own timeout): the server's answer is cut off with it.
+                aborted = True
+                up.close()
+                break
+        if not aborted:
+            try:
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                aborted = True
         try:
             parsed = json.loads(body) if body else None
         except ValueError:
@@ -98,6 +110,8 @@ class Proxy(BaseHTTPRequestHandler):
             "usage": last_usage(answer),
             "body": parsed,
         }
+        if aborted:
+            entry["aborted"] = True
         if r.status >= 400:
             entry["answer"] = answer[:65536]
         with lock, open(LOG, "a") as f:

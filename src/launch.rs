@@ -72,15 +72,22 @@ impl Agent {
                     .env("ANTHROPIC_DEFAULT_HAIKU_MODEL", model)
                     .env("ANTHROPIC_DEFAULT_SONNET_MODEL", model)
                     .env("ANTHROPIC_DEFAULT_OPUS_MODEL", model)
+                    // A long prompt's prefill on a CPU takes minutes before the first
+                    // event: Claude Code gives up on a stream quiet for 5 minutes (pings do
+                    // not count) and on a request after 10.
+                    .env("CLAUDE_STREAM_IDLE_TIMEOUT_MS", LONG_WAIT_MS)
+                    .env("API_TIMEOUT_MS", LONG_WAIT_MS)
                     // Offline: no telemetry, update checks or other traffic to Anthropic.
                     .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
                     .env("DISABLE_TELEMETRY", "1")
                     .env("DISABLE_AUTOUPDATER", "1");
             }
             Agent::Codex => {
+                // Codex gives up on a stream quiet for 5 minutes: a long prefill is longer.
                 let provider = format!(
                     "model_providers.hearth={{name=\"hearth\",base_url=\"{url}/v1\",\
-                     wire_api=\"responses\",env_key=\"HEARTH_AGENT_KEY\"}}"
+                     wire_api=\"responses\",env_key=\"HEARTH_AGENT_KEY\",\
+                     stream_idle_timeout_ms={LONG_WAIT_MS}}}"
                 );
                 c.env("HEARTH_AGENT_KEY", key)
                     .args(["-c", &provider, "-c", "model_provider=\"hearth\""])
@@ -108,6 +115,10 @@ impl Agent {
         c
     }
 }
+
+/// How long an agent waits on the server before it gives up (an hour, in milliseconds): the
+/// agents' defaults are made for hosted models, whose first token comes in seconds.
+const LONG_WAIT_MS: &str = "3600000";
 
 /// `s` as a TOML string (a model name may hold `/` or `:`).
 fn toml_string(s: &str) -> String {
@@ -257,11 +268,16 @@ mod tests {
         let c = Agent::Claude.command(p, url, model, key);
         assert_eq!(env(&c, "ANTHROPIC_BASE_URL").as_deref(), Some(url));
         assert_eq!(env(&c, "ANTHROPIC_MODEL").as_deref(), Some(model));
+        assert_eq!(
+            env(&c, "CLAUDE_STREAM_IDLE_TIMEOUT_MS").as_deref(),
+            Some(LONG_WAIT_MS)
+        );
         let c = Agent::Codex.command(p, url, model, key);
         let a = args(&c).join(" ");
         assert!(a.contains("base_url=\"http://127.0.0.1:9/v1\""), "{a}");
         assert!(a.contains("wire_api=\"responses\""), "{a}");
         assert!(a.contains("model=\"qwen/coder\""), "{a}");
+        assert!(a.contains("stream_idle_timeout_ms=3600000"), "{a}");
         assert_eq!(env(&c, "HEARTH_AGENT_KEY").as_deref(), Some(key));
         let c = Agent::Opencode.command(p, url, model, key);
         let config: serde_json::Value =

@@ -12,15 +12,7 @@ fn the_official_clients_work_against_hearth_serve() -> Result<(), Box<dyn std::e
     let (Some(model), Some(python)) = (common::real_gguf(), common::api_python()) else {
         return Ok(());
     };
-    let server = common::Served::start(&[
-        "--model",
-        model.to_str().ok_or("model path")?,
-        "--device",
-        "cpu",
-        "--api-key",
-        "test-key",
-        "-q",
-    ])?;
+    let server = common::Served::on_cpu(&model, &["--api-key", "test-key", "-q"])?;
     let addr = &server.addr;
     let scripts = [
         ("openai_client.py", "/v1"),

@@ -299,7 +299,10 @@ fn open(app: &App, call: &ChatCall) -> Result<(ChatStream, ToolCallSplitter), Ap
         .chat(ChatRequest {
             messages: call.messages.clone(),
             tools: offered.then(|| call.tools.clone()),
-            max_tokens: call.max_tokens.unwrap_or(info.max_positions),
+            max_tokens: call
+                .max_tokens
+                .unwrap_or(info.max_positions)
+                .min(app.max_tokens.unwrap_or(usize::MAX)),
             sampling: Some(call.sampling.clone()),
             stop: Some(stop),
             enable_thinking: call.enable_thinking,
@@ -349,7 +352,17 @@ fn constraint(app: &App, call: &ChatCall) -> Result<Option<Constraint>, ApiError
 pub trait Shape: Send + 'static {
     fn start(&mut self) -> Vec<serde_json::Value>;
     fn take(&mut self, part: Part) -> Vec<serde_json::Value>;
+    /// Events that say the answer is still coming, sent after [`IDLE`] without one (a long
+    /// prompt's prefill takes minutes on a CPU): clients that abort a stream whose events stop
+    /// for a while (Codex after 5 minutes) see one, where a comment line that keeps the
+    /// connection open is no event to them.
+    fn idle(&mut self) -> Vec<serde_json::Value> {
+        vec![]
+    }
 }
+
+/// How long a streamed answer goes without an event before [`Shape::idle`]'s are sent.
+pub const IDLE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Reads the whole answer into `shape`; its summary, or why it failed.
 pub async fn read_whole<S: Shape>(shape: &mut S, mut answer: Answer) -> Result<Summary, ApiError> {
@@ -377,9 +390,20 @@ pub fn stream_events<S: Shape>(mut shape: S, mut answer: Answer) -> axum::respon
             return;
         }
         loop {
-            let part = tokio::select! {
-                _ = tx.closed() => return,
-                p = answer.next() => p,
+            let part = {
+                let next = answer.next();
+                tokio::pin!(next);
+                loop {
+                    tokio::select! {
+                        _ = tx.closed() => return,
+                        p = &mut next => break p,
+                        _ = tokio::time::sleep(IDLE) => {
+                            if super::send_all(&tx, shape.idle()).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
             };
             let Some(part) = part else { return };
             let last = matches!(part, Part::Done(_) | Part::Failed(_));

@@ -182,6 +182,11 @@ impl Message {
 }
 
 impl Shape for Message {
+    /// Anthropic's own keep-alive event.
+    fn idle(&mut self) -> Vec<Value> {
+        vec![json!({"type": "ping"})]
+    }
+
     fn start(&mut self) -> Vec<Value> {
         let start = json!({"type": "message_start", "message": {
             "id": self.id, "type": "message", "role": "assistant", "model": self.model,

@@ -81,6 +81,10 @@ pub struct ServeArgs {
     /// model writes is parsed as it comes; for comparisons). `required` is then not enforced.
     #[arg(long)]
     pub free_tool_calls: bool,
+    /// The most tokens one answer may generate, whatever the request asks (llama.cpp's
+    /// `--n-predict`): agents ask for 8-32K, which a slow machine spends minutes on.
+    #[arg(long, value_name = "N")]
+    pub max_tokens: Option<usize>,
 }
 
 /// What every handler shares.
@@ -98,6 +102,8 @@ pub struct App {
     pub created: u64,
     /// Tool calls decoded under the tool-call grammar.
     pub constrain_tools: bool,
+    /// `--max-tokens`: the cap on every answer's length.
+    pub max_tokens: Option<usize>,
     pub metrics: metrics::Metrics,
     /// The MCP servers' tools (`--mcp`), run by the server.
     pub mcp: Option<hearth_agent::ToolRegistry>,
@@ -131,6 +137,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 "invalid --cors `{origin}`: an origin such as http://localhost:3000, or *"
             );
         }
+    }
+    if let Some(n) = args.max_tokens {
+        crate::model_args::check_max_tokens(n)?;
     }
     let mut opts = args.model.load_options()?;
     opts.scheduler.max_waiting = args.max_queue;
@@ -168,6 +177,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         body_limit: args.max_body_mb.saturating_mul(1 << 20),
         created: unix_now(),
         constrain_tools: !args.free_tool_calls,
+        max_tokens: args.max_tokens,
         metrics: metrics::Metrics::new(),
         mcp,
     });

@@ -343,6 +343,13 @@ impl Output {
 }
 
 impl Shape for Output {
+    /// The API has no keep-alive event: `response.in_progress` again, which says what is
+    /// so (clients take it as a no-op).
+    fn idle(&mut self) -> Vec<Value> {
+        let snapshot = self.object("in_progress", None, Value::Null);
+        vec![self.event("response.in_progress", json!({"response": snapshot}))]
+    }
+
     fn start(&mut self) -> Vec<Value> {
         let snapshot = self.object("in_progress", None, Value::Null);
         vec![

@@ -43,6 +43,17 @@ impl Served {
     }
 }
 
+impl Served {
+    /// `hearth serve` on the CPU with `model`, and `extra` arguments.
+    pub fn on_cpu(
+        model: &std::path::Path,
+        extra: &[&str],
+    ) -> Result<Self, Box<dyn std::error::Error>> {
+        let model = model.to_str().ok_or("model path")?;
+        Self::start(&[&["--model", model, "--device", "cpu"][..], extra].concat())
+    }
+}
+
 impl Drop for Served {
     fn drop(&mut self) {
         let _ = self.child.kill();
