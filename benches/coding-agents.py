@@ -61,15 +61,19 @@ def sends_tool_result(body):
 
 
 def run_agent(hearth, agents, upstream, agent, turns, limit):
-    work = Path(tempfile.mkdtemp(prefix=f"hearth-{agent}-"))
+    work = Path(tempfile.mkdtemp(prefix=f"hearth-{agent}-")) / "project"
+    work.mkdir()
     home = Path(tempfile.mkdtemp(prefix=f"hearth-{agent}-home-"))
     log = home / "requests.jsonl"
     proxy = subprocess.Popen([sys.executable, ROOT / "scripts/agent-proxy.py", "0", upstream, log],
                              stdout=subprocess.PIPE, text=True)
     port = proxy.stdout.readline().strip()
-    env = dict(os.environ, HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"),
+    env = dict(os.environ, PWD=str(work), HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"),
                XDG_DATA_HOME=str(home / ".local/share"), XDG_STATE_HOME=str(home / ".local/state"),
                HEARTH_CODING_AGENTS=str(agents), IS_SANDBOX="1", NO_COLOR="1")
+    if agent == "opencode":  # `opencode run` refuses what would need asking
+        (work / "opencode.json").write_text(
+            '{"permission": {"edit": "allow", "bash": "allow", "external_directory": "allow"}}')
     start = time.time()
     try:
         out = subprocess.run([hearth, "launch", agent, "--url", f"http://127.0.0.1:{port}", "--model", "qwen",

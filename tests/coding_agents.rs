@@ -65,7 +65,11 @@ fn run_agent(
     agent: &str,
     args: &[&str],
 ) -> Result<Run, Box<dyn std::error::Error>> {
-    let work = tempfile::tempdir()?;
+    // The agent works in a folder of its own inside a temporary one: what a small model
+    // writes beside it (`../hello.py`) goes away with it too.
+    let scratch = tempfile::tempdir()?;
+    let work = scratch.path().join("project");
+    std::fs::create_dir(&work)?;
     let home = tempfile::tempdir()?;
     let log = home.path().join("requests.jsonl");
     let (port, _proxy) = proxy(upstream, &log)?;
@@ -73,7 +77,7 @@ fn run_agent(
         // `opencode run` refuses what would need asking; the test grants it, as
         // `--dangerously-skip-permissions` does for Claude Code.
         std::fs::write(
-            work.path().join("opencode.json"),
+            work.join("opencode.json"),
             r#"{"permission": {"edit": "allow", "bash": "allow", "external_directory": "allow"}}"#,
         )?;
     }
@@ -85,7 +89,9 @@ fn run_agent(
             .arg(format!("http://127.0.0.1:{port}"))
             .args(["--model", "qwen2.5-coder", "--"])
             .args(args)
-            .current_dir(work.path())
+            .current_dir(&work)
+            // OpenCode takes its folder from PWD, not from where it was started.
+            .env("PWD", &work)
             // The agents' settings, sessions and logs stay in a home of their own.
             .env("HOME", home.path())
             .env("XDG_CONFIG_HOME", home.path().join(".config"))
