@@ -695,6 +695,7 @@ mod tests {
             ("qwen-code.json", 15),
             ("opencode.json", 10),
             ("opencode-title.json", 0),
+            ("opencode-turn3.json", 10),
         ] {
             let c = call(agent_request(name))?;
             assert_eq!(c.messages[0].role, "system", "{name}");

@@ -554,6 +554,16 @@ mod tests {
         assert_eq!(c.tools.len(), 24);
         assert_eq!((c.enable_thinking, c.max_tokens), (Some(true), Some(32000)));
         assert!(c.stream);
+        // Its third turn: two Write calls and their results (one with `cache_control`).
+        let c = call(crate::serve::request::agent_request(
+            "claude-code-turn3.json",
+        ))?;
+        let roles: Vec<&str> = c.messages.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(
+            roles,
+            ["system", "user", "assistant", "tool", "assistant", "tool"]
+        );
+        assert_eq!(c.messages[2].tool_calls[0].function.name, "Write");
         Ok(())
     }
 

@@ -467,6 +467,23 @@ mod tests {
             }
         );
         assert!(c.stream && c.parallel_tool_calls);
+        // Its third turn: two exec_command calls and their outputs.
+        let body = crate::serve::request::agent_request("codex-turn3.json");
+        let (c, _) = responses_call(&body, &SamplingParams::default(), &[])?;
+        let roles: Vec<&str> = c.messages.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(
+            roles,
+            [
+                "system",
+                "user",
+                "user",
+                "assistant",
+                "tool",
+                "assistant",
+                "tool"
+            ]
+        );
+        assert_eq!(c.messages[3].tool_calls[0].function.name, "exec_command");
         Ok(())
     }
 
