@@ -626,6 +626,20 @@ pub fn offered_choice(
     Ok(choice)
 }
 
+/// The conversation with its system text first: every system message's text, in order,
+/// joined into one leading message, where the templates take system text (Qwen3.5's refuses a
+/// system message anywhere else). Agents send them among the turns (Claude Code's `system`
+/// role, Codex's `developer` input).
+pub fn system_first(messages: Vec<ChatMessage>) -> Vec<ChatMessage> {
+    let (systems, mut rest): (Vec<ChatMessage>, Vec<ChatMessage>) =
+        messages.into_iter().partition(|m| m.role == "system");
+    if !systems.is_empty() {
+        let text: Vec<String> = systems.into_iter().filter_map(|m| m.content).collect();
+        rest.insert(0, ChatMessage::system(text.join("\n\n")));
+    }
+    rest
+}
+
 /// A reasoning effort (`reasoning_effort`, `reasoning.effort`) as the model's thinking switch:
 /// `none` turns it off, any other effort on (the model has no finer setting).
 pub fn effort_thinking(effort: Option<&str>, at: &str) -> Result<Option<bool>, ApiError> {

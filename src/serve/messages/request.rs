@@ -4,7 +4,7 @@
 
 use crate::serve::error::ApiError;
 use crate::serve::request::{
-    json_schema, note_once, offered_choice, tool_names, typed, ChatCall, RawSampling,
+    json_schema, note_once, offered_choice, system_first, tool_names, typed, ChatCall, RawSampling,
 };
 use hearth_engine::constraint::Constraint;
 use hearth_engine::{ChatMessage, SamplingParams, ToolCall, ToolChoice};
@@ -53,20 +53,14 @@ pub fn messages_call(
         return Err(ApiError::invalid("messages", "no messages"));
     }
     let mut messages = vec![];
-    // System text: `system`, then every `system`-role message of `messages` in order (Claude
-    // Code sends them there), joined where the templates take system text: first.
-    let mut systems: Vec<String> = system(raw.system.as_ref())?.into_iter().collect();
+    if let Some(system) = system(raw.system.as_ref())? {
+        messages.push(ChatMessage::system(system));
+    }
     let mut call_ids = HashSet::new();
     for (i, m) in raw.messages.iter().enumerate() {
-        if m.get("role").and_then(Value::as_str) == Some("system") {
-            systems.push(system_turn(i, m)?);
-            continue;
-        }
         turn(i, m, &mut call_ids, &mut messages)?;
     }
-    if !systems.is_empty() {
-        messages.insert(0, ChatMessage::system(systems.join("\n\n")));
-    }
+    let mut messages = system_first(messages);
     if raw
         .context_management
         .as_ref()
@@ -149,12 +143,12 @@ fn system(v: Option<&Value>) -> Result<Option<String>, ApiError> {
     }
 }
 
-/// A `system`-role message's text: a string or text blocks.
-fn system_turn(i: usize, m: &Value) -> Result<String, ApiError> {
-    let at = format!("messages[{i}].content");
-    match m.get("content") {
-        Some(Value::String(s)) => Ok(s.clone()),
-        Some(Value::Array(blocks)) => Ok(blocks
+/// A `system`-role message's text (its `content` at `at`): a string or text blocks.
+fn system_turn(at: &str, content: &Value) -> Result<String, ApiError> {
+    let at = format!("{at}.content");
+    match content {
+        Value::String(s) => Ok(s.clone()),
+        Value::Array(blocks) => Ok(blocks
             .iter()
             .enumerate()
             .map(|(j, b)| text_block(&format!("{at}[{j}]"), b))
@@ -224,6 +218,11 @@ fn turn(
         }
     };
     match role {
+        // Claude Code sends system text among the turns: it goes first (`system_first`).
+        "system" => {
+            out.push(ChatMessage::system(system_turn(&at, content)?));
+            Ok(())
+        }
         "user" => user_turn(&at, &blocks, call_ids, out),
         "assistant" => {
             out.push(assistant_turn(&at, &blocks, call_ids)?);

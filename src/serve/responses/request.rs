@@ -7,8 +7,8 @@
 use super::tools::{offered_tools, Offered};
 use crate::serve::error::ApiError;
 use crate::serve::request::{
-    effort_thinking, json_schema, note_once, offered_choice, tool_names, typed, ChatCall,
-    RawSampling,
+    effort_thinking, json_schema, note_once, offered_choice, system_first, tool_names, typed,
+    ChatCall, RawSampling,
 };
 use base64::Engine as _;
 use hearth_engine::constraint::Constraint;
@@ -97,14 +97,7 @@ pub fn responses_call(
             ))
         }
     }
-    // System and developer text goes first, where the templates take it.
-    let (systems, rest): (Vec<ChatMessage>, Vec<ChatMessage>) =
-        messages.into_iter().partition(|m| m.role == "system");
-    let mut messages = rest;
-    if !systems.is_empty() {
-        let text: Vec<String> = systems.into_iter().filter_map(|m| m.content).collect();
-        messages.insert(0, ChatMessage::system(text.join("\n\n")));
-    }
+    let messages = system_first(messages);
     if !messages.iter().any(|m| m.role == "user") {
         return Err(ApiError::invalid("input", "the input needs a user message"));
     }
