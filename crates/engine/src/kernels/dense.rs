@@ -128,7 +128,7 @@ fn block_portable(x: &[f32], m: usize, k: usize, w: WeightRows<'_>, out: &Output
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::*;
-    use crate::kernels::avx2::hsum;
+    use crate::kernels::x86::avx2::hsum;
     use std::arch::x86_64::*;
 
     /// How far ahead of the weights being read the kernels ask for cache lines.

@@ -3,13 +3,15 @@
 //!
 //! - [`blocks`]: GGUF block formats and the 8-bit activation rows, shared by every ISA's file;
 //!   [`quantize`]: activations quantised to Q8_K at a level.
-//! - `portable`, `neon`, `avx2`, `avx512`: weight rows' dot products, one file per
-//!   instruction set.
+//! - `portable`, `x86/avx2`, `x86/avx512`, `arm/neon`: weight rows' dot products, one file per
+//!   instruction set, in a folder per architecture.
 //! - [`tiles`]: Q4_0/Q5_0/Q8_0/Q4_1/Q5_1 in 16-row tiles and their AVX-512 VNNI and AVX2
 //!   kernels; `tiles_q4k` (Q4_K and Q5_K), `tiles_q6k`: the K-quants'; `tile_layout`: what
 //!   they share (the tile's height, prefetching, the row-group driver).
 //! - [`quant_matmul`]: which kernel each block type takes at a level, and the parallel driver.
-//! - `dense`: f32/bf16/f16 weights; `attention`: attention, rotary embedding, SwiGLU.
+//! - `dense`: f32/bf16/f16 weights.
+//! - `ops/`: the operations beside the products: `attention` (with rotary embedding and
+//!   SwiGLU) and `delta_rule` (the hybrids' Gated DeltaNet).
 
 /// Compiles `$body` (an `#[inline(always)]` function) for AVX-512 and AVX2 and calls the best
 /// this CPU runs.
@@ -43,17 +45,12 @@ macro_rules! simd_dispatch {
     };
 }
 
-pub(crate) mod attention;
-#[cfg(target_arch = "x86_64")]
-mod avx2;
-#[cfg(target_arch = "x86_64")]
-mod avx512;
+#[cfg(target_arch = "aarch64")]
+mod arm;
 pub mod blocks;
 pub mod cpu;
-pub(crate) mod delta_rule;
 pub(crate) mod dense;
-#[cfg(target_arch = "aarch64")]
-mod neon;
+pub(crate) mod ops;
 mod portable;
 pub mod quant_matmul;
 pub mod quantize;
@@ -61,6 +58,8 @@ mod tile_layout;
 pub mod tiles;
 mod tiles_q4k;
 mod tiles_q6k;
+#[cfg(target_arch = "x86_64")]
+mod x86;
 
 pub use blocks::{BlockType, Q8Row};
 pub use cpu::{CpuLevel, CpuLevelError};

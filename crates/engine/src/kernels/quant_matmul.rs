@@ -23,7 +23,7 @@ use super::quantize::quantize_q8_k;
 use super::tile_layout::in_groups;
 use super::tiles::{self, TileMatrix};
 #[cfg(target_arch = "x86_64")]
-use super::{avx2, avx512};
+use super::x86::{avx2, avx512};
 use rayon::prelude::*;
 
 /// Activation rows per pass of a task's weight rows.
@@ -112,7 +112,7 @@ pub(crate) fn dot_at(level: CpuLevel, t: BlockType) -> (CpuLevel, DotFn) {
     }
     #[cfg(target_arch = "aarch64")]
     if level.min(cpu::detected()) >= CpuLevel::Neon {
-        use super::neon::dot_row;
+        use super::arm::neon::dot_row;
         // SAFETY: NEON and the dot-product extension were detected.
         return (CpuLevel::Neon, per_type!(t, DotFn, |w, x| dot_row));
     }
@@ -128,7 +128,7 @@ pub(crate) fn rows_at(level: CpuLevel, t: BlockType) -> Option<RowsFn> {
         CpuLevel::Portable => Some(per_type!(t, RowsFn, |w, r, xs, o| portable_rows)),
         #[cfg(target_arch = "aarch64")]
         CpuLevel::Neon => {
-            use super::neon::rows;
+            use super::arm::neon::rows;
             // SAFETY: `dot_at` returned a NEON kernel: NEON and dotprod were detected.
             Some(per_type!(t, RowsFn, |w, r, xs, o| rows))
         }

@@ -4,7 +4,7 @@
 use super::blocks::{Q8Row, QK_K};
 use super::cpu::{self, CpuLevel};
 #[cfg(target_arch = "x86_64")]
-use super::{avx2, avx512};
+use super::x86::{avx2, avx512};
 
 /// Q8_K: per 256 values, the value of largest magnitude maps to -127, scale kept in f32; at the
 /// active level, which every level gives bit for bit.

@@ -5,7 +5,7 @@
 use super::rotary::Rotary;
 use crate::cache::kv::KvCache;
 use crate::error::Result;
-use crate::kernels::attention::{attend, rotate, Cached, Heads};
+use crate::kernels::ops::attention::{attend, rotate, Cached, Heads};
 use crate::load::config::QwenConfig;
 use crate::load::weights::WeightSource;
 use crate::model::linear::Linear;
@@ -215,7 +215,7 @@ impl Attention {
             .reshape((b, len, h * d))
     }
 
-    /// The same on the CPU in f32 ([`crate::kernels::attention`]): q, k and v stay in the fused
+    /// The same on the CPU in f32 ([`crate::kernels::ops::attention`]): q, k and v stay in the fused
     /// projection's rows, only the new keys and values are copied (into the cache). `lens[i]`
     /// consecutive rows are the next positions of `caches[i]`.
     fn attend_cpu(

@@ -17,7 +17,7 @@
 use crate::cache::kv::KvCache;
 use crate::cache::recurrent::LayerState;
 use crate::error::Result;
-use crate::kernels::delta_rule::{conv_silu, delta_step};
+use crate::kernels::ops::delta_rule::{conv_silu, delta_step};
 use crate::load::config::LinearAttentionConfig;
 use crate::load::weights::WeightSource;
 use crate::model::linear::Linear;

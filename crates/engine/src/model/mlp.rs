@@ -1,7 +1,7 @@
 //! The SwiGLU feed-forward block, with gate and up projections fused into one matrix so the
 //! input is read once.
 
-use crate::kernels::attention::silu_mul;
+use crate::kernels::ops::attention::silu_mul;
 use crate::load::weights::WeightSource;
 use crate::model::linear::with_cpu_f32;
 use crate::model::linear::Linear;

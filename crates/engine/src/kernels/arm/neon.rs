@@ -4,8 +4,8 @@
 //! widening multiplies. Integer sums are exact, so every result equals the portable level's
 //! bit for bit, and the kernel tests compare them so.
 
-use super::blocks::Q8Row;
-use super::portable::{self, Block, IntDot};
+use crate::kernels::blocks::Q8Row;
+use crate::kernels::portable::{self, Block, IntDot};
 use std::arch::aarch64::*;
 use std::arch::asm;
 

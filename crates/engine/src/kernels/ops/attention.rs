@@ -13,8 +13,8 @@
 //! is compiled for AVX-512 and AVX2, run at the level [`super::cpu`] chose.
 
 #[cfg(target_arch = "x86_64")]
-use super::cpu::CpuLevel;
-use super::dense::SharedOut;
+use crate::kernels::cpu::CpuLevel;
+use crate::kernels::dense::SharedOut;
 use rayon::prelude::*;
 use std::ops::Range;
 
@@ -100,13 +100,13 @@ pub fn attend(
     v: Cached<'_>,
     heads: Heads,
 ) -> Vec<f32> {
-    attend_at(super::cpu::active(), q, q_width, len, offset, k, v, heads)
+    attend_at(crate::kernels::cpu::active(), q, q_width, len, offset, k, v, heads)
 }
 
 /// [`attend`] at `level` (one this CPU runs).
 #[allow(clippy::too_many_arguments)]
 fn attend_at(
-    level: super::cpu::CpuLevel,
+    level: crate::kernels::cpu::CpuLevel,
     q: &[f32],
     q_width: usize,
     len: usize,
@@ -156,7 +156,7 @@ struct Task<'a> {
 /// in AVX2 (the compiler vectorises [`dot`] in 128-bit halves with shuffles), at AVX-512 two
 /// query rows at a time in 512-bit vectors.
 fn attend_block(
-    level: super::cpu::CpuLevel,
+    level: crate::kernels::cpu::CpuLevel,
     task: &Task<'_>,
     scratch: &mut Vec<f32>,
     dst: &SharedOut,
@@ -654,8 +654,8 @@ mod tests {
                     .map(|x| x.to_bits())
                     .collect::<Vec<_>>()
             };
-            let portable = at(super::super::cpu::CpuLevel::Portable);
-            for level in super::super::cpu::runnable() {
+            let portable = at(crate::kernels::cpu::CpuLevel::Portable);
+            for level in crate::kernels::cpu::runnable() {
                 assert_eq!(at(level), portable, "{level}, dim {dim}, {offset}+{len}");
             }
         }

@@ -3,7 +3,7 @@
 //! The `_rows` kernels take one weight row against up to four activation rows per pass,
 //! widening each block once, and give each row exactly what its one-row kernel gives.
 
-use super::blocks::*;
+use crate::kernels::blocks::*;
 use std::arch::x86_64::*;
 
 #[inline]

@@ -4,7 +4,7 @@
 //! activations' block sums is subtracted at the end; Q5_0's fifth bits come straight from a
 //! mask register.
 
-use super::blocks::*;
+use crate::kernels::blocks::*;
 use std::arch::x86_64::*;
 
 /// `Σ d_w·d_x·dot(u, y)` over a row of blocks minus `offset·Σ d_w·d_x·Σy`, where
