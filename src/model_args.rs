@@ -2,7 +2,8 @@
 
 use anyhow::bail;
 use hearth_engine::{
-    DTypeSpec, DeviceSpec, HubOptions, LoadOptions, LoadProgress, SamplingParams, SchedulerOptions,
+    CacheType, CacheTypes, DTypeSpec, DeviceSpec, HubOptions, LoadOptions, LoadProgress,
+    SamplingParams, SchedulerOptions, YarnOptions,
 };
 
 #[derive(clap::Args, Debug, Clone)]
@@ -54,6 +55,29 @@ pub struct ModelArgs {
     /// one, drafts fill the rest (default 64 on the CPU, 256 on a GPU).
     #[arg(long)]
     pub max_step_rows: Option<usize>,
+    /// How the KV cache stores keys: f32, f16 or bf16 (default f16 on the CPU; on a GPU the
+    /// model's dtype, the only one taken there).
+    #[arg(long)]
+    pub cache_type_k: Option<String>,
+    /// How the KV cache stores values: f32, f16 or bf16 (default f16 on the CPU; on a GPU
+    /// the model's dtype).
+    #[arg(long)]
+    pub cache_type_v: Option<String>,
+    /// Most positions a sequence may hold (default the model's context: its
+    /// max_position_embeddings, or the original context times the YaRN factor).
+    #[arg(long)]
+    pub ctx_size: Option<usize>,
+    /// RoPE scaling: yarn extends a model past the context it was trained on (as Qwen
+    /// documents for 131 072 positions on Qwen3); the factor is --rope-scale, else
+    /// --ctx-size over the original context.
+    #[arg(long)]
+    pub rope_scaling: Option<String>,
+    /// YaRN's factor: how many times the original context the positions reach.
+    #[arg(long)]
+    pub rope_scale: Option<f64>,
+    /// The context the model was trained on, for YaRN (default the checkpoint's).
+    #[arg(long)]
+    pub yarn_orig_ctx: Option<usize>,
 }
 
 impl ModelArgs {
@@ -83,7 +107,41 @@ impl ModelArgs {
             // HEARTH_CPU, read by the engine.
             cpu: None,
             kernels: Default::default(),
+            cache_types: self.cache_types()?,
+            ctx_size: self.ctx_size,
+            yarn: self.yarn()?,
             draft_model: self.draft_model.clone(),
+        })
+    }
+
+    fn yarn(&self) -> anyhow::Result<Option<YarnOptions>> {
+        let asked = YarnOptions {
+            factor: self.rope_scale,
+            original_max_positions: self.yarn_orig_ctx,
+        };
+        match self.rope_scaling.as_deref().map(str::trim) {
+            Some("yarn") => Ok(Some(asked)),
+            None | Some("none") if asked == YarnOptions::default() => Ok(None),
+            None => bail!("invalid --rope-scale/--yarn-orig-ctx: they take --rope-scaling yarn"),
+            Some("none") => {
+                bail!("invalid --rope-scaling: none takes no --rope-scale or --yarn-orig-ctx")
+            }
+            Some(other) => bail!("invalid --rope-scaling: `{other}`; expected yarn or none"),
+        }
+    }
+
+    fn cache_types(&self) -> anyhow::Result<CacheTypes> {
+        let parse = |flag: &str, v: &Option<String>| -> anyhow::Result<Option<CacheType>> {
+            v.as_deref()
+                .map(|s| {
+                    s.parse()
+                        .map_err(|e| anyhow::anyhow!("invalid {flag}: {e}"))
+                })
+                .transpose()
+        };
+        Ok(CacheTypes {
+            k: parse("--cache-type-k", &self.cache_type_k)?,
+            v: parse("--cache-type-v", &self.cache_type_v)?,
         })
     }
 }

@@ -71,6 +71,12 @@ fn live(
         speculative: "auto".into(),
         draft_model: None,
         max_step_rows: None,
+        cache_type_k: None,
+        cache_type_v: None,
+        ctx_size: None,
+        rope_scaling: None,
+        rope_scale: None,
+        yarn_orig_ctx: None,
     };
     let engine = Arc::new(
         Engine::load(model, &model_args.load_options()?)

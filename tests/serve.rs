@@ -229,6 +229,22 @@ async fn bad_requests_get_openai_errors_and_the_server_keeps_serving() -> TestRe
     )
     .await?;
     assert_eq!(err["error"]["code"], json!("context_length_exceeded"));
+    // Anthropic's shape and words, which Claude Code reads to compact its conversation.
+    let (status, err) = post(
+        &s,
+        "/v1/messages",
+        json!({"model": "m", "max_tokens": 8,
+               "messages": [{"role": "user", "content": "word ".repeat(600)}]}),
+    )
+    .await?;
+    assert_eq!(status, 400);
+    assert_eq!(err["type"], json!("error"));
+    assert_eq!(err["error"]["type"], json!("invalid_request_error"));
+    let message = err["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("prompt is too long: ") && message.ends_with(" maximum"),
+        "{err}"
+    );
 
     let raw = |body: Vec<u8>| {
         let url = s.url("/v1/chat/completions");

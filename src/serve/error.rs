@@ -107,9 +107,14 @@ impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> Self {
         match &e {
             EngineError::InvalidArgument { arg, .. } => Self::invalid(*arg, e.to_string()),
-            EngineError::PromptTooLong { .. } => Self {
+            // Anthropic's words, which Claude Code reads to compact the conversation; OpenAI's
+            // clients (Codex) read the code.
+            EngineError::PromptTooLong { len, max } => Self {
                 code: Some("context_length_exceeded"),
-                ..Self::invalid("messages", e.to_string())
+                ..Self::invalid(
+                    "messages",
+                    format!("prompt is too long: {len} tokens > {max} maximum"),
+                )
             },
             // Templates reject conversations they cannot render (roles out of order, …).
             EngineError::Template { .. } => Self::invalid("messages", e.to_string()),
@@ -170,7 +175,12 @@ impl AnthropicError {
             503 => "overloaded_error",
             _ => "api_error",
         };
-        json!({"type": "error", "error": {"type": kind, "message": self.0.to_string()}})
+        let message = match self.0.code {
+            // As Anthropic words it, without the field in front.
+            Some("context_length_exceeded") => self.0.message.clone(),
+            _ => self.0.to_string(),
+        };
+        json!({"type": "error", "error": {"type": kind, "message": message}})
     }
 }
 

@@ -27,6 +27,7 @@ pub mod stop;
 pub mod stream;
 pub mod tokenizer;
 
+pub use cache::cache_type::{CacheType, CacheTypes};
 pub use cache::kv::KvCache;
 pub use chat::{ChatFormat, ChatInput, ChatMessage, ToolCall, ToolChoice, ToolFormat};
 pub use constraint::{Constraint, Grammars};
@@ -37,10 +38,12 @@ pub use generation::{
     Event, FinishReason, GenerateRequest, LanguageModel, Summary, Timings, Usage,
 };
 pub use load::card::ModelCard;
-pub use load::config::{Family, QwenConfig};
+pub use load::config::{Family, QwenConfig, Yarn};
 pub use load::source::{HubOptions, ModelFiles};
 pub use load::weights::Weights;
-pub use loader::{load_model, DTypeSpec, LoadOptions, LoadProgress, LoadedModel, ModelInfo};
+pub use loader::{
+    load_model, DTypeSpec, LoadOptions, LoadProgress, LoadedModel, ModelInfo, YarnOptions,
+};
 pub use model::Qwen;
 pub use sampling::{Sampler, SamplingParams};
 pub use scheduler::{SchedulerConfig, SchedulerOptions, SchedulerStats};

@@ -92,10 +92,82 @@ pub struct LoadOptions {
     /// How the model's layers pick among the CPU kernels (many-row kernels, widening types
     /// without kernels for prompts); kept by each layer, not process-wide.
     pub kernels: crate::kernels::KernelOptions,
+    /// How the KV cache stores keys and values (default: f16 on the CPU, the activations'
+    /// dtype on a GPU).
+    pub cache_types: crate::cache::cache_type::CacheTypes,
+    /// Most positions a sequence may hold: at most the model's context (YaRN's, where the
+    /// checkpoint or `yarn` asks for it). Default: all of it.
+    pub ctx_size: Option<usize>,
+    /// YaRN RoPE scaling asked for at load, over what the checkpoint declares.
+    pub yarn: Option<YarnOptions>,
     /// A small model of the same tokenizer that drafts tokens for this one to verify
     /// ([`crate::speculative::draft_model`]), loaded like it: a checkpoint directory, a
     /// `.gguf` file, a hub repo id or a model card name.
     pub draft_model: Option<String>,
+}
+
+/// YaRN asked for at load (llama.cpp's `--rope-scaling yarn --rope-scale F --yarn-orig-ctx N`):
+/// unset fields take the checkpoint's YaRN, else the factor `ctx_size / original` and the
+/// original context the checkpoint's own.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct YarnOptions {
+    /// How many times the original context the positions reach.
+    pub factor: Option<f64>,
+    /// The context the model was trained on.
+    pub original_max_positions: Option<usize>,
+}
+
+/// Applies `yarn` and `ctx_size` to `cfg`: the context a sequence may fill and the RoPE
+/// frequencies that reach it.
+fn fit_context(cfg: &mut QwenConfig, opts: &LoadOptions) -> Result<()> {
+    if let Some(asked) = opts.yarn {
+        let original = asked
+            .original_max_positions
+            .or(cfg.yarn.map(|y| y.original_max_positions))
+            .unwrap_or(cfg.max_position_embeddings);
+        if original == 0 {
+            return Err(EngineError::invalid(
+                "yarn",
+                "an original context of 0 positions",
+            ));
+        }
+        let factor = asked
+            .factor
+            .or(opts.ctx_size.map(|n| n as f64 / original as f64))
+            .or(cfg.yarn.map(|y| y.factor))
+            .ok_or_else(|| {
+                EngineError::invalid(
+                    "yarn",
+                    "no factor: give one, or the context size it should reach",
+                )
+            })?;
+        if !factor.is_finite() || factor < 1.0 {
+            return Err(EngineError::invalid(
+                "yarn",
+                format!("factor {factor}: expected a number from 1 up"),
+            ));
+        }
+        let yarn = crate::load::config::Yarn::new(factor, original);
+        cfg.max_position_embeddings = cfg.max_position_embeddings.max(yarn.context());
+        cfg.yarn = Some(yarn);
+    }
+    if let Some(n) = opts.ctx_size {
+        let most = cfg.max_position_embeddings;
+        if n == 0 || n > most {
+            let why = match cfg.yarn {
+                Some(y) => format!(
+                    "{n} positions; this model reaches {most} with YaRN (factor {} over {})",
+                    y.factor, y.original_max_positions
+                ),
+                None => format!(
+                    "{n} positions; this model was trained on {most}: a longer context needs YaRN RoPE scaling"
+                ),
+            };
+            return Err(EngineError::invalid("ctx_size", why));
+        }
+        cfg.max_position_embeddings = n;
+    }
+    Ok(())
 }
 
 /// `(layers loaded, layers)` as a model's weights load, for a caller's progress display.
@@ -193,7 +265,8 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
     let (model, cfg, tokenizer, dtype_label, generation, mut stop, size_bytes, file_type) =
         match &mut checkpoint {
             Checkpoint::Dense(files) => {
-                let cfg = QwenConfig::from_file(&files.config)?;
+                let mut cfg = QwenConfig::from_file(&files.config)?;
+                fit_context(&mut cfg, opts)?;
                 if cfg.weights_prefix != "model" {
                     tracing::info!(
                         "{}: the language model ({}.*) is loaded, the vision tower (model.visual.*) is not used",
@@ -203,11 +276,12 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
                 }
                 let tokenizer = Tokenizer::from_file(&files.tokenizer)?;
                 let dtype = opts.dtype.resolve(cfg.torch_dtype.as_deref(), &device);
-                let model = Qwen::load_with_progress(
+                let mut model = Qwen::load_with_progress(
                     &cfg,
                     &Weights::open(&files.weights, dtype, &device)?.with_kernels(opts.kernels),
                     &progress,
                 )?;
+                model.set_cache_types(opts.cache_types)?;
                 let generation = match &files.generation_config {
                     Some(p) => read_json(p)?,
                     None => Value::Null,
@@ -234,14 +308,16 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
                 if opts.dtype != DTypeSpec::Auto {
                     tracing::warn!("dtype is ignored for GGUF files: weights stay quantized");
                 }
-                let cfg = file.config()?;
+                let mut cfg = file.config()?;
+                fit_context(&mut cfg, opts)?;
                 let tokenizer = file.tokenizer()?;
                 if let Some(file) = Arc::get_mut(file) {
                     file.forget_vocabulary();
                     crate::memory::return_freed_memory();
                 }
                 let weights = file.weights(&device).with_kernels(opts.kernels);
-                let model = Qwen::load_with_progress(&cfg, &weights, &progress)?;
+                let mut model = Qwen::load_with_progress(&cfg, &weights, &progress)?;
+                model.set_cache_types(opts.cache_types)?;
                 let mut stop = file.stop_token_ids();
                 for t in CHATML_STOPS {
                     if let Some(id) = tokenizer.token_id(t).filter(|id| !stop.contains(id)) {
@@ -273,7 +349,9 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
         c.apply_sampling(&mut sampling);
     }
     let load_time = start.elapsed();
-    let fingerprint = fingerprint(&checkpoint, &dtype_label, &device);
+    let (k, v) = model.cache_dtypes();
+    let cache_label = format!("kv cache {k:?}/{v:?}").to_lowercase();
+    let fingerprint = fingerprint(&checkpoint, &dtype_label, &cache_label, &device);
     let info = ModelInfo {
         origin: checkpoint.origin(),
         family: cfg.family.name().into(),
@@ -316,7 +394,7 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
 }
 
 /// See [`ModelInfo::fingerprint`].
-fn fingerprint(checkpoint: &Checkpoint, dtype: &str, device: &Device) -> String {
+fn fingerprint(checkpoint: &Checkpoint, dtype: &str, cache: &str, device: &Device) -> String {
     let files = match checkpoint {
         Checkpoint::Dense(f) => f.weights.clone(),
         Checkpoint::Gguf(g) => vec![g.path().to_path_buf()],
@@ -339,6 +417,7 @@ fn fingerprint(checkpoint: &Checkpoint, dtype: &str, device: &Device) -> String 
         })
         .collect();
     parts.push(dtype.to_string());
+    parts.push(cache.to_string());
     parts.push(device_name(device));
     if device.is_cpu() {
         parts.push(format!("kernels {}", crate::kernels::kernel_path()));
@@ -610,4 +689,68 @@ fn sampling_defaults(generation: &Value) -> SamplingParams {
         p.repetition_penalty = r as f32;
     }
     p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn qwen3() -> QwenConfig {
+        let v = serde_json::json!({
+            "architectures": ["Qwen3ForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "head_dim": 32, "vocab_size": 1024, "max_position_embeddings": 40960,
+            "rope_theta": 1000000.0, "rms_norm_eps": 1e-6
+        });
+        QwenConfig::from_value(&v, std::path::Path::new("config.json")).unwrap()
+    }
+
+    fn fit(ctx_size: Option<usize>, yarn: Option<YarnOptions>) -> Result<QwenConfig> {
+        let mut cfg = qwen3();
+        let opts = LoadOptions {
+            ctx_size,
+            yarn,
+            ..Default::default()
+        };
+        fit_context(&mut cfg, &opts).map(|()| cfg)
+    }
+
+    #[test]
+    fn the_context_is_cut_or_extended_with_yarn_only() {
+        assert_eq!(fit(None, None).unwrap().max_position_embeddings, 40960);
+        assert_eq!(fit(Some(8192), None).unwrap().max_position_embeddings, 8192);
+        let err = fit(Some(131_072), None).unwrap_err().to_string();
+        assert!(
+            err.contains("ctx_size") && err.contains("131072") && err.contains("YaRN"),
+            "{err}"
+        );
+        // Qwen's recipe: factor 4 over 32 768 positions.
+        let yarn = YarnOptions {
+            factor: Some(4.0),
+            original_max_positions: Some(32768),
+        };
+        let c = fit(Some(131_072), Some(yarn)).unwrap();
+        assert_eq!(c.max_position_embeddings, 131_072);
+        assert_eq!(c.yarn, Some(crate::load::config::Yarn::new(4.0, 32768)));
+        // The factor from the context asked for, over the declared context.
+        let c = fit(Some(81920), Some(YarnOptions::default())).unwrap();
+        assert_eq!(c.yarn.unwrap().factor, 2.0);
+        let err = fit(Some(200_000), Some(yarn)).unwrap_err().to_string();
+        assert!(err.contains("ctx_size") && err.contains("131072"), "{err}");
+        let err = fit(None, Some(YarnOptions::default()))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("yarn") && err.contains("no factor"), "{err}");
+        let err = fit(
+            None,
+            Some(YarnOptions {
+                factor: Some(0.5),
+                ..yarn
+            }),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("factor 0.5"), "{err}");
+        assert!(fit(Some(0), None).is_err());
+    }
 }

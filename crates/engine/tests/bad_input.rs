@@ -202,6 +202,9 @@ fn hub_layout_in_the_cache_loads_offline() {
         progress: None,
         cpu: None,
         kernels: Default::default(),
+        cache_types: Default::default(),
+        ctx_size: None,
+        yarn: None,
         draft_model: None,
     };
     let e = Engine::load("hearth/tiny-qwen2", &opts).unwrap();

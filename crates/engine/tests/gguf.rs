@@ -340,13 +340,22 @@ fn gguf_metadata_gets_the_config_json_checks() {
         m.push((key.into(), v));
     };
     let err = meta_err(|m| {
-        set(m, "qwen2.rope.scaling.type", Value::String("yarn".into()));
+        set(
+            m,
+            "qwen2.rope.scaling.type",
+            Value::String("longrope".into()),
+        );
         set(m, "qwen2.rope.scaling.factor", Value::F32(4.0));
     });
     assert!(
         err.contains("`qwen2.rope.scaling.type`")
-            && err.contains("yarn")
+            && err.contains("longrope")
             && err.contains("factor 4"),
+        "{err}"
+    );
+    let err = meta_err(|m| set(m, "qwen2.rope.scaling.type", Value::String("yarn".into())));
+    assert!(
+        err.contains("`qwen2.rope.scaling.type`") && err.contains("qwen2.rope.scaling.factor"),
         "{err}"
     );
     let err = meta_err(|m| set(m, "qwen2.rope.scaling.type", Value::String("linear".into())));
@@ -400,6 +409,33 @@ fn gguf_metadata_gets_the_config_json_checks() {
         let cfg = GgufFile::open(&path).unwrap().config().unwrap();
         assert_eq!(cfg.head_dim, 16);
     }
+}
+
+/// llama.cpp's YaRN keys (as its converter writes Qwen3's `rope_scaling`) give the scaling and
+/// the context it reaches; `rope.scaling.attn_factor` multiplies YaRN's own scale.
+#[test]
+fn gguf_yarn_keys_extend_the_context() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("yarn.gguf");
+    write_tiny(&path, GgmlDType::Q8_0, |m| {
+        m.push((
+            "qwen2.rope.scaling.type".into(),
+            Value::String("yarn".into()),
+        ));
+        m.push(("qwen2.rope.scaling.factor".into(), Value::F32(4.0)));
+        m.push((
+            "qwen2.rope.scaling.original_context_length".into(),
+            Value::U32(256),
+        ));
+        m.push(("qwen2.rope.scaling.attn_factor".into(), Value::F32(2.0)));
+    });
+    let cfg = GgufFile::open(&path).unwrap().config().unwrap();
+    let y = cfg.yarn.expect("yarn");
+    assert_eq!((y.factor, y.original_max_positions), (4.0, 256));
+    // The file's context_length is 512; YaRN reaches 4 × 256.
+    assert_eq!(cfg.max_position_embeddings, 1024);
+    let own = hearth_engine::Yarn::new(4.0, 256).attention_factor();
+    assert!((y.attention_factor() - 2.0 * own).abs() < 1e-6);
 }
 
 #[test]

@@ -259,3 +259,48 @@ fn cache_rejects_positions_beyond_the_model() {
         .to_string();
     assert!(err.contains("5000"), "{err}");
 }
+
+/// YaRN RoPE scaling (factor 4 over an original context of 64) against transformers, read from
+/// a config.json as Qwen documents it: a prompt inside the original context and one past it;
+/// plain RoPE's logits are not those (goldens by fixtures/yarn_golden.py).
+#[test]
+fn yarn_logits_match_transformers() {
+    let g: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("golden/tiny-qwen3-yarn.json")).unwrap(),
+    )
+    .unwrap();
+    let floats = |k: &str| -> Vec<f32> {
+        g[k].as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect()
+    };
+    let ids: Vec<u32> = g["prompt_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect();
+    let dir = tiny("qwen3");
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    config["rope_parameters"] = g["rope_parameters"].clone();
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("config.json"), config.to_string()).unwrap();
+    let cfg = QwenConfig::from_file(&tmp.path().join("config.json")).unwrap();
+    assert_eq!(cfg.yarn, Some(hearth_engine::Yarn::new(4.0, 64)));
+    let files = hearth_engine::load::source::local_dir(&dir).unwrap();
+    let w = Weights::open(&files.weights, DType::F32, &Device::Cpu).unwrap();
+    let m = Qwen::load(&cfg, &w).unwrap();
+    let d = max_abs_diff(&logits(&m, &ids[..40]), &floats("logits_40"));
+    assert!(d <= 1e-4, "inside the original context: max abs diff {d}");
+    let long = logits(&m, &ids);
+    let d = max_abs_diff(&long, &floats("logits_240"));
+    assert!(d <= 1e-4, "past the original context: max abs diff {d}");
+    let plain = max_abs_diff(&long, &floats("plain_logits_240"));
+    assert!(
+        plain > 1e-2,
+        "YaRN's logits are plain RoPE's: max abs diff {plain}"
+    );
+}

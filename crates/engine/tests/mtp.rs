@@ -258,6 +258,11 @@ fn engine_with(
             kv_cache_mb,
             ..Default::default()
         },
+        // f32 caches: the budget test's sizes are theirs.
+        cache_types: hearth_engine::CacheTypes {
+            k: Some(hearth_engine::CacheType::F32),
+            v: Some(hearth_engine::CacheType::F32),
+        },
         ..Default::default()
     };
     Engine::load(tiny(family).to_str().unwrap(), &opts).map_err(|e| e.to_string())

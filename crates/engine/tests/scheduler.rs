@@ -6,17 +6,27 @@ mod common;
 
 use common::*;
 use hearth_engine::{
-    load_model, DTypeSpec, DeviceSpec, Engine, Event, EventStream, FinishReason, GenerateRequest,
-    KvCache, LoadOptions, SamplingParams, SchedulerOptions, Speculation, Summary,
+    load_model, CacheType, CacheTypes, DTypeSpec, DeviceSpec, Engine, Event, EventStream,
+    FinishReason, GenerateRequest, KvCache, LoadOptions, SamplingParams, SchedulerOptions,
+    Speculation, Summary,
 };
 use std::time::{Duration, Instant};
 
+/// The tiny models with f32 KV caches: the budgets below count their bytes.
 fn options(scheduler: SchedulerOptions) -> LoadOptions {
     LoadOptions {
         device: DeviceSpec::Cpu,
         dtype: DTypeSpec::F32,
         scheduler,
+        cache_types: f32_caches(),
         ..Default::default()
+    }
+}
+
+fn f32_caches() -> CacheTypes {
+    CacheTypes {
+        k: Some(CacheType::F32),
+        v: Some(CacheType::F32),
     }
 }
 

@@ -11,7 +11,7 @@
 //! and [`KvCache::resumable`] say how far back it really goes.
 
 use super::recurrent::{RecurrentState, StateShape};
-use candle_core::{Result, Tensor};
+use candle_core::{DType, Result, Tensor};
 
 const INITIAL_CAPACITY: usize = 256;
 
@@ -26,6 +26,9 @@ pub struct KvCache {
     position_bytes: usize,
     /// The linear-attention layers' state, for hybrid models.
     recurrent: Option<RecurrentState>,
+    /// The dtypes keys and values are stored in (appended rows are converted); `None`: as
+    /// the first appended.
+    dtypes: Option<(DType, DType)>,
 }
 
 impl KvCache {
@@ -38,7 +41,20 @@ impl KvCache {
             max_len,
             position_bytes: 0,
             recurrent: None,
+            dtypes: None,
         }
+    }
+
+    /// Stores keys in `k` and values in `v` (the model's cache types), whatever the dtype
+    /// of the rows appended.
+    pub fn with_dtypes(mut self, k: DType, v: DType) -> Self {
+        self.dtypes = Some((k, v));
+        self
+    }
+
+    /// The dtypes keys and values are stored in, where set.
+    pub fn dtypes(&self) -> Option<(DType, DType)> {
+        self.dtypes
     }
 
     /// Gives the cache a recurrent state of `shape` (a hybrid model's): its linear layers keep
@@ -135,7 +151,7 @@ impl KvCache {
             let Some((k, v)) = src else {
                 candle_core::bail!("the source cache has a layer without keys")
             };
-            let (nk, nv) = alloc_pair(k, cap)?;
+            let (nk, nv) = alloc_pair(k, v, cap)?;
             nk.slice_set(&k.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
             nv.slice_set(&v.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
             *dst = Some((nk, nv));
@@ -170,7 +186,11 @@ impl KvCache {
             candle_core::bail!("no layers to restore")
         };
         let (_, heads, len, head_dim) = k0.dims4()?;
-        let position = layers.len() * 2 * heads * head_dim * k0.dtype().size_in_bytes();
+        let v0 = &layers[0].1;
+        let position = layers.len()
+            * heads
+            * head_dim
+            * (k0.dtype().size_in_bytes() + v0.dtype().size_in_bytes());
         let attention: Vec<usize> = (0..self.layers.len())
             .filter(|&i| !self.recurrent.as_ref().is_some_and(|r| r.is_linear(i)))
             .collect();
@@ -193,6 +213,13 @@ impl KvCache {
         for ((k, v), &i) in layers.into_iter().zip(&attention) {
             if k.dims4()? != (1, heads, len, head_dim) || v.dims4()? != (1, heads, len, head_dim) {
                 candle_core::bail!("layers of different shapes");
+            }
+            if let Some((kd, vd)) = self.dtypes.filter(|&d| d != (k.dtype(), v.dtype())) {
+                candle_core::bail!(
+                    "keys and values in {:?}/{:?} where this model's cache keeps {kd:?}/{vd:?}",
+                    k.dtype(),
+                    v.dtype()
+                );
             }
             self.layers[i] = Some((k, v));
         }
@@ -278,11 +305,13 @@ impl KvCache {
                 self.max_len
             );
         }
+        let (kd, vd) = self.dtypes.unwrap_or((k.dtype(), v.dtype()));
+        let (k, v) = (k.to_dtype(kd)?, v.to_dtype(vd)?);
         if end > self.capacity {
-            self.grow(end, k)?;
+            self.grow(end)?;
         }
         if self.layers[layer].is_none() {
-            self.layers[layer] = Some(alloc_pair(k, self.capacity)?);
+            self.layers[layer] = Some(alloc_pair(&k, &v, self.capacity)?);
         }
         let Some((kc, vc)) = &self.layers[layer] else {
             candle_core::bail!("kv cache layer {layer} was not allocated")
@@ -301,11 +330,11 @@ impl KvCache {
         }
     }
 
-    fn grow(&mut self, needed: usize, like: &Tensor) -> Result<()> {
+    fn grow(&mut self, needed: usize) -> Result<()> {
         let cap = self.capacity_for(needed);
         for slot in self.layers.iter_mut() {
             let Some((k, v)) = slot.take() else { continue };
-            let (nk, nv) = alloc_pair(like, cap)?;
+            let (nk, nv) = alloc_pair(&k, &v, cap)?;
             if self.len > 0 {
                 nk.slice_set(&k.narrow(2, 0, self.len)?.contiguous()?, 2, 0)?;
                 nv.slice_set(&v.narrow(2, 0, self.len)?.contiguous()?, 2, 0)?;
@@ -317,9 +346,11 @@ impl KvCache {
     }
 }
 
-fn alloc_pair(like: &Tensor, capacity: usize) -> Result<(Tensor, Tensor)> {
-    let (b, h, _, d) = like.dims4()?;
-    let k = Tensor::zeros((b, h, capacity, d), like.dtype(), like.device())?;
-    let v = Tensor::zeros((b, h, capacity, d), like.dtype(), like.device())?;
-    Ok((k, v))
+/// Buffers of `capacity` positions shaped and typed as `k` and `v`.
+fn alloc_pair(k: &Tensor, v: &Tensor, capacity: usize) -> Result<(Tensor, Tensor)> {
+    let buffer = |like: &Tensor| -> Result<Tensor> {
+        let (b, h, _, d) = like.dims4()?;
+        Tensor::zeros((b, h, capacity, d), like.dtype(), like.device())
+    };
+    Ok((buffer(k)?, buffer(v)?))
 }

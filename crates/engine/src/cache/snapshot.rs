@@ -2,14 +2,15 @@
 //! loads the same model restores it and runs only the tokens after the saved ones.
 //!
 //! The bytes name the model they were computed by (its [`ModelInfo::fingerprint`]: the
-//! weight files, the dtype, the device and the kernels); restoring them into another model is
+//! weight files, the dtype, the KV cache's types, the device and the kernels); restoring them into another model is
 //! refused with the reason, never silently wrong. Layout, little-endian:
 //!
 //! ```text
 //! "HEARTHKV" version:u32
-//! fingerprint_len:u32 fingerprint (UTF-8)   dtype_len:u32 dtype ("f32", "f16", "bf16")
+//! fingerprint_len:u32 fingerprint (UTF-8)   dtype_len:u32 dtype ("f32", "f16", "bf16", or
+//!   "keys/values" where they differ: "f32/f16")
 //! layers:u32 kv_heads:u32 head_dim:u32 tokens:u64 token ids (u32 each)
-//! per layer: keys, then values, each [kv_heads, tokens, head_dim] in the dtype
+//! per layer: keys, then values, each [kv_heads, tokens, head_dim] in their dtype
 //! state_layers:u32 conv:u32 delta:u32, then per linear-attention layer conv + delta f32 values
 //! ```
 //!
@@ -85,15 +86,23 @@ impl KvSnapshot {
                 self.tokens.len()
             )));
         }
-        let dtype = dtype_name(k0.dtype())?;
+        let (kd, vd) = (k0.dtype(), self.layers[0].1.dtype());
+        let dtype = match kd == vd {
+            true => dtype_name(kd)?.to_string(),
+            false => format!("{}/{}", dtype_name(kd)?, dtype_name(vd)?),
+        };
         let mut out = Vec::with_capacity(
             64 + self.fingerprint.len()
                 + 4 * len
-                + 2 * self.layers.len() * heads * len * head_dim * k0.dtype().size_in_bytes(),
+                + self.layers.len()
+                    * heads
+                    * len
+                    * head_dim
+                    * (kd.size_in_bytes() + vd.size_in_bytes()),
         );
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&VERSION.to_le_bytes());
-        for s in [self.fingerprint.as_str(), dtype] {
+        for s in [self.fingerprint.as_str(), &dtype] {
             out.extend_from_slice(&(s.len() as u32).to_le_bytes());
             out.extend_from_slice(s.as_bytes());
         }
@@ -105,8 +114,8 @@ impl KvSnapshot {
             out.extend_from_slice(&t.to_le_bytes());
         }
         for (k, v) in &self.layers {
-            for t in [k, v] {
-                if t.dims4()? != (1, heads, len, head_dim) || t.dtype() != k0.dtype() {
+            for (t, dtype) in [(k, kd), (v, vd)] {
+                if t.dims4()? != (1, heads, len, head_dim) || t.dtype() != dtype {
                     return Err(bad("layers of different shapes"));
                 }
                 out.extend_from_slice(&tensor_bytes(t)?);
@@ -143,7 +152,11 @@ impl KvSnapshot {
             )));
         }
         let fingerprint = r.string()?;
-        let dtype = parse_dtype(&r.string()?)?;
+        let dtypes = r.string()?;
+        let (kd, vd) = match dtypes.split_once('/') {
+            Some((k, v)) => (parse_dtype(k)?, parse_dtype(v)?),
+            None => (parse_dtype(&dtypes)?, parse_dtype(&dtypes)?),
+        };
         let (layers, heads, head_dim) = (r.u32()? as usize, r.u32()? as usize, r.u32()? as usize);
         let len = usize::try_from(r.u64()?).map_err(|_| bad("token count overflows"))?;
         let tokens: Vec<u32> = r
@@ -154,17 +167,19 @@ impl KvSnapshot {
             .chunks_exact(4)
             .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
-        let one = heads
-            .checked_mul(len)
-            .and_then(|n| n.checked_mul(head_dim))
-            .and_then(|n| n.checked_mul(dtype.size_in_bytes()))
-            .ok_or_else(|| bad("cache size overflows"))?;
+        let one = |dtype: DType| {
+            heads
+                .checked_mul(len)
+                .and_then(|n| n.checked_mul(head_dim))
+                .and_then(|n| n.checked_mul(dtype.size_in_bytes()))
+                .ok_or_else(|| bad("cache size overflows"))
+        };
+        let (k_bytes, v_bytes) = (one(kd)?, one(vd)?);
+        let shape = [1, heads, len, head_dim];
         let mut out = Vec::with_capacity(layers.min(1024));
         for _ in 0..layers {
-            let k =
-                Tensor::from_raw_buffer(r.take(one)?, dtype, &[1, heads, len, head_dim], device)?;
-            let v =
-                Tensor::from_raw_buffer(r.take(one)?, dtype, &[1, heads, len, head_dim], device)?;
+            let k = Tensor::from_raw_buffer(r.take(k_bytes)?, kd, &shape, device)?;
+            let v = Tensor::from_raw_buffer(r.take(v_bytes)?, vd, &shape, device)?;
             out.push((k, v));
         }
         let mut state = Vec::new();
@@ -309,6 +324,33 @@ mod tests {
         let mut huge = bytes[..8 + 4 + 4 + 15 + 4 + 3 + 12].to_vec();
         huge.extend_from_slice(&u64::MAX.to_le_bytes());
         assert!(KvSnapshot::from_bytes(&huge, &Device::Cpu).is_err());
+        Ok(())
+    }
+
+    /// Keys and values in types of their own (`--cache-type-k f32 --cache-type-v f16`) come
+    /// back in those types, bit for bit.
+    #[test]
+    fn keys_and_values_keep_their_types() -> Result<()> {
+        let mut s = snapshot(4)?;
+        for (_, v) in &mut s.layers {
+            *v = v.to_dtype(DType::F16)?;
+        }
+        let back = KvSnapshot::from_bytes(&s.to_bytes()?, &Device::Cpu)?;
+        for ((k, v), (k2, v2)) in s.layers.iter().zip(&back.layers) {
+            assert_eq!((k2.dtype(), v2.dtype()), (DType::F32, DType::F16));
+            assert_eq!(
+                k.flatten_all()?.to_vec1::<f32>()?,
+                k2.flatten_all()?.to_vec1::<f32>()?
+            );
+            let bits = |t: &Tensor| -> Result<Vec<u16>> {
+                Ok(t.flatten_all()?
+                    .to_vec1::<half::f16>()?
+                    .iter()
+                    .map(|x| x.to_bits())
+                    .collect())
+            };
+            assert_eq!(bits(v)?, bits(v2)?);
+        }
         Ok(())
     }
 

@@ -50,7 +50,7 @@ mod arm;
 pub mod blocks;
 pub mod cpu;
 pub(crate) mod dense;
-pub(crate) mod ops;
+pub mod ops;
 mod portable;
 pub mod quant_matmul;
 pub mod quantize;

@@ -206,6 +206,135 @@ pub struct QwenConfig {
     /// Where the text model's tensors are: `model` (`…ForCausalLM`) or `model.language_model`
     /// (`…ForConditionalGeneration`, beside a vision tower that is not used).
     pub weights_prefix: String,
+    /// YaRN's RoPE scaling, where the checkpoint or the load options ask for it.
+    pub yarn: Option<Yarn>,
+}
+
+/// YaRN's RoPE scaling (Peng et al. 2023), as transformers and llama.cpp compute it: the
+/// frequencies that turn fewer than `beta_slow` times over the original context are
+/// interpolated by `factor`, those that turn more than `beta_fast` times kept, a linear ramp
+/// between; cos and sin are scaled by the attention factor. Qwen documents it for contexts
+/// past the trained one (Qwen3: factor 4 over 32 768 positions for 131 072).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Yarn {
+    /// How many times the original context the positions reach.
+    pub factor: f64,
+    /// The context the model was trained on.
+    pub original_max_positions: usize,
+    /// Rotations over the original context above which a frequency is kept (default 32).
+    pub beta_fast: f64,
+    /// Rotations below which it is interpolated (default 1).
+    pub beta_slow: f64,
+    /// cos/sin's scale, where given; else `0.1 ln(factor) + 1` (with `mscale` and
+    /// `mscale_all_dim`, their ratio).
+    pub attention_factor: Option<f64>,
+    /// DeepSeek-style numerator of the scale's ratio (with `mscale_all_dim`).
+    pub mscale: Option<f64>,
+    /// Its denominator.
+    pub mscale_all_dim: Option<f64>,
+    /// Whether the ramp's ends are rounded to whole dimensions (transformers' default).
+    pub truncate: bool,
+}
+
+impl Yarn {
+    /// YaRN by `factor` over a model trained on `original_max_positions`, with the defaults.
+    pub fn new(factor: f64, original_max_positions: usize) -> Self {
+        Self {
+            factor,
+            original_max_positions,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            attention_factor: None,
+            mscale: None,
+            mscale_all_dim: None,
+            truncate: true,
+        }
+    }
+
+    /// The positions it reaches: the original context times the factor.
+    pub fn context(&self) -> usize {
+        (self.original_max_positions as f64 * self.factor).round() as usize
+    }
+
+    /// The scale of cos and sin.
+    pub fn attention_factor(&self) -> f64 {
+        let m = |scale: f64, mscale: f64| match scale <= 1.0 {
+            true => 1.0,
+            false => 0.1 * mscale * scale.ln() + 1.0,
+        };
+        match (self.attention_factor, self.mscale, self.mscale_all_dim) {
+            (Some(a), _, _) => a,
+            (None, Some(a), Some(b)) if a != 0.0 && b != 0.0 => {
+                m(self.factor, a) / m(self.factor, b)
+            }
+            _ => m(self.factor, 1.0),
+        }
+    }
+
+    /// The inverse frequencies of `dim` rotated dimensions with base `theta`, in f32 as
+    /// transformers computes them.
+    pub fn inv_freq(&self, theta: f64, dim: usize) -> Vec<f32> {
+        let correction = |rotations: f64| {
+            dim as f64
+                * (self.original_max_positions as f64 / (rotations * 2.0 * std::f64::consts::PI))
+                    .ln()
+                / (2.0 * theta.ln())
+        };
+        let (mut low, mut high) = (correction(self.beta_fast), correction(self.beta_slow));
+        if self.truncate {
+            (low, high) = (low.floor(), high.ceil());
+        }
+        let (low, high) = (low.max(0.0) as f32, high.min(dim as f64 - 1.0) as f32);
+        let high = if low == high { high + 0.001 } else { high };
+        (0..dim / 2)
+            .map(|i| {
+                let pos = (theta as f32).powf((2 * i) as f32 / dim as f32);
+                let (extrapolated, interpolated) = (1.0 / pos, 1.0 / (self.factor as f32 * pos));
+                let ramp = ((i as f32 - low) / (high - low)).clamp(0.0, 1.0);
+                let keep = 1.0 - ramp;
+                interpolated * (1.0 - keep) + extrapolated * keep
+            })
+            .collect()
+    }
+}
+
+/// YaRN's parameters from a `rope_scaling` / `rope_parameters` object (transformers' names
+/// and defaults); `Err((key, why))`.
+fn yarn_of(s: &Value, max_positions: usize) -> std::result::Result<Yarn, (&'static str, String)> {
+    let num = |key: &'static str| -> std::result::Result<Option<f64>, (&'static str, String)> {
+        match s.get(key).filter(|v| !v.is_null()) {
+            None => Ok(None),
+            Some(v) => match v.as_f64() {
+                Some(x) if x.is_finite() => Ok(Some(x)),
+                _ => Err((key, format!("expected a number, found {v}"))),
+            },
+        }
+    };
+    let original = match num("original_max_position_embeddings")? {
+        Some(n) if n >= 1.0 => n as usize,
+        Some(n) => {
+            return Err((
+                "original_max_position_embeddings",
+                format!("expected a positive integer, found {n}"),
+            ))
+        }
+        None => max_positions,
+    };
+    let factor = num("factor")?.unwrap_or(max_positions as f64 / original as f64);
+    if factor.is_nan() || factor < 1.0 {
+        return Err((
+            "factor",
+            format!("expected a number from 1 up, found {factor}"),
+        ));
+    }
+    let mut y = Yarn::new(factor, original);
+    y.beta_fast = num("beta_fast")?.unwrap_or(32.0);
+    y.beta_slow = num("beta_slow")?.unwrap_or(1.0);
+    y.attention_factor = num("attention_factor")?;
+    y.mscale = num("mscale")?;
+    y.mscale_all_dim = num("mscale_all_dim")?;
+    y.truncate = s.get("truncate").and_then(Value::as_bool).unwrap_or(true);
+    Ok(y)
 }
 
 struct Fields<'a> {
@@ -494,11 +623,13 @@ impl Declared {
         }
         if let Some((kind, factor)) = &self.rope_scaling {
             // A factor of exactly 1 scales nothing, whatever the variant.
-            if !matches!(kind.as_str(), "default" | "none") && *factor != Some(1.0) {
+            if !matches!(kind.as_str(), "default" | "none" | "yarn") && *factor != Some(1.0) {
                 let factor = factor.map(|x| format!(" (factor {x})")).unwrap_or_default();
                 return Err((
                     Item::RopeScaling,
-                    format!("RoPE scaling `{kind}`{factor} is not supported (only plain RoPE)"),
+                    format!(
+                        "RoPE scaling `{kind}`{factor} is not supported (only plain RoPE and yarn)"
+                    ),
                 ));
             }
         }
@@ -601,6 +732,7 @@ impl QwenConfig {
         // A RoPE variant is declared in either of two places; a scaled one in either counts.
         let mut rope_field = "rope_scaling";
         let mut rope_scaling: Option<(String, Option<f64>)> = None;
+        let mut scaling_params: Option<&Value> = None;
         for (field, scaling) in [
             ("rope_scaling", f.get("rope_scaling")),
             ("rope_parameters", rope_params),
@@ -614,8 +746,17 @@ impl QwenConfig {
                 rope_field = field;
                 let kind = kind.as_str().unwrap_or("?").to_string();
                 rope_scaling = Some((kind, s.get("factor").and_then(Value::as_f64)));
+                scaling_params = Some(s);
             }
         }
+        let declared_max_positions = f.opt_usize("max_position_embeddings")?.unwrap_or(32_768);
+        let yarn = match (&rope_scaling, scaling_params) {
+            (Some((kind, _)), Some(s)) if kind == "yarn" => Some(
+                yarn_of(s, declared_max_positions)
+                    .map_err(|(key, m)| f.err(&format!("{rope_field}.{key}"), m))?,
+            ),
+            _ => None,
+        };
         let partial_rotary = match f.opt_f64("partial_rotary_factor")? {
             Some(p) => Some(p),
             None => match rope_params.and_then(|p| p.get("partial_rotary_factor")) {
@@ -719,7 +860,8 @@ impl QwenConfig {
             num_attention_heads,
             num_key_value_heads,
             head_dim,
-            max_position_embeddings: f.opt_usize("max_position_embeddings")?.unwrap_or(32_768),
+            // YaRN extends the context to the original one times its factor.
+            max_position_embeddings: yarn.map_or(0, |y| y.context()).max(declared_max_positions),
             rope_theta,
             rms_norm_eps: f.opt_f64("rms_norm_eps")?.unwrap_or(1e-6),
             tie_word_embeddings: match top.opt_bool("tie_word_embeddings")? {
@@ -739,6 +881,7 @@ impl QwenConfig {
                 Some(_) => "model.language_model".into(),
                 None => "model".into(),
             },
+            yarn,
         })
     }
 
@@ -937,8 +1080,50 @@ mod tests {
             .contains("num_key_value_heads"));
 
         let mut v = qwen2();
-        v["rope_scaling"] = json!({"type": "yarn", "factor": 4.0});
-        assert!(parse(v).unwrap_err().to_string().contains("yarn"));
+        v["rope_scaling"] = json!({"type": "longrope", "factor": 4.0});
+        assert!(parse(v).unwrap_err().to_string().contains("longrope"));
+    }
+
+    #[test]
+    fn yarn_extends_the_context_as_qwen_documents_it() {
+        // Qwen3's model card: factor 4 over the 32 768 positions it was trained on.
+        let mut v = qwen2();
+        v["max_position_embeddings"] = json!(40960);
+        v["rope_scaling"] =
+            json!({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768});
+        let c = parse(v).unwrap();
+        assert_eq!(c.yarn, Some(Yarn::new(4.0, 32768)));
+        assert_eq!(c.max_position_embeddings, 131_072);
+        let y = c.yarn.unwrap();
+        assert!((y.attention_factor() - (0.1 * 4f64.ln() + 1.0)).abs() < 1e-12);
+        // The highest frequencies are kept, the lowest divided by the factor.
+        let plain: Vec<f32> = (0..64)
+            .map(|i| 1e6f32.powf(-(2 * i) as f32 / 128.0))
+            .collect();
+        let scaled = y.inv_freq(1e6, 128);
+        assert!((scaled[0] - plain[0]).abs() <= 1e-6 * plain[0]);
+        assert!((scaled[63] - plain[63] / 4.0).abs() <= 1e-5 * plain[63]);
+        // Without an original context, the declared one; transformers' names in
+        // rope_parameters; attention_factor as given.
+        let mut v = qwen2();
+        v["rope_parameters"] =
+            json!({"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e6, "attention_factor": 1.0});
+        let c = parse(v).unwrap();
+        assert_eq!(c.yarn.unwrap().original_max_positions, 32768);
+        assert_eq!(c.max_position_embeddings, 65536);
+        assert_eq!(c.yarn.unwrap().attention_factor(), 1.0);
+        // Bad values name their field.
+        let mut v = qwen2();
+        v["rope_scaling"] = json!({"rope_type": "yarn", "factor": 0.5});
+        let err = parse(v).unwrap_err().to_string();
+        assert!(
+            err.contains("`rope_scaling.factor`") && err.contains("0.5"),
+            "{err}"
+        );
+        let mut v = qwen2();
+        v["rope_scaling"] = json!({"rope_type": "yarn", "factor": 4, "beta_fast": "fast"});
+        let err = parse(v).unwrap_err().to_string();
+        assert!(err.contains("`rope_scaling.beta_fast`"), "{err}");
     }
 
     #[test]
@@ -1023,7 +1208,7 @@ mod tests {
         );
         assert_eq!(
             refused(Declared {
-                rope_scaling: Some(("yarn".into(), Some(4.0))),
+                rope_scaling: Some(("llama3".into(), Some(4.0))),
                 ..ok.clone()
             }),
             Item::RopeScaling
@@ -1042,7 +1227,7 @@ mod tests {
             }),
             Item::SlidingWindow
         );
-        for plain in ["default", "none"] {
+        for plain in ["default", "none", "yarn"] {
             let d = Declared {
                 rope_scaling: Some((plain.into(), Some(8.0))),
                 ..ok.clone()

@@ -354,6 +354,31 @@ impl GgufFile {
             (Some(_), false) => 0,
             _ => self.meta_count(&k("feed_forward_length"))?,
         };
+        // llama.cpp's YaRN keys (its converter writes the type, factor and original context).
+        let yarn = match &rope_scaling {
+            Some((_, kind, Some(factor))) if kind == "yarn" => {
+                let orig = opt_u32(&k("rope.scaling.original_context_length"))?.unwrap_or(context);
+                let mut y = crate::load::config::Yarn::new(f64::from(*factor), orig);
+                if let Some(b) = opt_f32(&k("rope.scaling.yarn_beta_fast"))? {
+                    y.beta_fast = f64::from(b);
+                }
+                if let Some(b) = opt_f32(&k("rope.scaling.yarn_beta_slow"))? {
+                    y.beta_slow = f64::from(b);
+                }
+                // llama.cpp multiplies YaRN's own scale by this.
+                if let Some(a) = opt_f32(&k("rope.scaling.attn_factor"))?.filter(|&a| a > 0.0) {
+                    y.attention_factor = Some(f64::from(a) * y.attention_factor());
+                }
+                Some(y)
+            }
+            Some((key, kind, None)) if kind == "yarn" => {
+                return Err(self.err(format!(
+                    "metadata key `{key}`: yarn without `{}`",
+                    k("rope.scaling.factor")
+                )))
+            }
+            _ => None,
+        };
         Ok(QwenConfig {
             family,
             vocab_size: vocab,
@@ -363,7 +388,7 @@ impl GgufFile {
             num_attention_heads: heads,
             num_key_value_heads: kv_heads,
             head_dim,
-            max_position_embeddings: context,
+            max_position_embeddings: yarn.map_or(0, |y| y.context()).max(context),
             rope_theta: self.meta_f32(&k("rope.freq_base")).unwrap_or(10_000.0) as f64,
             rms_norm_eps: self.meta_f32(&k("attention.layer_norm_rms_epsilon"))? as f64,
             tie_word_embeddings: !self.content.tensor_infos.contains_key("output.weight"),
@@ -381,6 +406,7 @@ impl GgufFile {
             // llama.cpp's converter stores Qwen3.5's norms as 1 + w.
             norm_weights_offset: false,
             weights_prefix: "model".into(),
+            yarn,
         })
     }
 

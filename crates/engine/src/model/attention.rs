@@ -5,7 +5,7 @@
 use super::rotary::Rotary;
 use crate::cache::kv::KvCache;
 use crate::error::Result;
-use crate::kernels::ops::attention::{attend, rotate, Cached, Heads};
+use crate::kernels::ops::attention::{attend, rotate, Cached, Heads, Stored};
 use crate::load::config::QwenConfig;
 use crate::load::weights::WeightSource;
 use crate::model::linear::Linear;
@@ -294,8 +294,8 @@ impl Attention {
                 width,
                 len,
                 offset,
-                cached(ks.as_slice::<f32>()?, kl),
-                cached(vs.as_slice::<f32>()?, vl),
+                cached(ks, kl)?,
+                cached(vs, vl)?,
                 heads,
             ));
         }
@@ -303,11 +303,20 @@ impl Attention {
     }
 }
 
-fn cached<'a>(s: &'a [f32], l: &candle_core::Layout) -> Cached<'a> {
-    Cached {
-        data: &s[l.start_offset()..],
+/// A cache buffer's positions as the kernel reads them, in its dtype.
+fn cached<'a>(s: &'a candle_core::CpuStorage, l: &candle_core::Layout) -> CResult<Cached<'a>> {
+    use candle_core::{backend::BackendStorage, CpuStorage as S};
+    let at = l.start_offset();
+    let data = match s {
+        S::F32(d) => Stored::F32(&d[at..]),
+        S::F16(d) => Stored::F16(&d[at..]),
+        S::BF16(d) => Stored::Bf16(&d[at..]),
+        other => candle_core::bail!("a kv cache in {:?}", other.dtype()),
+    };
+    Ok(Cached {
+        data,
         head_stride: l.stride()[1],
-    }
+    })
 }
 
 /// RMSNorm of one head's values in place (Qwen3's q/k norm), as candle computes it.

@@ -8,6 +8,7 @@ use super::delta_net::DeltaNet;
 use super::layer::{FeedForward, Layer, Mixer};
 use super::mtp::Mtp;
 use super::rotary::Rotary;
+use crate::cache::cache_type::CacheTypes;
 use crate::cache::kv::KvCache;
 use crate::cache::recurrent::StateShape;
 use crate::error::{EngineError, Result};
@@ -31,6 +32,8 @@ pub struct Qwen {
     mtp: Option<Mtp>,
     rotary: Rotary,
     act_dtype: DType,
+    /// The dtypes the KV cache stores keys and values in.
+    cache_dtypes: (DType, DType),
     device: Device,
 }
 
@@ -116,6 +119,7 @@ impl Qwen {
             rotary: Rotary::new(
                 cfg.rotary_dim,
                 cfg.rope_theta,
+                cfg.yarn.as_ref(),
                 cfg.max_position_embeddings,
                 act,
                 &device,
@@ -125,6 +129,7 @@ impl Qwen {
             lm_head,
             draft_head: None,
             act_dtype: act,
+            cache_dtypes: (act, act),
             device,
         })
     }
@@ -142,6 +147,25 @@ impl Qwen {
     /// The activation dtype.
     pub fn dtype(&self) -> DType {
         self.act_dtype
+    }
+
+    /// Stores the KV cache's keys and values as `types` asks (default: as the activations,
+    /// for a model loaded alone; [`crate::load_model`] applies its options' default).
+    pub fn set_cache_types(&mut self, types: CacheTypes) -> Result<()> {
+        self.cache_dtypes = types.resolve(self.act_dtype, &self.device)?;
+        Ok(())
+    }
+
+    /// The dtypes of the KV cache's keys and values.
+    pub fn cache_dtypes(&self) -> (DType, DType) {
+        self.cache_dtypes
+    }
+
+    /// Bytes of keys and values one position takes in one attention layer.
+    fn position_bytes_per_layer(&self) -> usize {
+        let c = &self.cfg;
+        let (k, v) = self.cache_dtypes;
+        c.num_key_value_heads * c.head_dim * (k.size_in_bytes() + v.size_in_bytes())
     }
 
     /// Bytes of weights one decoded token reads: every layer's, the LM head's and one row of
@@ -169,9 +193,10 @@ impl Qwen {
         let c = &self.cfg;
         let linear = c.linear_attention.as_ref();
         let attention_layers = c.num_hidden_layers - linear.map_or(0, |l| l.linear_layers());
-        let position = attention_layers * 2 * c.num_key_value_heads * c.head_dim;
+        let (k, v) = self.cache_dtypes;
         let cache = KvCache::new(c.num_hidden_layers, c.max_position_embeddings)
-            .with_position_bytes(position * self.act_dtype.size_in_bytes());
+            .with_position_bytes(attention_layers * self.position_bytes_per_layer())
+            .with_dtypes(k, v);
         match linear {
             Some(l) => cache.with_recurrent_state(StateShape {
                 linear: l.linear.clone(),
@@ -350,9 +375,10 @@ impl Qwen {
     /// An empty cache for the multi-token-prediction head's layer.
     pub fn new_mtp_cache(&self) -> KvCache {
         let c = &self.cfg;
-        KvCache::new(1, c.max_position_embeddings).with_position_bytes(
-            2 * c.num_key_value_heads * c.head_dim * self.act_dtype.size_in_bytes(),
-        )
+        let (k, v) = self.cache_dtypes;
+        KvCache::new(1, c.max_position_embeddings)
+            .with_position_bytes(self.position_bytes_per_layer())
+            .with_dtypes(k, v)
     }
 
     /// The multi-token-prediction head over rows of several sequences: row `r` reads the final

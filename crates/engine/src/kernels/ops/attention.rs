@@ -1,36 +1,93 @@
 //! Causal grouped-query attention, rotary embedding and the SwiGLU product on the CPU in f32,
-//! reading the fused projections' rows where they are.
+//! reading the fused projections' rows where they are and the KV cache in its type.
 //!
 //! Why not candle's ops: for a prompt they split q, k and v into transposed copies, score
 //! every query against every key (the masked half too), add the mask, take a scalar `exp` per
 //! score and transpose the output back; at 512 positions that glue took as long as all the
-//! matrix products of the layer. Here each task takes one kv head and a few queries, scores
-//! only the keys a query sees, and writes its output rows in place; `exp` is a polynomial the
-//! compiler vectorises. The task's query rows (its positions × the heads of its kv head) go in
-//! blocks of sixteen through tiles of 64 keys, so each tile is read from memory once per
-//! block; each query's sums still run in one fixed order, so a prompt's attention equals
-//! token-by-token decoding's bit for bit, and every level computes the same bits. Every loop
-//! is compiled for AVX-512 and AVX2, run at the level [`super::cpu`] chose.
+//! matrix products of the layer. Here each task takes one kv head and up to 32 positions
+//! (their rows: positions × the heads of the kv head) and goes through the keys in tiles of
+//! 64 with an online softmax, never holding a queries × keys score matrix: a tile of keys is
+//! widened and transposed once per task, scored against several rows at a time with the sums
+//! in registers, each row's running maximum, sum and weighted values updated, and the tile's
+//! values added in. Keys come in spans of 1024 folded in order, which a decoding step splits
+//! across threads (split-K). Every score and weighted value is a chain of fused
+//! multiply-adds in one fixed order whatever rows share its pass, so a prompt's attention
+//! equals token-by-token decoding's bit for bit, and every level computes the same bits: the
+//! x86 bodies (`kernels/x86/attention.rs`) at AVX2 and AVX-512, the portable loops
+//! elsewhere (libm's exact `fmaf` where the CPU has no FMA), at the level
+//! [`crate::kernels::cpu`] chose.
 
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::cpu::CpuLevel;
 use crate::kernels::dense::SharedOut;
+#[cfg(target_arch = "x86_64")]
+use crate::kernels::x86::attention as x86;
+use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
 use rayon::prelude::*;
 use std::ops::Range;
 
 /// The shape of one layer's attention.
 #[derive(Debug, Clone, Copy)]
 pub struct Heads {
+    /// Query heads.
     pub q: usize,
+    /// Key/value heads (each shared by `q / kv` query heads).
     pub kv: usize,
+    /// Values per head.
     pub dim: usize,
 }
 
 /// One layer's cached keys or values: position `j` of kv head `h` at `h * head_stride + j * dim`.
 #[derive(Clone, Copy)]
 pub struct Cached<'a> {
-    pub data: &'a [f32],
+    /// The buffer, from the layer's first position of head 0.
+    pub data: Stored<'a>,
+    /// Values from one kv head to the next (the buffer's capacity × `dim`).
     pub head_stride: usize,
+}
+
+/// A cache buffer in its dtype ([`crate::cache::cache_type`]).
+#[derive(Clone, Copy)]
+pub enum Stored<'a> {
+    /// 32-bit floats.
+    F32(&'a [f32]),
+    /// IEEE half precision.
+    F16(&'a [f16]),
+    /// bfloat16.
+    Bf16(&'a [bf16]),
+}
+
+impl Cached<'_> {
+    /// Positions `range` of kv head `head` (`dim` values each) in f32: in place, or widened
+    /// into `buf` (by [`x86`]'s bodies at `AVX2` and above, whose callers have F16C).
+    #[inline(always)]
+    fn rows<'b, const BODY: u8>(
+        &'b self,
+        head: usize,
+        range: Range<usize>,
+        dim: usize,
+        buf: &'b mut Vec<f32>,
+    ) -> &'b [f32] {
+        let at = head * self.head_stride;
+        let (a, z) = (at + range.start * dim, at + range.end * dim);
+        if let Stored::F32(d) = self.data {
+            return &d[a..z];
+        }
+        buf.resize(z - a, 0.0);
+        match self.data {
+            Stored::F32(_) => {}
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `BODY` is AVX2 or more only in callers compiled with AVX2 and F16C
+            // (every x86 level above the portable one has it); `buf` holds `z - a` values.
+            Stored::F16(d) if BODY >= AVX2 => unsafe { x86::widen_f16(&d[a..z], buf) },
+            #[cfg(target_arch = "x86_64")]
+            Stored::Bf16(d) if BODY >= AVX2 => unsafe { x86::widen_bf16(&d[a..z], buf) },
+            Stored::F16(d) => d[a..z].convert_to_f32_slice(buf),
+            Stored::Bf16(d) => d[a..z].convert_to_f32_slice(buf),
+        }
+        buf
+    }
 }
 
 /// `e^x` in operations that vectorise: `2^n` from the exponent bits times a degree-6
@@ -84,7 +141,18 @@ pub fn rotate(
     }
 }
 
-/// Queries per task.
+/// Keys per tile: a tile's keys (transposed) and values, at most 64 × 256 f32 each, stay in
+/// L1/L2 while every query row of a task takes them, so the cache is read from memory once
+/// per task rather than once per row.
+const TILE: usize = 64;
+
+/// Keys per span: a query's keys are taken in spans of this many, each span's softmax
+/// state from nothing, then the spans' states folded in order. Decoding splits one
+/// sequence's spans across threads (split-K) and a prompt takes them in turn on one: the
+/// same fold, so the same bits either way.
+const SPAN: usize = 16 * TILE;
+
+/// Query positions per task of a prompt.
 const QUERY_BLOCK: usize = 32;
 
 /// Attention of `len` queries at positions `offset..offset + len` over keys and values
@@ -100,12 +168,21 @@ pub fn attend(
     v: Cached<'_>,
     heads: Heads,
 ) -> Vec<f32> {
-    attend_at(crate::kernels::cpu::active(), q, q_width, len, offset, k, v, heads)
+    attend_at(
+        crate::kernels::cpu::active(),
+        q,
+        q_width,
+        len,
+        offset,
+        k,
+        v,
+        heads,
+    )
 }
 
 /// [`attend`] at `level` (one this CPU runs).
 #[allow(clippy::too_many_arguments)]
-fn attend_at(
+pub fn attend_at(
     level: crate::kernels::cpu::CpuLevel,
     q: &[f32],
     q_width: usize,
@@ -115,33 +192,58 @@ fn attend_at(
     v: Cached<'_>,
     heads: Heads,
 ) -> Vec<f32> {
-    let width = heads.q * heads.dim;
-    let mut out = vec![0f32; len * width];
-    let dst = SharedOut(out.as_mut_ptr());
+    let Heads { q: qh, kv, dim } = heads;
+    let keys = offset + len;
+    let spans = keys.div_ceil(SPAN);
     let blocks = len.div_ceil(QUERY_BLOCK);
-    (0..heads.kv * blocks).into_par_iter().for_each_init(
-        || Vec::with_capacity(offset + len + heads.dim),
-        |scores, task| {
-            let (kv_head, block) = (task % heads.kv, task / heads.kv);
-            let t0 = block * QUERY_BLOCK;
-            let t1 = (t0 + QUERY_BLOCK).min(len);
-            let task = Task {
-                q,
-                q_width,
-                offset,
-                k,
-                v,
-                heads,
-                kv_head,
-                queries: (t0, t1),
-            };
-            attend_block(level, &task, scores, &dst);
-        },
-    );
+    let mut out = vec![0f32; len * qh * dim];
+    let job = |kv_head: usize, block: usize, spans: Range<usize>| Job {
+        q,
+        q_width,
+        offset,
+        k,
+        v,
+        heads,
+        kv_head,
+        positions: block * QUERY_BLOCK..((block + 1) * QUERY_BLOCK).min(len),
+        spans,
+    };
+    // Heads × query blocks give every thread work for a prompt; a decoding step at depth
+    // (one query block, two to eight kv heads) also splits its keys.
+    if spans == 1 || kv * blocks >= 2 * rayon::current_num_threads() {
+        let dst = SharedOut(out.as_mut_ptr());
+        (0..kv * blocks).into_par_iter().for_each(|task| {
+            let job = job(task % kv, task / kv, 0..spans);
+            SCRATCH.with_borrow_mut(|scratch| run(level, &job, scratch, &Sink::Out(&dst)));
+        });
+        return out;
+    }
+    let rows = len * qh;
+    let mut states = vec![0f32; spans * rows * dim];
+    let mut softmax = vec![(f32::NEG_INFINITY, 0f32); spans * rows];
+    let sink = Sink::Span {
+        acc: SharedOut(states.as_mut_ptr()),
+        softmax: SharedPair(softmax.as_mut_ptr()),
+        rows,
+    };
+    (0..spans * kv * blocks).into_par_iter().for_each(|task| {
+        let (span, rest) = (task / (kv * blocks), task % (kv * blocks));
+        let job = job(rest % kv, rest / kv, span..span + 1);
+        SCRATCH.with_borrow_mut(|scratch| run(level, &job, scratch, &sink));
+    });
+    out.par_chunks_mut(dim).enumerate().for_each(|(r, out)| {
+        let mut total = State::empty(dim);
+        for s in 0..spans {
+            let (m, l) = softmax[s * rows + r];
+            total.fold(m, l, &states[(s * rows + r) * dim..][..dim]);
+        }
+        total.finish(out);
+    });
     out
 }
 
-struct Task<'a> {
+/// One task: the query rows of one kv head at some positions, over some spans of keys.
+struct Job<'a> {
     q: &'a [f32],
     q_width: usize,
     offset: usize,
@@ -149,226 +251,408 @@ struct Task<'a> {
     v: Cached<'a>,
     heads: Heads,
     kv_head: usize,
-    queries: (usize, usize),
+    positions: Range<usize>,
+    spans: Range<usize>,
 }
 
-/// [`attend_block_with`] compiled for `level`: at AVX2 with the scores' dot products written
-/// in AVX2 (the compiler vectorises [`dot`] in 128-bit halves with shuffles), at AVX-512 two
-/// query rows at a time in 512-bit vectors.
-fn attend_block(
-    level: crate::kernels::cpu::CpuLevel,
-    task: &Task<'_>,
-    scratch: &mut Vec<f32>,
-    dst: &SharedOut,
-) {
+/// Where a task's rows go: normalised into the output (it took all their spans), or one
+/// span's softmax state (max, sum) and weighted values per row, `rows` to a span, for the
+/// fold that follows.
+enum Sink<'a> {
+    Out(&'a SharedOut),
+    Span {
+        acc: SharedOut,
+        softmax: SharedPair,
+        rows: usize,
+    },
+}
+
+struct SharedPair(*mut (f32, f32));
+// SAFETY: used only for writes at indices that the tasks partition between them.
+unsafe impl Sync for SharedPair {}
+
+thread_local! {
+    /// Each thread's buffers, kept from one call to the next: a decoding step calls once per
+    /// layer, and allocating them per call (two dozen buffers from one contended arena) cost
+    /// a tenth of a 0.5B's decoding.
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+}
+
+/// A task's buffers, kept across the tasks a thread takes.
+#[derive(Default)]
+struct Scratch {
+    /// Its query rows, scaled by 1/√d.
+    q: Vec<f32>,
+    /// One tile of keys, transposed: `[dim, TILE]`.
+    kt: Vec<f32>,
+    /// One tile of keys and of values widened to f32, for a cache in 16 bits.
+    kf: Vec<f32>,
+    vf: Vec<f32>,
+    /// Each row's scores, then weights, for the tile: `[rows, TILE]`.
+    p: Vec<f32>,
+    /// Each row's state over the span now taken, and over the spans before it.
+    span: Vec<State>,
+    total: Vec<State>,
+}
+
+/// One query row's online softmax: the largest score seen, the sum of `e^(s - max)` and the
+/// values weighted by those.
+#[derive(Clone)]
+struct State {
+    max: f32,
+    sum: f32,
+    acc: Vec<f32>,
+}
+
+impl State {
+    fn empty(dim: usize) -> Self {
+        Self {
+            max: f32::NEG_INFINITY,
+            sum: 0.0,
+            acc: vec![0.0; dim],
+        }
+    }
+
+    fn clear(&mut self) {
+        self.max = f32::NEG_INFINITY;
+        self.sum = 0.0;
+        self.acc.fill(0.0);
+    }
+
+    /// Folds in another span's state; an empty one (sum 0: no keys) changes nothing.
+    #[inline(always)]
+    fn fold(&mut self, max: f32, sum: f32, acc: &[f32]) {
+        if sum == 0.0 {
+            return;
+        }
+        if self.sum == 0.0 {
+            (self.max, self.sum) = (max, sum);
+            self.acc.copy_from_slice(acc);
+            return;
+        }
+        let top = self.max.max(max);
+        let (a, b) = (exp(self.max - top), exp(max - top));
+        self.sum = sum.mul_add(b, self.sum * a);
+        for (t, &x) in self.acc.iter_mut().zip(acc) {
+            *t = x.mul_add(b, *t * a);
+        }
+        self.max = top;
+    }
+
+    /// The attention output: the weighted values over the sum.
+    fn finish(&self, out: &mut [f32]) {
+        let inv = 1.0 / self.sum;
+        for (o, &a) in out.iter_mut().zip(&self.acc) {
+            *o = a * inv;
+        }
+    }
+}
+
+/// [`run_rows`] compiled for `level`, with the rows each pass takes sized to its registers
+/// (sixteen vectors of sums): four at AVX-512, two at AVX2, one elsewhere. A row's sums are
+/// the same whichever rows share its pass, and `mul_add` is one rounding at every level (a
+/// fused instruction, or the library's exact `fmaf`), so every level computes the same bits.
+fn run(level: crate::kernels::cpu::CpuLevel, job: &Job<'_>, scratch: &mut Scratch, sink: &Sink) {
     #[cfg(target_arch = "x86_64")]
     {
-        #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
-        unsafe fn avx512(task: &Task<'_>, scratch: &mut Vec<f32>, dst: &SharedOut) {
-            attend_block_with::<true, true>(task, scratch, dst)
+        #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+        unsafe fn avx512(job: &Job<'_>, scratch: &mut Scratch, sink: &Sink) {
+            run_rows::<4, AVX512>(job, scratch, sink)
         }
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn avx2(task: &Task<'_>, scratch: &mut Vec<f32>, dst: &SharedOut) {
-            attend_block_with::<true, false>(task, scratch, dst)
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn avx2(job: &Job<'_>, scratch: &mut Scratch, sink: &Sink) {
+            run_rows::<2, AVX2>(job, scratch, sink)
         }
         // SAFETY: `level` is one this CPU runs (`cpu::active()` or a test's
         // `cpu::runnable()`), whose features include these.
         match level {
-            CpuLevel::Avx512 => return unsafe { avx512(task, scratch, dst) },
-            CpuLevel::Avx2 | CpuLevel::AvxVnni => return unsafe { avx2(task, scratch, dst) },
+            CpuLevel::Avx512 => return unsafe { avx512(job, scratch, sink) },
+            CpuLevel::Avx2 | CpuLevel::AvxVnni => return unsafe { avx2(job, scratch, sink) },
             CpuLevel::Portable | CpuLevel::Neon => {}
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = level; // one loop at every level there
-    attend_block_with::<false, false>(task, scratch, dst)
+    let _ = level;
+    run_rows::<1, PORTABLE>(job, scratch, sink)
 }
 
-/// Query rows (a query of one head) that share each pass over the keys and values: 16 read
-/// the cache half as often as 8 (1.5B Q4_K_M pp512 after 4096 positions +10 %; 32 and 64
-/// measured the same as 16, with scores that outgrow a small L2 sooner).
-const ROWS: usize = 16;
+/// The bodies [`run_rows`] takes: the portable ones, or [`x86`]'s at AVX2 or AVX-512 (its
+/// callers compiled with those features).
+const PORTABLE: u8 = 0;
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+const AVX2: u8 = 1;
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+const AVX512: u8 = 2;
 
-/// Keys per tile: a tile of keys or values (64 × 128 f32 at most, 32 KiB) stays in L1 while
-/// every row of a block reads it, so the cache is read from memory once per block rather than
-/// once per row (past a few thousand positions a head's keys and values outgrow L2).
-const KEY_TILE: usize = 64;
-
-/// One task's queries; `AVX2`: the caller runs with AVX2 enabled, and the scores take
-/// [`x86::dot`] (the same sums as [`dot`]); `AVX512`: with AVX-512 too, and pairs of rows take
-/// [`x86::dot8x2`].
+/// One task, `R` query rows at a time. Row `i` is position `t0 + i / group`, head `i % group`
+/// of the kv head's group: the heads of one position see the same keys, and rows in order
+/// see ever more keys.
 #[inline(always)]
-fn attend_block_with<const AVX2: bool, const AVX512: bool>(
-    task: &Task<'_>,
-    scratch: &mut Vec<f32>,
-    dst: &SharedOut,
-) {
-    let Heads { q: qh, kv, dim } = task.heads;
+fn run_rows<const R: usize, const BODY: u8>(job: &Job<'_>, s: &mut Scratch, sink: &Sink) {
+    let Heads { q: qh, kv, dim } = job.heads;
     let group = qh / kv;
+    let (t0, t1) = (job.positions.start, job.positions.end);
+    let n = (t1 - t0) * group;
+    let row = |i: usize| (t0 + i / group, job.kv_head * group + i % group);
+    let limit = |i: usize| job.offset + t0 + i / group + 1;
+    let keys = job.offset + t1;
     let scale = 1.0 / (dim as f32).sqrt();
-    let (t0, t1) = task.queries;
-    let keys = task.offset + t1;
-    let kh = &task.k.data[task.kv_head * task.k.head_stride..][..keys * dim];
-    let vh = &task.v.data[task.kv_head * task.v.head_stride..][..keys * dim];
-    scratch.clear();
-    scratch.resize(ROWS * (keys + dim), 0.0);
-    let (scores, acc) = scratch.split_at_mut(ROWS * keys);
-    // Row `i`: position `t0 + i / group`, head `i % group` of the kv head's group. The heads
-    // of one position see the same keys, so a block is (nearly) rectangular, and decoding's
-    // one position still shares each key among the group.
-    let row = |i: usize| (t0 + i / group, task.kv_head * group + i % group);
-    let seen = |t: usize| task.offset + t + 1;
-    let query = |i: usize| {
+    s.q.clear();
+    for i in 0..n {
         let (t, head) = row(i);
-        &task.q[t * task.q_width + head * dim..][..dim]
-    };
-    let rows = (t1 - t0) * group;
-    for first in (0..rows).step_by(ROWS) {
-        let block = first..(first + ROWS).min(rows);
-        let last = seen(row(block.end - 1).0);
-        // Each row's sums in one fixed order, whatever the tiles and the rows beside it: a
-        // query's output does not depend on which other queries share its block (a prefill)
-        // or not (a decoding step).
-        for tile in (0..last).step_by(KEY_TILE) {
-            let end = |b: usize| (tile + KEY_TILE).min(seen(row(first + b).0));
-            let mut b = 0;
-            while b < block.len() {
-                // The rows taken now and the key each one's own scoring starts from.
-                #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
-                let (mut rows, mut start) = (1, tile);
+        let q = &job.q[t * job.q_width + head * dim..][..dim];
+        s.q.extend(q.iter().map(|x| x * scale));
+    }
+    s.kt.resize(dim * TILE, 0.0);
+    s.p.resize(n * TILE, 0.0);
+    s.span.resize_with(n, || State::empty(dim));
+    s.total.resize_with(n, || State::empty(dim));
+    for st in s.span.iter_mut().chain(s.total.iter_mut()) {
+        st.acc.resize(dim, 0.0);
+        st.clear();
+    }
+    // The first row that sees key `j` (rows before it end earlier).
+    let first_seeing = |j: usize| j.saturating_sub(job.offset + t0) * group;
+    for span in job.spans.clone() {
+        let (a, z) = (span * SPAN, ((span + 1) * SPAN).min(keys));
+        if a >= keys {
+            break;
+        }
+        for st in &mut s.span[first_seeing(a).min(n)..] {
+            st.clear();
+        }
+        for tile in (a..z).step_by(TILE) {
+            let nk = TILE.min(keys - tile);
+            let k = job
+                .k
+                .rows::<BODY>(job.kv_head, tile..tile + nk, dim, &mut s.kf);
+            #[cfg(target_arch = "x86_64")]
+            if BODY >= AVX2 {
+                // SAFETY: `BODY` is AVX2 or more only in callers compiled with AVX2; `k`
+                // holds `nk <= TILE` keys, `s.kt` `dim * TILE` values.
+                unsafe { x86::pack_transposed(k, dim, &mut s.kt) }
+            } else {
+                pack_transposed(k, dim, &mut s.kt);
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            pack_transposed(k, dim, &mut s.kt);
+            let vt = job
+                .v
+                .rows::<BODY>(job.kv_head, tile..tile + nk, dim, &mut s.vf);
+            let first = first_seeing(tile).min(n);
+            let mut i = first;
+            while i < n {
+                let take = if n - i >= R { R } else { 1 };
+                let (q, p) = (&s.q[i * dim..(i + take) * dim], &mut s.p[i * TILE..]);
                 #[cfg(target_arch = "x86_64")]
-                if AVX512 && b + 1 < block.len() && dim.is_multiple_of(8) {
-                    // Two rows at once, each in its own half of the vectors: the keys both
-                    // rows see, eight at a time, then each row's own rest.
-                    let (qa, qb) = (query(first + b), query(first + b + 1));
-                    let both = end(b).min(end(b + 1));
-                    while start + 8 <= both {
-                        let j = start;
-                        // SAFETY: `AVX512` is set only by callers compiled with AVX-512;
-                        // eight keys of `dim` values from key `j`.
-                        let (da, db) = unsafe { x86::dot8x2(qa, qb, &kh[j * dim..(j + 8) * dim]) };
-                        put8(&mut scores[b * keys + j..], da, scale);
-                        put8(&mut scores[(b + 1) * keys + j..], db, scale);
-                        start += 8;
+                match BODY {
+                    // SAFETY: as above, with AVX-512F at `AVX512`; `q` holds `take` rows,
+                    // `p` their tiles.
+                    AVX512 if take == R => unsafe { x86::scores_avx512::<R>(q, &s.kt, dim, p) },
+                    AVX512 => unsafe { x86::scores_avx512::<1>(q, &s.kt, dim, p) },
+                    AVX2 => {
+                        for r in 0..take {
+                            let (q, p) = (&q[r * dim..], &mut p[r * TILE..]);
+                            unsafe { x86::scores_avx2(q, &s.kt, dim, p) }
+                        }
                     }
-                    rows = 2;
+                    _ => scores::<1>(q, &s.kt, dim, p),
                 }
-                for r in b..b + rows {
-                    let s = &mut scores[r * keys..];
-                    score::<AVX2>(query(first + r), kh, start..end(r), scale, s);
+                #[cfg(not(target_arch = "x86_64"))]
+                if take == R {
+                    scores::<R>(q, &s.kt, dim, p)
+                } else {
+                    scores::<1>(q, &s.kt, dim, p)
                 }
-                b += rows;
+                i += take;
             }
-        }
-        let mut inv = [0f32; ROWS];
-        for (b, i) in block.clone().enumerate() {
-            let s = &mut scores[b * keys..][..seen(row(i).0)];
-            let max = largest(s);
-            // The exponentials in a loop of their own, which vectorises.
-            for v in s.iter_mut() {
-                *v = exp(*v - max);
+            for (i, st) in s.span.iter_mut().enumerate().skip(first) {
+                let p = (&mut s.p[i * TILE..(i + 1) * TILE])
+                    .try_into()
+                    .expect("a tile");
+                st.soften(p, (limit(i) - tile).min(TILE));
             }
-            inv[b] = 1.0 / sum(s);
-        }
-        acc.fill(0.0);
-        for tile in (0..last).step_by(KEY_TILE) {
-            for (b, i) in block.clone().enumerate() {
-                let end = (tile + KEY_TILE).min(seen(row(i).0));
-                if end <= tile {
-                    continue; // an earlier position of the block: its keys ended before
-                }
-                let p = &scores[b * keys + tile..b * keys + end];
-                let (v, acc) = (&vh[tile * dim..end * dim], &mut acc[b * dim..(b + 1) * dim]);
-                match dim {
-                    64 => weigh_values::<64>(p, inv[b], v, acc),
-                    128 => weigh_values::<128>(p, inv[b], v, acc),
-                    _ => {
-                        for (j, &p) in p.iter().enumerate() {
-                            let p = p * inv[b];
-                            for (a, &v) in acc.iter_mut().zip(&v[j * dim..(j + 1) * dim]) {
-                                *a += p * v;
+            let mut i = first;
+            while i < n {
+                let take = if n - i >= R && dim % 16 == 0 { R } else { 1 };
+                // The keys the last (latest) row of the pass sees; earlier rows' weights for
+                // keys they do not see are 0.
+                let seen = (limit(i + take - 1) - tile).min(nk);
+                let (p, v) = (&s.p[i * TILE..], &vt[..seen * dim]);
+                let rows = &mut s.span[i..i + take];
+                #[cfg(target_arch = "x86_64")]
+                if dim % 64 == 0 && BODY >= AVX2 {
+                    // SAFETY: as above; `p` holds the rows' tiles, `v` `seen` values, each
+                    // row's own `acc` `dim` sums.
+                    match BODY {
+                        AVX512 if take == R => unsafe {
+                            let acc = std::array::from_fn(|r| rows[r].acc.as_mut_ptr());
+                            x86::weigh_avx512::<R>(p, v, seen, dim, acc)
+                        },
+                        AVX512 => unsafe {
+                            x86::weigh_avx512::<1>(p, v, seen, dim, [rows[0].acc.as_mut_ptr()])
+                        },
+                        _ => {
+                            for (r, row) in rows.iter_mut().enumerate() {
+                                unsafe {
+                                    x86::weigh_avx2(&p[r * TILE..], v, seen, dim, &mut row.acc)
+                                }
                             }
                         }
                     }
+                    i += take;
+                    continue;
+                }
+                let all = take == R;
+                match dim {
+                    _ if all && dim % 64 == 0 => weigh::<R, 64>(p, v, seen, dim, rows),
+                    _ if all => weigh::<R, 16>(p, v, seen, dim, rows),
+                    _ if dim % 64 == 0 => weigh::<1, 64>(p, v, seen, dim, rows),
+                    _ if dim % 16 == 0 => weigh::<1, 16>(p, v, seen, dim, rows),
+                    _ if dim % 8 == 0 => weigh::<1, 8>(p, v, seen, dim, rows),
+                    _ => weigh::<1, 1>(p, v, seen, dim, rows),
+                }
+                i += take;
+            }
+        }
+        match sink {
+            Sink::Out(_) => {
+                for (t, st) in s.total.iter_mut().zip(&s.span).skip(first_seeing(a)) {
+                    t.fold(st.max, st.sum, &st.acc);
+                }
+            }
+            Sink::Span { acc, softmax, rows } => {
+                for (i, st) in s.span.iter().enumerate().skip(first_seeing(a)) {
+                    let (t, head) = row(i);
+                    let at = span * rows + t * qh + head;
+                    // SAFETY: span `span` of row (t, head) belongs to this task alone, and
+                    // the buffers hold `spans × rows` states of `dim` values.
+                    unsafe {
+                        *softmax.0.add(at) = (st.max, st.sum);
+                        std::ptr::copy_nonoverlapping(st.acc.as_ptr(), acc.at(at * dim), dim);
+                    }
                 }
             }
         }
-        for (b, i) in block.enumerate() {
+    }
+    if let Sink::Out(dst) = sink {
+        for (i, st) in s.total.iter().enumerate() {
             let (t, head) = row(i);
             // SAFETY: output row `t` of this head belongs to this task alone (tasks split the
             // kv heads and the queries), and has `dim` values from `t * qh * dim + head * dim`.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    acc[b * dim..].as_ptr(),
-                    dst.at(t * qh * dim + head * dim),
-                    dim,
-                )
-            };
+            let out = unsafe { std::slice::from_raw_parts_mut(dst.at((t * qh + head) * dim), dim) };
+            st.finish(out);
         }
     }
 }
 
-/// `scores[j] = scale · q·k_j` for the keys `range`, each sum as [`dot`] takes it; `AVX2`: the
-/// caller runs with AVX2 enabled.
+/// `keys` (`n` rows of `dim`) into `kt` as `[dim, TILE]`, the columns past `n` zero.
 #[inline(always)]
-fn score<const AVX2: bool>(
-    q: &[f32],
-    kh: &[f32],
-    range: Range<usize>,
-    scale: f32,
-    scores: &mut [f32],
+fn pack_transposed(keys: &[f32], dim: usize, kt: &mut [f32]) {
+    let n = keys.len() / dim;
+    for (j, key) in keys.chunks_exact(dim).enumerate() {
+        for (d, &x) in key.iter().enumerate() {
+            kt[d * TILE + j] = x;
+        }
+    }
+    if n < TILE {
+        for col in kt.chunks_exact_mut(TILE) {
+            col[n..].fill(0.0);
+        }
+    }
+}
+
+/// Scores of `R` query rows (`q`: `R × dim`) against a tile: `p[r·TILE + j] = Σ_d q_r[d]·k_j[d]`,
+/// fused multiply-adds in `d`'s order, the sums held in registers across `d`.
+#[inline(always)]
+fn scores<const R: usize>(q: &[f32], kt: &[f32], dim: usize, p: &mut [f32]) {
+    let (q, kt) = (&q[..R * dim], &kt[..dim * TILE]);
+    let mut acc = [[0f32; TILE]; R];
+    for (d, k) in kt.chunks_exact(TILE).enumerate() {
+        let k: &[f32; TILE] = k.try_into().expect("a tile");
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let x = q[r * dim + d];
+            for (a, &k) in acc.iter_mut().zip(k) {
+                *a = x.mul_add(k, *a);
+            }
+        }
+    }
+    for (r, acc) in acc.iter().enumerate() {
+        p[r * TILE..(r + 1) * TILE].copy_from_slice(acc);
+    }
+}
+
+/// `R` rows' states `+= Σ_j p_r[j] · v_j` over the tile's first `seen` values, `W` columns at
+/// a time held in registers across the keys; per value the same fused operations in the
+/// keys' order whatever `R` and `W`.
+#[inline(always)]
+fn weigh<const R: usize, const W: usize>(
+    p: &[f32],
+    v: &[f32],
+    seen: usize,
+    dim: usize,
+    rows: &mut [State],
 ) {
-    let dim = q.len();
-    let (j, end) = (range.start, range.end);
-    #[cfg(target_arch = "x86_64")]
-    let mut j = j;
-    #[cfg(target_arch = "x86_64")]
-    if AVX2 && dim.is_multiple_of(8) {
-        while j + 8 <= end {
-            // SAFETY: `AVX2` is set only by callers compiled with AVX2 enabled; eight keys of
-            // `dim` values from key `j`.
-            put8(
-                &mut scores[j..],
-                unsafe { x86::dot8(q, &kh[j * dim..(j + 8) * dim]) },
-                scale,
-            );
-            j += 8;
+    let v = &v[..seen * dim];
+    for c in (0..dim).step_by(W) {
+        let mut acc = [[0f32; W]; R];
+        for (a, st) in acc.iter_mut().zip(rows.iter()) {
+            a.copy_from_slice(&st.acc[c..c + W]);
         }
-    }
-    for j in j..end {
-        let k = &kh[j * dim..(j + 1) * dim];
-        #[cfg(target_arch = "x86_64")]
-        if AVX2 {
-            // SAFETY: as above.
-            scores[j] = unsafe { x86::dot(q, k) } * scale;
-            continue;
+        for j in 0..seen {
+            let v: &[f32; W] = v[j * dim + c..j * dim + c + W]
+                .try_into()
+                .expect("W values");
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let p = p[r * TILE + j];
+                for (a, &v) in acc.iter_mut().zip(v) {
+                    *a = p.mul_add(v, *a);
+                }
+            }
         }
-        scores[j] = dot(q, k) * scale;
+        for (a, st) in acc.iter().zip(rows.iter_mut()) {
+            st.acc[c..c + W].copy_from_slice(a);
+        }
     }
 }
 
-/// Eight keys' dot products, scaled, into `scores[..8]`.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn put8(scores: &mut [f32], d: [f32; 8], scale: f32) {
-    for (s, d) in scores[..8].iter_mut().zip(d) {
-        *s = d * scale;
+impl State {
+    /// Takes one tile's scores `p` (the first `valid` seen): updates the max and the sum,
+    /// rescales the weighted values, and leaves the tile's weights `e^(s - max)` in `p`
+    /// (0 past `valid`).
+    #[inline(always)]
+    fn soften(&mut self, p: &mut [f32; TILE], valid: usize) {
+        for (j, x) in p.iter_mut().enumerate() {
+            *x = if j < valid { *x } else { f32::NEG_INFINITY };
+        }
+        let top = self.max.max(largest(p));
+        for (j, x) in p.iter_mut().enumerate() {
+            *x = if j < valid { exp(*x - top) } else { 0.0 };
+        }
+        let mut lanes = [0f32; 16];
+        for c in p.chunks_exact(16) {
+            for (l, &x) in lanes.iter_mut().zip(c) {
+                *l += x;
+            }
+        }
+        if top > self.max {
+            let c = exp(self.max - top);
+            self.sum *= c;
+            for a in &mut self.acc {
+                *a *= c;
+            }
+            self.max = top;
+        }
+        self.sum += sum16(lanes);
     }
 }
 
-/// `acc += Σ_j (p_j · inv) · v_j` for the head sizes of Qwen models, with the sums in a local
-/// array the compiler keeps in registers across the keys (a slice would be stored and loaded
-/// at every key); the same operations in the same order as the general loop.
+/// The sixteen lanes' sum in a fixed tree.
 #[inline(always)]
-fn weigh_values<const D: usize>(p: &[f32], inv: f32, vh: &[f32], out: &mut [f32]) {
-    let mut acc: [f32; D] = out[..D].try_into().expect("a row of D sums");
-    for (&p, v) in p.iter().zip(vh.chunks_exact(D)) {
-        let p = p * inv;
-        for (a, &v) in acc.iter_mut().zip(v) {
-            *a += p * v;
-        }
-    }
-    out[..D].copy_from_slice(&acc);
+fn sum16(l: [f32; 16]) -> f32 {
+    let h: [f32; 8] = std::array::from_fn(|i| l[i] + l[i + 8]);
+    let q: [f32; 4] = std::array::from_fn(|i| h[i] + h[i + 4]);
+    (q[0] + q[2]) + (q[1] + q[3])
 }
 
 /// The largest of `s` (not empty), in eight lanes: the maximum does not depend on the order.
@@ -386,140 +670,6 @@ fn largest(s: &[f32]) -> f32 {
         }
     }
     lanes.iter().fold(rest, |m, &v| m.max(v))
-}
-
-/// `Σ s` in eight lanes, then the tail in order and a fixed tree: one order at every level,
-/// which the compiler vectorises (a sum in order is a chain of dependent additions, a tenth of
-/// the attention's time 4096 positions in).
-#[inline(always)]
-fn sum(s: &[f32]) -> f32 {
-    let mut lanes = [0f32; 8];
-    let s8 = s.chunks_exact(8);
-    let tail = s8.remainder().iter().fold(0f32, |a, &v| a + v);
-    for c in s8 {
-        for l in 0..8 {
-            lanes[l] += c[l];
-        }
-    }
-    ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5]))
-        + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]))
-        + tail
-}
-
-/// `Σ a·b` in eight lanes, then a fixed tree of additions: the same value at every level (the
-/// compiler vectorises the lanes; it never fuses or reorders float operations).
-#[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0f32; 8];
-    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail = tail_dot(a8.remainder(), b8.remainder());
-    for (x, y) in a8.zip(b8) {
-        for l in 0..8 {
-            lanes[l] += x[l] * y[l];
-        }
-    }
-    ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5]))
-        + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]))
-        + tail
-}
-
-#[cfg(target_arch = "x86_64")]
-mod x86 {
-    use std::arch::x86_64::*;
-
-    /// [`super::dot`] in AVX2: the eight lanes in one vector, multiplied and added (not fused),
-    /// the same tree of additions, so the same value bit for bit.
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
-        let n = a.len().min(b.len());
-        let body = n - n % 8;
-        let mut acc = _mm256_setzero_ps();
-        for i in (0..body).step_by(8) {
-            let p = _mm256_mul_ps(
-                _mm256_loadu_ps(a.as_ptr().add(i)),
-                _mm256_loadu_ps(b.as_ptr().add(i)),
-            );
-            acc = _mm256_add_ps(acc, p);
-        }
-        let tail = super::tail_dot(&a[body..n], &b[body..n]);
-        // Lanes l + (l + 4), then (0 + 1) + (2 + 3).
-        let half = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-        let pairs = _mm_hadd_ps(half, half);
-        _mm_cvtss_f32(_mm_add_ss(pairs, _mm_movehdup_ps(pairs))) + tail
-    }
-
-    /// [`dot`] of `q` with each of the eight keys in `k` (`q.len()` values each, a multiple
-    /// of eight): the same products and sums per key, and the final additions of the eight
-    /// done side by side — the halves, then two rounds of pairs — in the same tree.
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn dot8(q: &[f32], k: &[f32]) -> [f32; 8] {
-        let dim = q.len();
-        assert!(dim.is_multiple_of(8) && k.len() == 8 * dim);
-        let mut acc = [_mm256_setzero_ps(); 8];
-        for i in (0..dim).step_by(8) {
-            let x = _mm256_loadu_ps(q.as_ptr().add(i));
-            for (j, acc) in acc.iter_mut().enumerate() {
-                let p = _mm256_mul_ps(x, _mm256_loadu_ps(k.as_ptr().add(j * dim + i)));
-                *acc = _mm256_add_ps(*acc, p);
-            }
-        }
-        sums8(acc)
-    }
-
-    /// [`dot8`] of two queries `qa` and `qb` with the same eight keys: `qa` in the low half of
-    /// each 512-bit vector and `qb` in the high half, each key's eight values broadcast to
-    /// both, so each half does [`dot8`]'s operations for its query.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx2,fma")]
-    pub(super) unsafe fn dot8x2(qa: &[f32], qb: &[f32], k: &[f32]) -> ([f32; 8], [f32; 8]) {
-        let dim = qa.len();
-        assert!(dim.is_multiple_of(8) && qb.len() == dim && k.len() == 8 * dim);
-        let mut acc = [_mm512_setzero_ps(); 8];
-        for i in (0..dim).step_by(8) {
-            // 256-bit halves through their f64 views: AVX-512F has them, the f32 forms
-            // need AVX-512DQ.
-            let x = _mm512_castpd_ps(_mm512_insertf64x4::<1>(
-                _mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps(qa.as_ptr().add(i)))),
-                _mm256_castps_pd(_mm256_loadu_ps(qb.as_ptr().add(i))),
-            ));
-            for (j, acc) in acc.iter_mut().enumerate() {
-                let y = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd(
-                    k.as_ptr().add(j * dim + i).cast::<f64>(),
-                )));
-                *acc = _mm512_add_ps(*acc, _mm512_mul_ps(x, y));
-            }
-        }
-        (
-            sums8(acc.map(|a| _mm512_castps512_ps256(a))),
-            sums8(acc.map(|a| _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a))))),
-        )
-    }
-
-    /// Eight keys' lanes to their sums, each in [`super::dot`]'s tree: lanes l + (l + 4); then
-    /// (0 + 1), (2 + 3); then their sum.
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn sums8(acc: [__m256; 8]) -> [f32; 8] {
-        let half = acc.map(|a| _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1)));
-        let pairs = [0, 2, 4, 6].map(|j| _mm_hadd_ps(half[j], half[j + 1]));
-        let sums = _mm256_set_m128(
-            _mm_hadd_ps(pairs[2], pairs[3]),
-            _mm_hadd_ps(pairs[0], pairs[1]),
-        );
-        // The empty tail's sum, added as the one-key product adds it.
-        let sums = _mm256_add_ps(sums, _mm256_set1_ps(super::tail_dot(&[], &[])));
-        let mut out = [0f32; 8];
-        _mm256_storeu_ps(out.as_mut_ptr(), sums);
-        out
-    }
-}
-
-/// The products past the last whole eight, summed in order.
-#[inline(always)]
-fn tail_dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
 /// `silu(gate) · up` for rows holding `[gate | up]`, `n` values each; returns `[rows, n]`.
@@ -550,7 +700,79 @@ fn silu_mul_row_portable(gate_up: &[f32], out: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::cpu;
+
+    fn f32s(data: &[f32], head_stride: usize) -> Cached<'_> {
+        Cached {
+            data: Stored::F32(data),
+            head_stride,
+        }
+    }
+
+    /// A cache in f16 or bf16 gives the bits of an f32 cache holding the same (rounded)
+    /// values, at every level, past a span.
+    #[test]
+    fn a_half_precision_cache_attends_as_its_values_in_f32() {
+        let heads = Heads {
+            q: 4,
+            kv: 2,
+            dim: 64,
+        };
+        let (offset, len) = (SPAN + 30, 5);
+        let cap = offset + len + 7;
+        let value = |i: usize, s: usize| ((i * s % 101) as f32 - 50.0) / 37.0;
+        let width = heads.q * heads.dim;
+        let q: Vec<f32> = (0..len * width).map(|i| value(i, 13)).collect();
+        let k: Vec<f32> = (0..heads.kv * cap * 64).map(|i| value(i, 7)).collect();
+        let v: Vec<f32> = (0..heads.kv * cap * 64).map(|i| value(i, 11)).collect();
+        let (k16, v16): (Vec<f16>, Vec<f16>) = (
+            k.iter().map(|&x| f16::from_f32(x)).collect(),
+            v.iter().map(|&x| f16::from_f32(x)).collect(),
+        );
+        let (kb, vb): (Vec<bf16>, Vec<bf16>) = (
+            k.iter().map(|&x| bf16::from_f32(x)).collect(),
+            v.iter().map(|&x| bf16::from_f32(x)).collect(),
+        );
+        let widened = |h: &[f16]| h.iter().map(|x| x.to_f32()).collect::<Vec<_>>();
+        let widened_b = |h: &[bf16]| h.iter().map(|x| x.to_f32()).collect::<Vec<_>>();
+        let (k32, v32, kb32, vb32) = (widened(&k16), widened(&v16), widened_b(&kb), widened_b(&vb));
+        let bits = |x: Vec<f32>| x.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+        let stride = cap * 64;
+        for level in crate::kernels::cpu::runnable() {
+            let run = |k: Cached<'_>, v: Cached<'_>| {
+                bits(attend_at(level, &q, width, len, offset, k, v, heads))
+            };
+            let f16s = run(
+                Cached {
+                    data: Stored::F16(&k16),
+                    head_stride: stride,
+                },
+                Cached {
+                    data: Stored::F16(&v16),
+                    head_stride: stride,
+                },
+            );
+            assert_eq!(
+                f16s,
+                run(f32s(&k32, stride), f32s(&v32, stride)),
+                "f16 at {level}"
+            );
+            let bf16s = run(
+                Cached {
+                    data: Stored::Bf16(&kb),
+                    head_stride: stride,
+                },
+                Cached {
+                    data: Stored::Bf16(&vb),
+                    head_stride: stride,
+                },
+            );
+            assert_eq!(
+                bf16s,
+                run(f32s(&kb32, stride), f32s(&vb32, stride)),
+                "bf16 at {level}"
+            );
+        }
+    }
 
     #[test]
     fn exp_matches_the_library_to_a_few_ulp() {
@@ -567,46 +789,23 @@ mod tests {
         assert!(exp(1000.0).is_finite() && exp(1000.0) > 1e38);
     }
 
-    /// Against a plain softmax(q·kᵀ/√d + causal mask)·v in f64, with grouped heads and a
-    /// cache that already holds positions before the queries.
-    /// The AVX2 dot product of the scores equals the portable one bit for bit.
+    /// A prompt's attention equals decoding its positions one at a time, bit for bit, with
+    /// more keys than a tile and more query rows than a block, and past a span (where
+    /// decoding splits the keys across threads).
     #[test]
-    #[cfg(target_arch = "x86_64")]
-    fn the_avx2_dot_equals_the_portable_one() {
-        if cpu::detected() < CpuLevel::Avx2 {
-            return;
-        }
-        for n in [8, 13, 64, 128, 131] {
-            let a: Vec<f32> = (0..n).map(|i| ((i * 7 % 13) as f32 - 6.1) / 7.3).collect();
-            let b: Vec<f32> = (0..n).map(|i| ((i * 5 % 11) as f32 - 4.9) / 3.7).collect();
-            // SAFETY: AVX2 and FMA were detected.
-            let fast = unsafe { super::x86::dot(&a, &b) };
-            assert_eq!(fast.to_bits(), dot(&a, &b).to_bits(), "n={n}");
-        }
-        for n in [8, 64, 128] {
-            let q: Vec<f32> = (0..n).map(|i| ((i * 7 % 13) as f32 - 6.1) / 7.3).collect();
-            let k: Vec<f32> = (0..8 * n)
-                .map(|i| ((i * 5 % 11) as f32 - 4.9) / 3.7)
-                .collect();
-            // SAFETY: AVX2 and FMA were detected.
-            let eight = unsafe { super::x86::dot8(&q, &k) };
-            for (j, d) in eight.iter().enumerate() {
-                let one = dot(&q, &k[j * n..(j + 1) * n]);
-                assert_eq!(d.to_bits(), one.to_bits(), "n={n}, key {j}");
-            }
+    fn a_prompt_attends_as_its_positions_decoded_one_by_one() {
+        for (offset, len) in [(90, 45), (SPAN + 70, 40), (2 * SPAN - 3, 7)] {
+            a_prompt_attends_as_decoded(offset, len);
         }
     }
 
-    /// A prompt's attention equals decoding its positions one at a time, bit for bit, with
-    /// more keys than a tile and more query rows than a block.
-    #[test]
-    fn a_prompt_attends_as_its_positions_decoded_one_by_one() {
+    fn a_prompt_attends_as_decoded(offset: usize, len: usize) {
         let heads = Heads {
             q: 6,
             kv: 2,
             dim: 64,
         };
-        let (offset, len, cap) = (90, 45, 160);
+        let cap = offset + len + 20;
         let value = |i: usize, s: usize| ((i * s % 101) as f32 - 50.0) / 37.0;
         let width = heads.q * heads.dim;
         let q: Vec<f32> = (0..len * width).map(|i| value(i, 13)).collect();
@@ -616,10 +815,7 @@ mod tests {
         let v: Vec<f32> = (0..heads.kv * cap * heads.dim)
             .map(|i| value(i, 11))
             .collect();
-        let cached = |data| Cached {
-            data,
-            head_stride: cap * heads.dim,
-        };
+        let cached = |data| f32s(data, cap * heads.dim);
         let prompt = attend(&q, width, len, offset, cached(&k), cached(&v), heads);
         for t in 0..len {
             let row = &q[t * width..(t + 1) * width];
@@ -644,10 +840,7 @@ mod tests {
             let q: Vec<f32> = (0..len * width).map(|i| value(i, 13)).collect();
             let k: Vec<f32> = (0..heads.kv * cap * dim).map(|i| value(i, 7)).collect();
             let v: Vec<f32> = (0..heads.kv * cap * dim).map(|i| value(i, 11)).collect();
-            let cached = |data| Cached {
-                data,
-                head_stride: cap * dim,
-            };
+            let cached = |data| f32s(data, cap * dim);
             let at = |level| {
                 attend_at(level, &q, width, len, offset, cached(&k), cached(&v), heads)
                     .iter()
@@ -663,9 +856,17 @@ mod tests {
 
     #[test]
     fn attention_matches_the_plain_formula() {
-        // 64 and 128 take the register-held value sums; 8 the general loop.
-        // Then more keys than a tile (64) and more queries than a task (32).
-        for (dim, offset, len) in [(8, 5, 19), (64, 5, 19), (128, 5, 19), (64, 100, 45)] {
+        // 64 and 128 take the values 64 columns at a time, 8 one at a time, 24 eight at a
+        // time; then more keys than a tile (64) and more queries than a task (32), then keys
+        // in two spans.
+        for (dim, offset, len) in [
+            (8, 5, 19),
+            (24, 5, 19),
+            (64, 5, 19),
+            (128, 5, 19),
+            (64, 100, 45),
+            (64, SPAN + 100, 3),
+        ] {
             attention_matches_the_plain_formula_at(dim, offset, len);
         }
     }
@@ -688,14 +889,8 @@ mod tests {
             q_width,
             len,
             offset,
-            Cached {
-                data: &k,
-                head_stride: stride,
-            },
-            Cached {
-                data: &v,
-                head_stride: stride,
-            },
+            f32s(&k, stride),
+            f32s(&v, stride),
             heads,
         );
         let d = heads.dim;
