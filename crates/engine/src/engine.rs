@@ -2,6 +2,7 @@
 //! scheduler ([`crate::scheduler`]) through a channel; each comes back as an async stream of
 //! events.
 
+use crate::cache::kv::KvCache;
 use crate::cache::snapshot::KvSnapshot;
 use crate::chat::{ChatFormat, ChatInput, ThinkingSplitter};
 use crate::constraint::Grammars;
@@ -38,12 +39,54 @@ pub struct Engine {
     grammars: OnceLock<std::result::Result<Grammars, String>>,
 }
 
+const MIB: f64 = (1 << 20) as f64;
+
+/// Logs what the KV cache takes per position and for one sequence of the whole context, and
+/// warns where that sequence would not fit the budget (it would then be refused when it
+/// grows past it).
+fn report_memory(cache: &KvCache, context: usize, budget: usize) {
+    let (per_position, full) = (cache.position_bytes(), cache.bytes_for(context));
+    let types = cache
+        .dtypes()
+        .map(|(k, v)| format!(" (keys {k:?}, values {v:?})").to_lowercase())
+        .unwrap_or_default();
+    tracing::info!(
+        "KV cache: {:.1} KiB per position{types}, {:.0} MiB for one sequence of the whole {context}-position context",
+        per_position as f64 / 1024.0,
+        full as f64 / MIB
+    );
+    if full > budget {
+        tracing::warn!(
+            "one sequence of {context} positions needs {:.0} MiB of KV cache, more than the {:.0} MiB budget: alone, a sequence fits about {} positions (ctx_size, the cache types or kv_cache_mb change that)",
+            full as f64 / MIB,
+            budget as f64 / MIB,
+            budget / per_position.max(1)
+        );
+    }
+}
+
 impl Engine {
     /// Loads `spec` — a checkpoint directory, a `.gguf` file, a hub repo id, or a model card
     /// name such as `qwen2.5-0.5b-instruct` — and starts the worker.
     pub fn load(spec: &str, opts: &LoadOptions) -> Result<Self> {
         let loaded = load_model(spec, opts)?;
         let config = opts.scheduler.resolve(&loaded.device)?;
+        // A context asked for that one sequence's cache cannot fill is refused up front.
+        let full = loaded
+            .model
+            .new_cache()
+            .bytes_for(loaded.info.max_positions);
+        if opts.ctx_size.is_some() && full > config.kv_budget_bytes {
+            return Err(EngineError::invalid(
+                "ctx_size",
+                format!(
+                    "{} positions need {:.0} MiB of KV cache for one sequence, more than the {:.0} MiB budget: lower ctx_size or the cache types (cache_type_k, cache_type_v), or raise kv_cache_mb",
+                    loaded.info.max_positions,
+                    full as f64 / MIB,
+                    config.kv_budget_bytes as f64 / MIB
+                ),
+            ));
+        }
         let draft = match &opts.draft_model {
             Some(d) => Some(Self::load_draft(d, opts, &loaded)?),
             None if config.speculation == Speculation::Draft => {
@@ -135,7 +178,9 @@ impl Engine {
         config: SchedulerConfig,
     ) -> Result<Self> {
         config.check()?;
-        config.check_budget(model.new_cache().bytes_for(1))?;
+        let cache = model.new_cache();
+        config.check_budget(cache.bytes_for(1))?;
+        report_memory(&cache, info.max_positions, config.kv_budget_bytes);
         if config.speculation == Speculation::Mtp {
             crate::speculative::mtp::check(model.as_ref(), &info.origin)?;
         }

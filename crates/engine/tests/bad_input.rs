@@ -211,3 +211,52 @@ fn hub_layout_in_the_cache_loads_offline() {
     assert_eq!(e.info().origin, "hearth/tiny-qwen2@v1");
     assert_eq!(e.info().family, "qwen2");
 }
+
+/// A context past the model's own without YaRN, and one whose one sequence outgrows the KV
+/// budget, are refused at load, naming the option (a cache type a GPU cannot use: the unit
+/// tests of `cache_type`).
+#[test]
+fn contexts_and_cache_types_that_cannot_work_are_refused() {
+    let tiny = tiny("qwen3");
+    let load = |opts: LoadOptions| {
+        Engine::load(tiny.to_str().unwrap(), &opts)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    let base = || LoadOptions {
+        device: DeviceSpec::Cpu,
+        dtype: DTypeSpec::F32,
+        ..Default::default()
+    };
+    let err = load(LoadOptions {
+        ctx_size: Some(4096),
+        ..base()
+    });
+    assert!(err.contains("ctx_size") && err.contains("YaRN"), "{err}");
+    // 32 768 positions by YaRN (factor 64 over 512): 16 MiB of f16 cache for one sequence.
+    let err = load(LoadOptions {
+        ctx_size: Some(32768),
+        yarn: Some(hearth_engine::YarnOptions::default()),
+        scheduler: hearth_engine::SchedulerOptions {
+            kv_cache_mb: Some(1),
+            ..Default::default()
+        },
+        ..base()
+    });
+    assert!(
+        err.contains("ctx_size") && err.contains("kv_cache_mb"),
+        "{err}"
+    );
+    // Within the budget it loads, and says so.
+    let e = Engine::load(
+        tiny.to_str().unwrap(),
+        &LoadOptions {
+            ctx_size: Some(2048),
+            yarn: Some(hearth_engine::YarnOptions::default()),
+            ..base()
+        },
+    )
+    .unwrap();
+    assert_eq!(e.info().max_positions, 2048);
+}
