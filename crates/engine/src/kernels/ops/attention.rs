@@ -442,14 +442,26 @@ fn run_rows<const R: usize, const BODY: u8>(job: &Job<'_>, s: &mut Scratch, sink
             let first = first_seeing(tile).min(n);
             let mut i = first;
             while i < n {
-                let take = if n - i >= R { R } else { 1 };
+                // AVX-512 takes the rows four at a time and the rest together (a kv head of
+                // seven query heads decodes as four and three, each tile loaded twice).
+                let take = match BODY {
+                    AVX512 => (n - i).min(4),
+                    _ if n - i >= R => R,
+                    _ => 1,
+                };
                 let (q, p) = (&s.q[i * dim..(i + take) * dim], &mut s.p[i * TILE..]);
                 #[cfg(target_arch = "x86_64")]
                 match BODY {
                     // SAFETY: as above, with AVX-512F at `AVX512`; `q` holds `take` rows,
                     // `p` their tiles.
-                    AVX512 if take == R => unsafe { x86::scores_avx512::<R>(q, &s.kt, dim, p) },
-                    AVX512 => unsafe { x86::scores_avx512::<1>(q, &s.kt, dim, p) },
+                    AVX512 => unsafe {
+                        match take {
+                            4 => x86::scores_avx512::<4>(q, &s.kt, dim, p),
+                            3 => x86::scores_avx512::<3>(q, &s.kt, dim, p),
+                            2 => x86::scores_avx512::<2>(q, &s.kt, dim, p),
+                            _ => x86::scores_avx512::<1>(q, &s.kt, dim, p),
+                        }
+                    },
                     AVX2 => {
                         for r in 0..take {
                             let (q, p) = (&q[r * dim..], &mut p[r * TILE..]);
@@ -474,7 +486,11 @@ fn run_rows<const R: usize, const BODY: u8>(job: &Job<'_>, s: &mut Scratch, sink
             }
             let mut i = first;
             while i < n {
-                let take = if n - i >= R && dim % 16 == 0 { R } else { 1 };
+                let take = match BODY {
+                    AVX512 if dim % 64 == 0 => (n - i).min(4),
+                    _ if n - i >= R && dim % 16 == 0 => R,
+                    _ => 1,
+                };
                 // The keys the last (latest) row of the pass sees; earlier rows' weights for
                 // keys they do not see are 0.
                 let seen = (limit(i + take - 1) - tile).min(nk);
@@ -484,13 +500,22 @@ fn run_rows<const R: usize, const BODY: u8>(job: &Job<'_>, s: &mut Scratch, sink
                 if dim % 64 == 0 && BODY >= AVX2 {
                     // SAFETY: as above; `p` holds the rows' tiles, `v` `seen` values, each
                     // row's own `acc` `dim` sums.
+                    let mut acc = rows.iter_mut().map(|r| r.acc.as_mut_ptr());
+                    let mut next = || acc.next().unwrap_or(std::ptr::null_mut());
                     match BODY {
-                        AVX512 if take == R => unsafe {
-                            let acc = std::array::from_fn(|r| rows[r].acc.as_mut_ptr());
-                            x86::weigh_avx512::<R>(p, v, seen, dim, acc)
-                        },
                         AVX512 => unsafe {
-                            x86::weigh_avx512::<1>(p, v, seen, dim, [rows[0].acc.as_mut_ptr()])
+                            match take {
+                                4 => {
+                                    x86::weigh_avx512::<4>(p, v, seen, dim, [(); 4].map(|_| next()))
+                                }
+                                3 => {
+                                    x86::weigh_avx512::<3>(p, v, seen, dim, [(); 3].map(|_| next()))
+                                }
+                                2 => {
+                                    x86::weigh_avx512::<2>(p, v, seen, dim, [(); 2].map(|_| next()))
+                                }
+                                _ => x86::weigh_avx512::<1>(p, v, seen, dim, [next()]),
+                            }
                         },
                         _ => {
                             for (r, row) in rows.iter_mut().enumerate() {
