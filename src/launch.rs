@@ -116,6 +116,43 @@ impl Agent {
     }
 }
 
+impl Agent {
+    /// Tells the agent the server's context length where it takes one, so that it compacts a
+    /// conversation before the server refuses it: Codex's `model_context_window` (compacting
+    /// at nine tenths of it). The others learn it from the server's error (Claude Code's
+    /// "prompt is too long") or not at all.
+    pub fn fit_context(self, c: &mut Command, n_ctx: usize) {
+        if self == Agent::Codex {
+            c.args(["-c", &format!("model_context_window={n_ctx}")])
+                .args([
+                    "-c",
+                    &format!("model_auto_compact_token_limit={}", n_ctx / 10 * 9),
+                ]);
+        }
+    }
+}
+
+/// The server's context length (`meta.n_ctx` of `/v1/models`), where it answers in time.
+fn context_length(url: &str, key: &str) -> Option<usize> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .ok()?;
+    runtime.block_on(async {
+        let answer = reqwest::Client::new()
+            .get(format!("{url}/v1/models"))
+            .bearer_auth(key)
+            .timeout(std::time::Duration::from_secs(10))
+            .send()
+            .await
+            .ok()?;
+        let models: serde_json::Value = answer.json().await.ok()?;
+        models["data"][0]["meta"]["n_ctx"]
+            .as_u64()
+            .and_then(|n| usize::try_from(n).ok())
+    })
+}
+
 /// How long an agent waits on the server before it gives up (an hour, in milliseconds): the
 /// agents' defaults are made for hosted models, whose first token comes in seconds.
 const LONG_WAIT_MS: &str = "3600000";
@@ -232,9 +269,11 @@ pub fn run(args: LaunchArgs) -> anyhow::Result<()> {
     // The server answers whatever model a request names; the agent shows this one.
     let model = args.model.clone().unwrap_or_else(|| "hearth".into());
     eprintln!("{} on {url} ({model})", program.display());
-    let status = args
-        .agent
-        .command(&program, &url, &model, &key)
+    let mut agent = args.agent.command(&program, &url, &model, &key);
+    if let Some(n) = context_length(&url, &key) {
+        args.agent.fit_context(&mut agent, n);
+    }
+    let status = agent
         .args(&args.agent_args)
         .status()
         .with_context(|| format!("cannot run {}", program.display()))?;
@@ -279,6 +318,11 @@ mod tests {
         assert!(a.contains("model=\"qwen/coder\""), "{a}");
         assert!(a.contains("stream_idle_timeout_ms=3600000"), "{a}");
         assert_eq!(env(&c, "HEARTH_AGENT_KEY").as_deref(), Some(key));
+        let mut c = Agent::Codex.command(p, url, model, key);
+        Agent::Codex.fit_context(&mut c, 32768);
+        let a = args(&c).join(" ");
+        assert!(a.contains("-c model_context_window=32768"), "{a}");
+        assert!(a.contains("-c model_auto_compact_token_limit=29484"), "{a}");
         let c = Agent::Opencode.command(p, url, model, key);
         let config: serde_json::Value =
             serde_json::from_str(&env(&c, "OPENCODE_CONFIG_CONTENT").unwrap_or_default())
