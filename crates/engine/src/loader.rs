@@ -147,9 +147,7 @@ fn fit_context(cfg: &mut QwenConfig, opts: &LoadOptions) -> Result<()> {
                 format!("factor {factor}: expected a number from 1 up"),
             ));
         }
-        let yarn = crate::load::config::Yarn::new(factor, original);
-        cfg.max_position_embeddings = cfg.max_position_embeddings.max(yarn.context());
-        cfg.yarn = Some(yarn);
+        cfg.set_yarn(crate::load::config::Yarn::new(factor, original));
     }
     if let Some(n) = opts.ctx_size {
         let most = cfg.max_position_embeddings;
@@ -695,18 +693,18 @@ fn sampling_defaults(generation: &Value) -> SamplingParams {
 mod tests {
     use super::*;
 
-    fn qwen3() -> QwenConfig {
+    fn qwen3() -> Result<QwenConfig> {
         let v = serde_json::json!({
             "architectures": ["Qwen3ForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
             "head_dim": 32, "vocab_size": 1024, "max_position_embeddings": 40960,
             "rope_theta": 1000000.0, "rms_norm_eps": 1e-6
         });
-        QwenConfig::from_value(&v, std::path::Path::new("config.json")).unwrap()
+        QwenConfig::from_value(&v, std::path::Path::new("config.json"))
     }
 
     fn fit(ctx_size: Option<usize>, yarn: Option<YarnOptions>) -> Result<QwenConfig> {
-        let mut cfg = qwen3();
+        let mut cfg = qwen3()?;
         let opts = LoadOptions {
             ctx_size,
             yarn,
@@ -716,9 +714,9 @@ mod tests {
     }
 
     #[test]
-    fn the_context_is_cut_or_extended_with_yarn_only() {
-        assert_eq!(fit(None, None).unwrap().max_position_embeddings, 40960);
-        assert_eq!(fit(Some(8192), None).unwrap().max_position_embeddings, 8192);
+    fn the_context_is_cut_or_extended_with_yarn_only() -> Result<()> {
+        assert_eq!(fit(None, None)?.max_position_embeddings, 40960);
+        assert_eq!(fit(Some(8192), None)?.max_position_embeddings, 8192);
         let err = fit(Some(131_072), None).unwrap_err().to_string();
         assert!(
             err.contains("ctx_size") && err.contains("131072") && err.contains("YaRN"),
@@ -729,12 +727,12 @@ mod tests {
             factor: Some(4.0),
             original_max_positions: Some(32768),
         };
-        let c = fit(Some(131_072), Some(yarn)).unwrap();
+        let c = fit(Some(131_072), Some(yarn))?;
         assert_eq!(c.max_position_embeddings, 131_072);
         assert_eq!(c.yarn, Some(crate::load::config::Yarn::new(4.0, 32768)));
         // The factor from the context asked for, over the declared context.
-        let c = fit(Some(81920), Some(YarnOptions::default())).unwrap();
-        assert_eq!(c.yarn.unwrap().factor, 2.0);
+        let c = fit(Some(81920), Some(YarnOptions::default()))?;
+        assert_eq!(c.yarn.map(|y| y.factor), Some(2.0));
         let err = fit(Some(200_000), Some(yarn)).unwrap_err().to_string();
         assert!(err.contains("ctx_size") && err.contains("131072"), "{err}");
         let err = fit(None, Some(YarnOptions::default()))
@@ -752,5 +750,6 @@ mod tests {
         .to_string();
         assert!(err.contains("factor 0.5"), "{err}");
         assert!(fit(Some(0), None).is_err());
+        Ok(())
     }
 }

@@ -265,23 +265,9 @@ fn cache_rejects_positions_beyond_the_model() {
 /// plain RoPE's logits are not those (goldens by fixtures/yarn_golden.py).
 #[test]
 fn yarn_logits_match_transformers() {
-    let g: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(fixtures().join("golden/tiny-qwen3-yarn.json")).unwrap(),
-    )
-    .unwrap();
-    let floats = |k: &str| -> Vec<f32> {
-        g[k].as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_f64().unwrap() as f32)
-            .collect()
-    };
-    let ids: Vec<u32> = g["prompt_ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect();
+    let g = golden_json("tiny-qwen3-yarn.json");
+    let floats = |k: &str| json_floats(&g, k);
+    let ids = json_ids(&g, "prompt_ids");
     let dir = tiny("qwen3");
     let mut config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();

@@ -122,29 +122,24 @@ mod tests {
     }
 
     #[test]
-    fn the_cpu_kernels_default_to_f16_and_other_paths_keep_the_activations() {
+    fn the_cpu_kernels_default_to_f16_and_other_paths_keep_the_activations() -> Result<()> {
         let cpu = Device::Cpu;
         let default = CacheTypes::default();
+        assert_eq!(default.resolve(DType::F32, &cpu)?, (DType::F16, DType::F16));
         assert_eq!(
-            default.resolve(DType::F32, &cpu).unwrap(),
-            (DType::F16, DType::F16)
-        );
-        assert_eq!(
-            default.resolve(DType::BF16, &cpu).unwrap(),
+            default.resolve(DType::BF16, &cpu)?,
             (DType::BF16, DType::BF16)
         );
         let mixed = CacheTypes {
             k: Some(CacheType::F32),
             v: Some(CacheType::Bf16),
         };
-        assert_eq!(
-            mixed.resolve(DType::F32, &cpu).unwrap(),
-            (DType::F32, DType::BF16)
-        );
+        assert_eq!(mixed.resolve(DType::F32, &cpu)?, (DType::F32, DType::BF16));
         let err = mixed.resolve(DType::BF16, &cpu).unwrap_err().to_string();
         assert!(
             err.contains("cache_type_k") && err.contains("`f32`"),
             "{err}"
         );
+        Ok(())
     }
 }

@@ -652,6 +652,12 @@ impl Declared {
 }
 
 impl QwenConfig {
+    /// Scales RoPE by `yarn`, whose context becomes this model's where it is longer.
+    pub fn set_yarn(&mut self, yarn: Yarn) {
+        self.max_position_embeddings = self.max_position_embeddings.max(yarn.context());
+        self.yarn = Some(yarn);
+    }
+
     /// Reads and checks a `config.json`.
     pub fn from_file(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
@@ -847,7 +853,7 @@ impl QwenConfig {
         let mut eos_token_ids = f.ids("eos_token_id")?;
         eos_token_ids.dedup();
 
-        Ok(Self {
+        let mut config = Self {
             family,
             vocab_size: f.usize("vocab_size")?,
             hidden_size,
@@ -860,8 +866,7 @@ impl QwenConfig {
             num_attention_heads,
             num_key_value_heads,
             head_dim,
-            // YaRN extends the context to the original one times its factor.
-            max_position_embeddings: yarn.map_or(0, |y| y.context()).max(declared_max_positions),
+            max_position_embeddings: declared_max_positions,
             rope_theta,
             rms_norm_eps: f.opt_f64("rms_norm_eps")?.unwrap_or(1e-6),
             tie_word_embeddings: match top.opt_bool("tie_word_embeddings")? {
@@ -881,8 +886,13 @@ impl QwenConfig {
                 Some(_) => "model.language_model".into(),
                 None => "model".into(),
             },
-            yarn,
-        })
+            yarn: None,
+        };
+        if let Some(y) = yarn {
+            // YaRN extends the context to the original one times its factor.
+            config.set_yarn(y);
+        }
+        Ok(config)
     }
 
     /// Parameters, counting tied embeddings once.
@@ -1085,16 +1095,16 @@ mod tests {
     }
 
     #[test]
-    fn yarn_extends_the_context_as_qwen_documents_it() {
+    fn yarn_extends_the_context_as_qwen_documents_it() -> Result<()> {
         // Qwen3's model card: factor 4 over the 32 768 positions it was trained on.
         let mut v = qwen2();
         v["max_position_embeddings"] = json!(40960);
         v["rope_scaling"] =
             json!({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768});
-        let c = parse(v).unwrap();
+        let c = parse(v)?;
         assert_eq!(c.yarn, Some(Yarn::new(4.0, 32768)));
         assert_eq!(c.max_position_embeddings, 131_072);
-        let y = c.yarn.unwrap();
+        let y = Yarn::new(4.0, 32768);
         assert!((y.attention_factor() - (0.1 * 4f64.ln() + 1.0)).abs() < 1e-12);
         // The highest frequencies are kept, the lowest divided by the factor.
         let plain: Vec<f32> = (0..64)
@@ -1108,10 +1118,10 @@ mod tests {
         let mut v = qwen2();
         v["rope_parameters"] =
             json!({"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e6, "attention_factor": 1.0});
-        let c = parse(v).unwrap();
-        assert_eq!(c.yarn.unwrap().original_max_positions, 32768);
+        let c = parse(v)?;
+        assert_eq!(c.yarn.map(|y| y.original_max_positions), Some(32768));
         assert_eq!(c.max_position_embeddings, 65536);
-        assert_eq!(c.yarn.unwrap().attention_factor(), 1.0);
+        assert_eq!(c.yarn.map(|y| y.attention_factor()), Some(1.0));
         // Bad values name their field.
         let mut v = qwen2();
         v["rope_scaling"] = json!({"rope_type": "yarn", "factor": 0.5});
@@ -1124,6 +1134,7 @@ mod tests {
         v["rope_scaling"] = json!({"rope_type": "yarn", "factor": 4, "beta_fast": "fast"});
         let err = parse(v).unwrap_err().to_string();
         assert!(err.contains("`rope_scaling.beta_fast`"), "{err}");
+        Ok(())
     }
 
     #[test]

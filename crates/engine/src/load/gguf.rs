@@ -379,7 +379,7 @@ impl GgufFile {
             }
             _ => None,
         };
-        Ok(QwenConfig {
+        let mut config = QwenConfig {
             family,
             vocab_size: vocab,
             hidden_size: hidden,
@@ -388,7 +388,7 @@ impl GgufFile {
             num_attention_heads: heads,
             num_key_value_heads: kv_heads,
             head_dim,
-            max_position_embeddings: yarn.map_or(0, |y| y.context()).max(context),
+            max_position_embeddings: context,
             rope_theta: self.meta_f32(&k("rope.freq_base")).unwrap_or(10_000.0) as f64,
             rms_norm_eps: self.meta_f32(&k("attention.layer_norm_rms_epsilon"))? as f64,
             tie_word_embeddings: !self.content.tensor_infos.contains_key("output.weight"),
@@ -406,8 +406,12 @@ impl GgufFile {
             // llama.cpp's converter stores Qwen3.5's norms as 1 + w.
             norm_weights_offset: false,
             weights_prefix: "model".into(),
-            yarn,
-        })
+            yarn: None,
+        };
+        if let Some(y) = yarn {
+            config.set_yarn(y);
+        }
+        Ok(config)
     }
 
     /// The experts of a `qwen3moe` file. llama.cpp always renormalises the top-k weights of

@@ -72,24 +72,36 @@ pub struct Golden {
     pub logits_bf16_native: Vec<f32>,
 }
 
+/// A golden file of `golden/` as JSON.
+pub fn golden_json(name: &str) -> serde_json::Value {
+    let path = fixtures().join("golden").join(name);
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+/// The token ids under `key`.
+pub fn json_ids(v: &serde_json::Value, key: &str) -> Vec<u32> {
+    v[key]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+/// The numbers under `key`, as f32.
+pub fn json_floats(v: &serde_json::Value, key: &str) -> Vec<f32> {
+    v[key]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
 pub fn golden(family: &str) -> Golden {
-    let path = fixtures().join(format!("golden/tiny-{family}.json"));
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    let ids = |k: &str| -> Vec<u32> {
-        v[k].as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap() as u32)
-            .collect()
-    };
-    let floats = |k: &str| -> Vec<f32> {
-        v[k].as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_f64().unwrap() as f32)
-            .collect()
-    };
+    let v = golden_json(&format!("tiny-{family}.json"));
+    let ids = |k: &str| json_ids(&v, k);
+    let floats = |k: &str| json_floats(&v, k);
     Golden {
         prompt_ids: ids("prompt_ids"),
         logits_f32: floats("logits_f32"),

@@ -726,11 +726,12 @@ fn silu_mul_row_portable(gate_up: &[f32], out: &mut [f32]) {
 mod tests {
     use super::*;
 
+    fn cached(data: Stored<'_>, head_stride: usize) -> Cached<'_> {
+        Cached { data, head_stride }
+    }
+
     fn f32s(data: &[f32], head_stride: usize) -> Cached<'_> {
-        Cached {
-            data: Stored::F32(data),
-            head_stride,
-        }
+        cached(Stored::F32(data), head_stride)
     }
 
     /// A cache in f16 or bf16 gives the bits of an f32 cache holding the same (rounded)
@@ -749,6 +750,7 @@ mod tests {
         let q: Vec<f32> = (0..len * width).map(|i| value(i, 13)).collect();
         let k: Vec<f32> = (0..heads.kv * cap * 64).map(|i| value(i, 7)).collect();
         let v: Vec<f32> = (0..heads.kv * cap * 64).map(|i| value(i, 11)).collect();
+        let stride = cap * 64;
         let (k16, v16): (Vec<f16>, Vec<f16>) = (
             k.iter().map(|&x| f16::from_f32(x)).collect(),
             v.iter().map(|&x| f16::from_f32(x)).collect(),
@@ -757,45 +759,43 @@ mod tests {
             k.iter().map(|&x| bf16::from_f32(x)).collect(),
             v.iter().map(|&x| bf16::from_f32(x)).collect(),
         );
-        let widened = |h: &[f16]| h.iter().map(|x| x.to_f32()).collect::<Vec<_>>();
-        let widened_b = |h: &[bf16]| h.iter().map(|x| x.to_f32()).collect::<Vec<_>>();
-        let (k32, v32, kb32, vb32) = (widened(&k16), widened(&v16), widened_b(&kb), widened_b(&vb));
-        let bits = |x: Vec<f32>| x.into_iter().map(f32::to_bits).collect::<Vec<_>>();
-        let stride = cap * 64;
+        // Each cache beside the f32 values it holds.
+        let cases = [
+            (
+                "f16",
+                Stored::F16(&k16),
+                Stored::F16(&v16),
+                k16.iter().map(|x| x.to_f32()).collect::<Vec<_>>(),
+                v16.iter().map(|x| x.to_f32()).collect::<Vec<_>>(),
+            ),
+            (
+                "bf16",
+                Stored::Bf16(&kb),
+                Stored::Bf16(&vb),
+                kb.iter().map(|x| x.to_f32()).collect(),
+                vb.iter().map(|x| x.to_f32()).collect(),
+            ),
+        ];
         for level in crate::kernels::cpu::runnable() {
-            let run = |k: Cached<'_>, v: Cached<'_>| {
-                bits(attend_at(level, &q, width, len, offset, k, v, heads))
+            let run = |k: Stored<'_>, v: Stored<'_>| {
+                attend_at(
+                    level,
+                    &q,
+                    width,
+                    len,
+                    offset,
+                    cached(k, stride),
+                    cached(v, stride),
+                    heads,
+                )
+                .into_iter()
+                .map(f32::to_bits)
+                .collect::<Vec<_>>()
             };
-            let f16s = run(
-                Cached {
-                    data: Stored::F16(&k16),
-                    head_stride: stride,
-                },
-                Cached {
-                    data: Stored::F16(&v16),
-                    head_stride: stride,
-                },
-            );
-            assert_eq!(
-                f16s,
-                run(f32s(&k32, stride), f32s(&v32, stride)),
-                "f16 at {level}"
-            );
-            let bf16s = run(
-                Cached {
-                    data: Stored::Bf16(&kb),
-                    head_stride: stride,
-                },
-                Cached {
-                    data: Stored::Bf16(&vb),
-                    head_stride: stride,
-                },
-            );
-            assert_eq!(
-                bf16s,
-                run(f32s(&kb32, stride), f32s(&vb32, stride)),
-                "bf16 at {level}"
-            );
+            for (name, k, v, k32, v32) in &cases {
+                let wide = run(Stored::F32(k32), Stored::F32(v32));
+                assert_eq!(run(*k, *v), wide, "{name} at {level}");
+            }
         }
     }
 
