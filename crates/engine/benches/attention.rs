@@ -8,7 +8,7 @@
 
 use half::f16;
 use hearth_engine::kernels::cpu;
-use hearth_engine::kernels::ops::attention::{attend_at, Cached, Heads, Stored};
+use hearth_engine::kernels::ops::attention::{attend_at, Cached, Heads, Piece, Stored};
 use std::time::Instant;
 
 fn main() {
@@ -71,6 +71,13 @@ fn main() {
                         ("f32", Stored::F32(&k), Stored::F32(&v)),
                         ("f16", Stored::F16(&k16), Stored::F16(&v16)),
                     ] {
+                        let piece = |data| Piece {
+                            start: 0,
+                            len: depth + len,
+                            data,
+                            head_stride: stride,
+                        };
+                        let (kp, vp) = ([piece(kc)], [piece(vc)]);
                         let run = || {
                             attend_at(
                                 level,
@@ -78,14 +85,8 @@ fn main() {
                                 width,
                                 len,
                                 depth,
-                                Cached {
-                                    data: kc,
-                                    head_stride: stride,
-                                },
-                                Cached {
-                                    data: vc,
-                                    head_stride: stride,
-                                },
+                                Cached { pieces: &kp },
+                                Cached { pieces: &vp },
                                 heads,
                             )
                         };

@@ -6,20 +6,29 @@
 //! truncate it to a shared prefix and prefill only what follows, and a scheduler can count the
 //! bytes every cache holds against a budget before it lets one grow.
 //!
+//! Positions a finished sequence wrote can be frozen into a read-only [`Segment`], which later
+//! caches whose prompts start with the same tokens hold instead of copying it
+//! ([`KvCache::share_prefix`]): a cache is its shared segments, in order, then its own
+//! buffers. The CPU attention reads the pieces where they are ([`KvCache::pieces`]).
+//!
 //! A hybrid model's cache also holds the recurrent state of its linear-attention layers
 //! ([`RecurrentState`]), which can be cut back only to its checkpoints: [`KvCache::truncate`]
 //! and [`KvCache::resumable`] say how far back it really goes.
 
 use super::recurrent::{RecurrentState, StateShape};
+use super::segment::Segment;
 use candle_core::{DType, Result, Tensor};
+use std::sync::Arc;
 
 const INITIAL_CAPACITY: usize = 256;
 
 /// Not `Clone`: cloned tensors would share storage and in-place writes would corrupt both.
 #[derive(Debug)]
 pub struct KvCache {
+    /// Positions `base..len` of each layer, in buffers only this cache writes.
     layers: Vec<Option<(Tensor, Tensor)>>,
     len: usize,
+    /// Positions the own buffers have room for, from `base`.
     capacity: usize,
     max_len: usize,
     /// Bytes one position takes over all layers (keys and values); 0 where unknown.
@@ -29,6 +38,18 @@ pub struct KvCache {
     /// The dtypes keys and values are stored in (appended rows are converted); `None`: as
     /// the first appended.
     dtypes: Option<(DType, DType)>,
+    /// Positions `0..base`: segments shared with other caches, in order, each with the
+    /// positions of it this cache uses.
+    shared: Vec<(Arc<Segment>, usize)>,
+    base: usize,
+}
+
+/// A run of positions of one layer as the attention reads them: keys and values of positions
+/// `start..start + len`, `[1, kv_heads, len, head_dim]` views.
+pub(crate) struct Piece {
+    pub start: usize,
+    pub k: Tensor,
+    pub v: Tensor,
 }
 
 impl KvCache {
@@ -42,6 +63,8 @@ impl KvCache {
             position_bytes: 0,
             recurrent: None,
             dtypes: None,
+            shared: Vec::new(),
+            base: 0,
         }
     }
 
@@ -103,13 +126,24 @@ impl KvCache {
         self.position_bytes
     }
 
-    /// Bytes allocated now (capacity, not length: growth by doubling counts in full), with the
-    /// recurrent state and its checkpoints.
+    /// Bytes this cache alone holds now: its own buffers (capacity, not length: growth by
+    /// doubling counts in full) and the recurrent state with its checkpoints. The segments it
+    /// shares ([`KvCache::shared`]) are counted apart, once for all the caches that hold them.
     pub fn bytes(&self) -> usize {
         self.capacity * self.position_bytes + self.recurrent.as_ref().map_or(0, |r| r.bytes())
     }
 
-    /// Bytes allocated once the cache holds `len` positions (a recurrent state with one more
+    /// The segments this cache shares with others, in order.
+    pub fn shared(&self) -> impl Iterator<Item = &Arc<Segment>> {
+        self.shared.iter().map(|(s, _)| s)
+    }
+
+    /// Positions held in shared segments (the rest are in its own buffers).
+    pub fn shared_len(&self) -> usize {
+        self.base
+    }
+
+    /// Bytes this cache alone holds once it holds `len` positions (a recurrent state with one more
     /// checkpoint, which the prefill that gets there may take).
     pub fn bytes_for(&self, len: usize) -> usize {
         let state = match &self.recurrent {
@@ -123,6 +157,31 @@ impl KvCache {
     /// Copies the first `len` positions of `src` (a cache of the same model) into this empty
     /// cache, so that a sequence sharing a prompt prefix with `src` skips running it.
     pub fn copy_prefix(&mut self, src: &KvCache, len: usize) -> Result<()> {
+        self.check_prefix_of(src, len)?;
+        self.copy_rows(src, 0, len)
+    }
+
+    /// Takes the first `len` positions of `src` (a cache of the same model) into this empty
+    /// cache: the segments `src` shares are shared (held, not copied), the positions in its
+    /// own buffers copied.
+    pub fn share_prefix(&mut self, src: &KvCache, len: usize) -> Result<()> {
+        self.check_prefix_of(src, len)?;
+        let mut at = 0;
+        for (segment, used) in &src.shared {
+            if at >= len {
+                break;
+            }
+            let take = (*used).min(len - at);
+            self.shared.push((segment.clone(), take));
+            at += take;
+        }
+        self.base = at;
+        self.copy_rows(src, at, len)
+    }
+
+    /// Errors unless this cache is empty and `src` holds `len` positions of the same layers;
+    /// takes the recurrent state of `src` after `len` positions.
+    fn check_prefix_of(&mut self, src: &KvCache, len: usize) -> Result<()> {
         if !self.is_empty() || len > src.len || self.layers.len() != src.layers.len() {
             candle_core::bail!(
                 "cannot copy {len} positions of a {}-position cache of {} layers into a {}-position cache of {}",
@@ -140,24 +199,129 @@ impl KvCache {
             }
             *dst = RecurrentState::prefix_of(from, len, src.len)?;
         }
-        if len == 0 {
+        self.shared.clear();
+        self.base = 0;
+        Ok(())
+    }
+
+    /// Copies positions `from..to` of `src` into this cache's own buffers (which then start at
+    /// `from`, its shared positions).
+    fn copy_rows(&mut self, src: &KvCache, from: usize, to: usize) -> Result<()> {
+        self.base = from;
+        self.capacity = 0;
+        self.layers.iter_mut().for_each(|l| *l = None);
+        if to > from {
+            let cap = self.capacity_for(to);
+            for i in self.attention_layers() {
+                let (k, v) = src.rows(i, from, to)?;
+                let (nk, nv) = alloc_pair(&k, &v, cap)?;
+                nk.slice_set(&k.contiguous()?, 2, 0)?;
+                nv.slice_set(&v.contiguous()?, 2, 0)?;
+                self.layers[i] = Some((nk, nv));
+            }
+            self.capacity = cap;
+        }
+        self.len = to;
+        Ok(())
+    }
+
+    /// The layers that hold keys and values (a hybrid's linear-attention layers do not).
+    fn attention_layers(&self) -> Vec<usize> {
+        (0..self.layers.len())
+            .filter(|&i| !self.recurrent.as_ref().is_some_and(|r| r.is_linear(i)))
+            .collect()
+    }
+
+    /// Layer `layer`'s positions `from..to` as pieces: views of the shared segments' rows and
+    /// of the own buffers' (which may hold rows a pass wrote before [`KvCache::advance`]).
+    pub(crate) fn pieces(&self, layer: usize, from: usize, to: usize) -> Result<Vec<Piece>> {
+        if from > to || (to > self.len && to > self.base + self.capacity) {
+            candle_core::bail!("positions {from}..{to} of a {}-position cache", self.len);
+        }
+        let mut pieces = Vec::new();
+        let mut start = 0;
+        for (segment, used) in &self.shared {
+            let (a, z) = (from.max(start), to.min(start + used));
+            if a < z {
+                let (k, v) = segment.rows(layer, z - start)?;
+                pieces.push(Piece {
+                    start: a,
+                    k: k.narrow(2, a - start, z - a)?,
+                    v: v.narrow(2, a - start, z - a)?,
+                });
+            }
+            start += used;
+        }
+        let a = from.max(self.base);
+        if a < to {
+            let Some(Some((k, v))) = self.layers.get(layer) else {
+                candle_core::bail!("kv cache layer {layer} holds no keys")
+            };
+            pieces.push(Piece {
+                start: a,
+                k: k.narrow(2, a - self.base, to - a)?,
+                v: v.narrow(2, a - self.base, to - a)?,
+            });
+        }
+        Ok(pieces)
+    }
+
+    /// Layer `layer`'s keys and values of positions `from..to` as one pair of tensors: views
+    /// where they lie in one piece, joined otherwise.
+    fn rows(&self, layer: usize, from: usize, to: usize) -> Result<(Tensor, Tensor)> {
+        let pieces = self.pieces(layer, from, to)?;
+        match pieces.as_slice() {
+            [one] => Ok((one.k.clone(), one.v.clone())),
+            [] => candle_core::bail!("no positions {from}..{to} in kv cache layer {layer}"),
+            _ => {
+                let ks: Vec<&Tensor> = pieces.iter().map(|p| &p.k).collect();
+                let vs: Vec<&Tensor> = pieces.iter().map(|p| &p.v).collect();
+                Ok((Tensor::cat(&ks, 2)?, Tensor::cat(&vs, 2)?))
+            }
+        }
+    }
+
+    /// Makes the positions in this cache's own buffers read-only and shareable: they become
+    /// a segment that later caches starting with the same tokens hold instead of copying
+    /// ([`KvCache::share_prefix`]); the cache goes on in new buffers. Buffers much larger than
+    /// their rows are shrunk first. Only on the CPU, whose attention reads the pieces where
+    /// they are; elsewhere the cache is left as it is.
+    pub fn freeze(&mut self) -> Result<()> {
+        let own = self.len - self.base;
+        let on_cpu = self
+            .layers
+            .iter()
+            .flatten()
+            .next()
+            .is_some_and(|(k, _)| k.device().is_cpu());
+        if own == 0 {
+            // Nothing of its own: buffers kept for reuse would only take room while idle.
+            self.layers.iter_mut().for_each(|l| *l = None);
+            self.capacity = 0;
             return Ok(());
         }
-        let cap = self.capacity_for(len);
-        for (i, (dst, src)) in self.layers.iter_mut().zip(&src.layers).enumerate() {
-            if self.recurrent.as_ref().is_some_and(|r| r.is_linear(i)) {
-                continue;
-            }
-            let Some((k, v)) = src else {
-                candle_core::bail!("the source cache has a layer without keys")
-            };
-            let (nk, nv) = alloc_pair(k, v, cap)?;
-            nk.slice_set(&k.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
-            nv.slice_set(&v.narrow(2, 0, len)?.contiguous()?, 2, 0)?;
-            *dst = Some((nk, nv));
+        if !on_cpu {
+            return Ok(());
         }
-        self.capacity = cap;
-        self.len = len;
+        let keep = if self.capacity > own + own / 8 {
+            own
+        } else {
+            self.capacity
+        };
+        let mut layers = Vec::with_capacity(self.layers.len());
+        for slot in &self.layers {
+            layers.push(match slot {
+                Some((k, v)) if keep < self.capacity => {
+                    Some((k.narrow(2, 0, keep)?.copy()?, v.narrow(2, 0, keep)?.copy()?))
+                }
+                other => other.clone(),
+            });
+        }
+        let segment = Segment::new(layers, own, keep * self.position_bytes);
+        self.shared.push((Arc::new(segment), own));
+        self.base = self.len;
+        self.layers.iter_mut().for_each(|l| *l = None);
+        self.capacity = 0;
         Ok(())
     }
 
@@ -165,16 +329,11 @@ impl KvCache {
     /// head_dim]`), detached from the buffers that later writes reuse; a hybrid model's
     /// linear-attention layers, which hold none, are left out.
     pub fn layers_copy(&self) -> Result<Vec<(Tensor, Tensor)>> {
-        self.layers
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !self.recurrent.as_ref().is_some_and(|r| r.is_linear(*i)))
-            .map(|(_, l)| match l {
-                Some((k, v)) => Ok((
-                    k.narrow(2, 0, self.len)?.copy()?,
-                    v.narrow(2, 0, self.len)?.copy()?,
-                )),
-                None => candle_core::bail!("a layer of the cache holds no keys"),
+        self.attention_layers()
+            .into_iter()
+            .map(|i| {
+                let (k, v) = self.rows(i, 0, self.len)?;
+                Ok((k.copy()?, v.copy()?))
             })
             .collect()
     }
@@ -223,13 +382,16 @@ impl KvCache {
             }
             self.layers[i] = Some((k, v));
         }
+        self.shared.clear();
+        self.base = 0;
         self.capacity = len;
         self.len = len;
         Ok(())
     }
 
-    /// The capacity the buffers have once they hold `needed` positions.
+    /// The capacity the own buffers have once the cache holds `needed` positions.
     fn capacity_for(&self, needed: usize) -> usize {
+        let needed = needed.saturating_sub(self.base);
         if needed <= self.capacity {
             return self.capacity;
         }
@@ -237,7 +399,7 @@ impl KvCache {
         while cap < needed {
             cap *= 2;
         }
-        cap.min(self.max_len).max(needed)
+        cap.min(self.max_len.saturating_sub(self.base)).max(needed)
     }
 
     /// Positions held.
@@ -267,12 +429,32 @@ impl KvCache {
             if rewound.is_err() {
                 // Unreachable (`keep` is resumable); start over rather than run on a wrong state.
                 let _ = r.rewind(0, self.len);
-                self.len = 0;
+                self.cut(0);
                 return 0;
             }
         }
-        self.len = keep;
+        self.cut(keep);
         keep
+    }
+
+    /// Keeps positions `0..len`: shared segments past them are let go; the own buffers are
+    /// kept for reuse (from the new end of the shared positions, where it moved back).
+    fn cut(&mut self, len: usize) {
+        if len < self.base {
+            let mut at = 0;
+            let mut keep = 0;
+            for (_, used) in &mut self.shared {
+                if at >= len {
+                    break;
+                }
+                *used = (*used).min(len - at);
+                at += *used;
+                keep += 1;
+            }
+            self.shared.truncate(keep);
+            self.base = at;
+        }
+        self.len = len;
     }
 
     /// The next pass over this cache verifies drafted tokens: it can then be cut back to any
@@ -290,13 +472,22 @@ impl KvCache {
     }
 
     /// Writes `k`, `v` (`[1, kv_heads, new, head_dim]`) of `layer` at the current end and
-    /// returns views of every position so far, the new ones included.
+    /// returns every position so far, the new ones included: views of the buffers, joined
+    /// into one tensor where the cache shares segments.
     pub(crate) fn append(
         &mut self,
         layer: usize,
         k: &Tensor,
         v: &Tensor,
     ) -> Result<(Tensor, Tensor)> {
+        let new = k.dim(2)?;
+        self.write(layer, k, v)?;
+        self.rows(layer, 0, self.len + new)
+    }
+
+    /// Writes `k`, `v` (`[1, kv_heads, new, head_dim]`) of `layer` at the current end (read
+    /// back with [`KvCache::pieces`] up to `len() + new`).
+    pub(crate) fn write(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<()> {
         let new = k.dim(2)?;
         let end = self.len + new;
         if end > self.max_len {
@@ -307,7 +498,7 @@ impl KvCache {
         }
         let (kd, vd) = self.dtypes.unwrap_or((k.dtype(), v.dtype()));
         let (k, v) = (k.to_dtype(kd)?, v.to_dtype(vd)?);
-        if end > self.capacity {
+        if end - self.base > self.capacity {
             self.grow(end)?;
         }
         if self.layers[layer].is_none() {
@@ -316,9 +507,9 @@ impl KvCache {
         let Some((kc, vc)) = &self.layers[layer] else {
             candle_core::bail!("kv cache layer {layer} was not allocated")
         };
-        kc.slice_set(&k.contiguous()?, 2, self.len)?;
-        vc.slice_set(&v.contiguous()?, 2, self.len)?;
-        Ok((kc.narrow(2, 0, end)?, vc.narrow(2, 0, end)?))
+        kc.slice_set(&k.contiguous()?, 2, self.len - self.base)?;
+        vc.slice_set(&v.contiguous()?, 2, self.len - self.base)?;
+        Ok(())
     }
 
     /// Marks `n` positions written by every layer (called by a model after its last layer);
@@ -335,9 +526,10 @@ impl KvCache {
         for slot in self.layers.iter_mut() {
             let Some((k, v)) = slot.take() else { continue };
             let (nk, nv) = alloc_pair(&k, &v, cap)?;
-            if self.len > 0 {
-                nk.slice_set(&k.narrow(2, 0, self.len)?.contiguous()?, 2, 0)?;
-                nv.slice_set(&v.narrow(2, 0, self.len)?.contiguous()?, 2, 0)?;
+            let own = self.len - self.base;
+            if own > 0 {
+                nk.slice_set(&k.narrow(2, 0, own)?.contiguous()?, 2, 0)?;
+                nv.slice_set(&v.narrow(2, 0, own)?.contiguous()?, 2, 0)?;
             }
             *slot = Some((nk, nv));
         }
@@ -353,4 +545,116 @@ fn alloc_pair(k: &Tensor, v: &Tensor, capacity: usize) -> Result<(Tensor, Tensor
         Tensor::zeros((b, h, capacity, d), like.dtype(), like.device())
     };
     Ok((buffer(k)?, buffer(v)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    /// Keys and values of positions `from..to` for 2 kv heads of 4 values: each value says its
+    /// position, so rows read back name where they came from.
+    fn rows(from: usize, to: usize, layer: usize) -> Result<(Tensor, Tensor)> {
+        let n = to - from;
+        let data: Vec<f32> = (0..2)
+            .flat_map(|h| {
+                (from..to).flat_map(move |p| (0..4).map(move |i| (p * 100 + h * 10 + i) as f32))
+            })
+            .collect();
+        let k = Tensor::from_vec(data, (1, 2, n, 4), &Device::Cpu)?;
+        let v = ((&k * -1.0)? + layer as f64)?;
+        Ok((k, v))
+    }
+
+    fn filled(len: usize) -> Result<KvCache> {
+        let mut c = KvCache::new(2, 4096).with_position_bytes(2 * 2 * 2 * 4 * 4);
+        append(&mut c, 0, len)?;
+        Ok(c)
+    }
+
+    fn append(c: &mut KvCache, from: usize, to: usize) -> Result<()> {
+        for layer in 0..2 {
+            let (k, v) = rows(from, to, layer)?;
+            c.write(layer, &k, &v)?;
+        }
+        c.advance(to - from);
+        Ok(())
+    }
+
+    /// Every layer's keys and values as rows of every position.
+    fn held(c: &KvCache) -> Result<Vec<Vec<f32>>> {
+        c.layers_copy()?
+            .into_iter()
+            .flat_map(|(k, v)| [k, v])
+            .map(|t| t.flatten_all()?.to_vec1())
+            .collect()
+    }
+
+    fn expected(len: usize) -> Result<Vec<Vec<f32>>> {
+        let mut out = vec![];
+        for layer in 0..2 {
+            let (k, v) = rows(0, len, layer)?;
+            out.push(k.flatten_all()?.to_vec1()?);
+            out.push(v.flatten_all()?.to_vec1()?);
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn a_shared_prefix_is_held_not_copied_and_reads_as_a_copy() -> Result<()> {
+        let mut a = filled(300)?;
+        a.freeze()?;
+        assert_eq!((a.shared_len(), a.bytes()), (300, 0));
+        let segment_bytes: usize = a.shared().map(|s| s.bytes()).sum();
+        // Grown to 512 positions, shrunk to its 300 rows when frozen.
+        assert_eq!(segment_bytes, 300 * 128);
+        let mut b = KvCache::new(2, 4096).with_position_bytes(128);
+        b.share_prefix(&a, 250)?;
+        assert_eq!((b.len(), b.shared_len(), b.bytes()), (250, 250, 0));
+        assert!(Arc::ptr_eq(
+            a.shared()
+                .next()
+                .ok_or_else(|| candle_core::Error::Msg("none".into()))?,
+            b.shared()
+                .next()
+                .ok_or_else(|| candle_core::Error::Msg("none".into()))?
+        ));
+        append(&mut b, 250, 320)?;
+        assert_eq!(held(&b)?, expected(320)?);
+        // Its own rows only: the segment is counted once, apart.
+        assert_eq!(b.bytes(), 256 * 128);
+        Ok(())
+    }
+
+    #[test]
+    fn a_cache_cut_back_into_its_shared_rows_goes_on_from_there() -> Result<()> {
+        let mut a = filled(100)?;
+        a.freeze()?;
+        append(&mut a, 100, 180)?;
+        a.freeze()?;
+        append(&mut a, 180, 200)?;
+        assert_eq!((a.shared().count(), a.shared_len()), (2, 180));
+        assert_eq!(held(&a)?, expected(200)?);
+        // Into the second segment, then into the first.
+        assert_eq!(a.truncate(150), 150);
+        assert_eq!((a.shared().count(), a.shared_len()), (2, 150));
+        append(&mut a, 150, 210)?;
+        assert_eq!(held(&a)?, expected(210)?);
+        assert_eq!(a.truncate(60), 60);
+        assert_eq!((a.shared().count(), a.shared_len()), (1, 60));
+        append(&mut a, 60, 90)?;
+        assert_eq!(held(&a)?, expected(90)?);
+        // A copy of a cache in pieces is one buffer of the same rows.
+        let mut c = KvCache::new(2, 4096).with_position_bytes(128);
+        c.copy_prefix(&a, 75)?;
+        assert_eq!((c.shared_len(), held(&c)?), (0, expected(75)?));
+        // Sharing from a cache with rows of its own: the segment held, the rest copied.
+        let mut d = KvCache::new(2, 4096).with_position_bytes(128);
+        d.share_prefix(&a, 80)?;
+        assert_eq!((d.shared_len(), d.len()), (60, 80));
+        assert_eq!(held(&d)?, expected(80)?);
+        assert_eq!(a.truncate(0), 0);
+        assert_eq!((a.shared().count(), held(&d)?), (0, expected(80)?));
+        Ok(())
+    }
 }

@@ -5,7 +5,7 @@
 use super::rotary::Rotary;
 use crate::cache::kv::KvCache;
 use crate::error::Result;
-use crate::kernels::ops::attention::{attend, rotate, Cached, Heads, Stored};
+use crate::kernels::ops::attention::{attend, rotate, Cached, Heads, Piece, Stored};
 use crate::load::config::QwenConfig;
 use crate::load::weights::WeightSource;
 use crate::model::linear::Linear;
@@ -280,32 +280,47 @@ impl Attention {
                 }
                 Tensor::from_vec(t, (1, kvh, len, d), device)
             };
-            let (k, v) = cache.append(layer, &new(h)?, &new(h + kvh)?)?;
-            let (ks, kl) = k.storage_and_layout();
-            let (vs, vl) = v.storage_and_layout();
-            let (Storage::Cpu(ks), Storage::Cpu(vs)) = (&*ks, &*vs) else {
-                candle_core::bail!("kv cache is not on the CPU");
-            };
-            if kl.stride()[2..] != [d, 1] || vl.stride()[2..] != [d, 1] {
-                candle_core::bail!("kv cache rows are not contiguous");
+            cache.write(layer, &new(h)?, &new(h + kvh)?)?;
+            // Shared segments, then the cache's own buffer: read where they are.
+            let pieces = cache.pieces(layer, 0, offset + len)?;
+            let guards: Vec<_> = pieces
+                .iter()
+                .map(|p| (p.start, p.k.storage_and_layout(), p.v.storage_and_layout()))
+                .collect();
+            let mut kp = Vec::with_capacity(guards.len());
+            let mut vp = Vec::with_capacity(guards.len());
+            for (start, (ks, kl), (vs, vl)) in &guards {
+                let (Storage::Cpu(ks), Storage::Cpu(vs)) = (&**ks, &**vs) else {
+                    candle_core::bail!("kv cache is not on the CPU");
+                };
+                kp.push(piece(*start, ks, kl, d)?);
+                vp.push(piece(*start, vs, vl, d)?);
             }
-            out.extend(attend(
-                rows,
-                width,
-                len,
-                offset,
-                cached(ks, kl)?,
-                cached(vs, vl)?,
-                heads,
-            ));
+            let (k, v) = (Cached { pieces: &kp }, Cached { pieces: &vp });
+            if !k.holds(offset + len) || !v.holds(offset + len) {
+                candle_core::bail!(
+                    "the kv cache's pieces do not hold {} positions",
+                    offset + len
+                );
+            }
+            out.extend(attend(rows, width, len, offset, k, v, heads));
         }
         Tensor::from_vec(out, (b, rows_in, h * d), device)
     }
 }
 
-/// A cache buffer's positions as the kernel reads them, in its dtype.
-fn cached<'a>(s: &'a candle_core::CpuStorage, l: &candle_core::Layout) -> CResult<Cached<'a>> {
+/// A piece of the cache (`[1, kv_heads, positions, dim]`, rows contiguous) as the kernel
+/// reads it, in its dtype.
+fn piece<'a>(
+    start: usize,
+    s: &'a candle_core::CpuStorage,
+    l: &candle_core::Layout,
+    dim: usize,
+) -> CResult<Piece<'a>> {
     use candle_core::{backend::BackendStorage, CpuStorage as S};
+    if l.stride()[2..] != [dim, 1] {
+        candle_core::bail!("kv cache rows are not contiguous");
+    }
     let at = l.start_offset();
     let data = match s {
         S::F32(d) => Stored::F32(&d[at..]),
@@ -313,7 +328,9 @@ fn cached<'a>(s: &'a candle_core::CpuStorage, l: &candle_core::Layout) -> CResul
         S::BF16(d) => Stored::Bf16(&d[at..]),
         other => candle_core::bail!("a kv cache in {:?}", other.dtype()),
     };
-    Ok(Cached {
+    Ok(Piece {
+        start,
+        len: l.dims()[2],
         data,
         head_stride: l.stride()[1],
     })

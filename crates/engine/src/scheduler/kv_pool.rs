@@ -70,7 +70,7 @@ pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
 }
 
 impl KvPool {
-    /// Bytes the idle caches hold.
+    /// Bytes the idle caches alone hold (the segments they share are counted apart).
     pub fn bytes(&self) -> usize {
         self.entries
             .iter()
@@ -80,6 +80,11 @@ impl KvPool {
 
     pub fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    /// The idle caches.
+    pub fn caches(&self) -> impl Iterator<Item = &KvCache> {
+        self.entries.iter().map(|e| &e.cache)
     }
 
     #[cfg(test)]

@@ -334,7 +334,7 @@ impl Scheduler {
         self.peak_kv_bytes = self.peak_kv_bytes.max(self.kv_bytes());
     }
 
-    /// Bytes every cache holds: idle and running.
+    /// Bytes every cache holds: idle and running, each shared segment once.
     fn kv_bytes(&self) -> usize {
         let running: usize = self
             .running
@@ -345,7 +345,17 @@ impl Scheduler {
                     + s.mtp.as_ref().map_or(0, |m| m.bytes())
             })
             .sum();
-        self.pool.bytes() + running
+        let mut seen = std::collections::HashSet::new();
+        let shared: usize = self
+            .running
+            .iter()
+            .map(|s| &s.cache)
+            .chain(self.pool.caches())
+            .flat_map(KvCache::shared)
+            .filter(|s| seen.insert(Arc::as_ptr(s)))
+            .map(|s| s.bytes())
+            .sum();
+        self.pool.bytes() + running + shared
     }
 
     /// Evicts idle caches (never `keep`'s session) until `extra` more bytes fit the budget.
@@ -473,7 +483,7 @@ impl Scheduler {
     }
 
     /// The cache a new sequence starts from: its session's, else the longest prefix another
-    /// cache holds (copied, or taken whole when it is a finished request's and all of it is
+    /// cache holds (shared, or taken whole when it is a finished request's and all of it is
     /// a prefix of the prompt), else an empty one. At least one prompt token is always left
     /// to run: its logits choose the first new token.
     fn seed(&mut self, prompt: &[u32], session: Option<&str>) -> Seed {
@@ -506,7 +516,8 @@ impl Scheduler {
     }
 
     /// A cache seeded from the idle or running cache that shares the longest prefix with
-    /// `prompt`, if one shares at least [`MIN_SHARED_PREFIX`] tokens. Only caches that
+    /// `prompt`, if one shares at least [`MIN_SHARED_PREFIX`] tokens: an idle cache's rows
+    /// are held where they are ([`KvCache::share_prefix`]), a running one's copied. Only caches that
     /// declare their size take part (test models without real caches do not).
     fn shared_prefix(&mut self, prompt: &[u32]) -> Option<Seed> {
         let usable = prompt.len().saturating_sub(1);
@@ -588,7 +599,7 @@ impl Scheduler {
                 .flatten(),
         };
         let mut cache = self.model.new_cache();
-        match cache.copy_prefix(src, len) {
+        match cache.share_prefix(src, len) {
             Ok(()) => Some(Seed {
                 cache,
                 tokens: prompt[..len].to_vec(),
@@ -1135,6 +1146,10 @@ impl Scheduler {
         let mut s = self.running.remove(i);
         // A sequence that finished inside a verified draft: the draft's later rows go.
         s.cache.truncate(s.tokens.len());
+        // Its rows become read-only, for later prompts that start with them to share.
+        if let Err(e) = s.cache.freeze() {
+            tracing::warn!("cannot share the finished sequence's cache: {e}");
+        }
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
         if let Err(e) = s.finish(reason, &self.tokenizer, self.load_time.as_secs_f64()) {
             s.fail(e.to_string());

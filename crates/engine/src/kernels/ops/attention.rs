@@ -38,10 +38,23 @@ pub struct Heads {
     pub dim: usize,
 }
 
-/// One layer's cached keys or values: position `j` of kv head `h` at `h * head_stride + j * dim`.
+/// One layer's cached keys or values: pieces of consecutive positions, in order from 0 (a
+/// cache's shared segments, then its own buffer).
 #[derive(Clone, Copy)]
 pub struct Cached<'a> {
-    /// The buffer, from the layer's first position of head 0.
+    /// The pieces, each starting where the one before it ends.
+    pub pieces: &'a [Piece<'a>],
+}
+
+/// Positions `start..start + len` of a layer's keys or values: position `start + j` of kv
+/// head `h` at `h * head_stride + j * dim` of `data`.
+#[derive(Clone, Copy)]
+pub struct Piece<'a> {
+    /// Its first position.
+    pub start: usize,
+    /// Positions it holds.
+    pub len: usize,
+    /// The buffer, from the piece's first position of head 0.
     pub data: Stored<'a>,
     /// Values from one kv head to the next (the buffer's capacity × `dim`).
     pub head_stride: usize,
@@ -59,8 +72,30 @@ pub enum Stored<'a> {
 }
 
 impl Cached<'_> {
-    /// Positions `range` of kv head `head` (`dim` values each) in f32: in place, or widened
-    /// into `buf` (by [`x86`]'s bodies at `AVX2` and above, whose callers have F16C).
+    /// Positions held.
+    pub fn len(&self) -> usize {
+        self.pieces.last().map_or(0, |p| p.start + p.len)
+    }
+
+    /// Whether no position is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the pieces follow one another from position 0 to `n`.
+    pub fn holds(&self, n: usize) -> bool {
+        let mut at = 0;
+        let consecutive = self.pieces.iter().all(|p| {
+            let ok = p.start == at;
+            at += p.len;
+            ok
+        });
+        consecutive && at == n
+    }
+
+    /// Positions `range` of kv head `head` (`dim` values each) in f32: in place where they lie
+    /// in one f32 piece, else widened or gathered into `buf` (by [`x86`]'s bodies at `AVX2`
+    /// and above, whose callers have F16C).
     #[inline(always)]
     fn rows<'b, const BODY: u8>(
         &'b self,
@@ -69,24 +104,52 @@ impl Cached<'_> {
         dim: usize,
         buf: &'b mut Vec<f32>,
     ) -> &'b [f32] {
-        let at = head * self.head_stride;
-        let (a, z) = (at + range.start * dim, at + range.end * dim);
-        if let Stored::F32(d) = self.data {
-            return &d[a..z];
+        let mut i = self
+            .pieces
+            .partition_point(|p| p.start + p.len <= range.start);
+        if let Some(p) = self.pieces.get(i) {
+            if let (Stored::F32(d), true) = (p.data, range.end <= p.start + p.len) {
+                let at = head * p.head_stride + (range.start - p.start) * dim;
+                return &d[at..at + range.len() * dim];
+            }
         }
-        buf.resize(z - a, 0.0);
-        match self.data {
-            Stored::F32(_) => {}
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: `BODY` is AVX2 or more only in callers compiled with AVX2 and F16C
-            // (every x86 level above the portable one has it); `buf` holds `z - a` values.
-            Stored::F16(d) if BODY >= AVX2 => unsafe { x86::widen_f16(&d[a..z], buf) },
-            #[cfg(target_arch = "x86_64")]
-            Stored::Bf16(d) if BODY >= AVX2 => unsafe { x86::widen_bf16(&d[a..z], buf) },
-            Stored::F16(d) => d[a..z].convert_to_f32_slice(buf),
-            Stored::Bf16(d) => d[a..z].convert_to_f32_slice(buf),
+        buf.resize(range.len() * dim, 0.0);
+        let mut at = range.start;
+        while at < range.end {
+            let Some(p) = self.pieces.get(i) else {
+                // Past the cache (callers check its length): nothing to read.
+                buf[(at - range.start) * dim..].fill(0.0);
+                break;
+            };
+            let end = range.end.min(p.start + p.len);
+            let a = head * p.head_stride + (at - p.start) * dim;
+            let z = a + (end - at) * dim;
+            widen::<BODY>(
+                p.data,
+                a..z,
+                &mut buf[(at - range.start) * dim..(end - range.start) * dim],
+            );
+            at = end;
+            i += 1;
         }
         buf
+    }
+}
+
+/// Values `range` of `data` in f32, into `out`.
+#[inline(always)]
+fn widen<const BODY: u8>(data: Stored<'_>, range: Range<usize>, out: &mut [f32]) {
+    let (a, z) = (range.start, range.end);
+    match data {
+        Stored::F32(d) => out.copy_from_slice(&d[a..z]),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `BODY` is AVX2 or more only in callers compiled with AVX2 and F16C (every
+        // x86 level above the portable one has it); `out` holds `z - a` values.
+        Stored::F16(d) if BODY >= AVX2 => unsafe { x86::widen_f16(&d[a..z], out) },
+        #[cfg(target_arch = "x86_64")]
+        Stored::Bf16(d) if BODY >= AVX2 => unsafe { x86::widen_bf16(&d[a..z], out) },
+        Stored::F16(d) => d[a..z].convert_to_f32_slice(out),
+        Stored::Bf16(d) => d[a..z].convert_to_f32_slice(out),
     }
 }
 
@@ -726,8 +789,95 @@ fn silu_mul_row_portable(gate_up: &[f32], out: &mut [f32]) {
 mod tests {
     use super::*;
 
+    /// A cache of one buffer (its positions bounded by `head_stride`); leaked, as tests may.
     fn cached(data: Stored<'_>, head_stride: usize) -> Cached<'_> {
-        Cached { data, head_stride }
+        let piece = Piece {
+            start: 0,
+            len: head_stride,
+            data,
+            head_stride,
+        };
+        Cached {
+            pieces: Box::leak(Box::new([piece])),
+        }
+    }
+
+    /// A cache in pieces (a shared prefix, then a buffer of its own) attends as the same
+    /// positions in one buffer, bit for bit, for a prompt and for decoding, with pieces that
+    /// end inside a tile and inside a span.
+    #[test]
+    fn a_cache_in_pieces_attends_as_one_buffer() {
+        let heads = Heads {
+            q: 4,
+            kv: 2,
+            dim: 64,
+        };
+        let d = heads.dim;
+        let total = SPAN + 300;
+        let value = |i: usize, s: usize| ((i * s % 101) as f32 - 50.0) / 37.0;
+        let k: Vec<f32> = (0..heads.kv * total * d).map(|i| value(i, 7)).collect();
+        let v: Vec<f32> = (0..heads.kv * total * d).map(|i| value(i, 11)).collect();
+        let whole = |data: &[f32]| -> Vec<f16> { data.iter().map(|&x| f16::from_f32(x)).collect() };
+        let (k16, v16) = (whole(&k), whole(&v));
+        // Positions `a..z` of every head, in a buffer with room for `spare` more.
+        let part = |data: &[f16], a: usize, z: usize, spare: usize| -> Vec<f16> {
+            let mut out = Vec::new();
+            for h in 0..heads.kv {
+                out.extend_from_slice(&data[(h * total + a) * d..(h * total + z) * d]);
+                out.extend(std::iter::repeat_n(f16::ZERO, spare * d));
+            }
+            out
+        };
+        let cuts = [0, 37, 1000, SPAN + 100, total];
+        let spare = [0, 3, 0, 9];
+        let parts = |data: &[f16]| -> Vec<Vec<f16>> {
+            (0..4)
+                .map(|i| part(data, cuts[i], cuts[i + 1], spare[i]))
+                .collect()
+        };
+        let (kp, vp) = (parts(&k16), parts(&v16));
+        fn pieces<'a>(
+            bufs: &'a [Vec<f16>],
+            cuts: &[usize],
+            spare: &[usize],
+            d: usize,
+        ) -> Vec<Piece<'a>> {
+            (0..4)
+                .map(|i| Piece {
+                    start: cuts[i],
+                    len: cuts[i + 1] - cuts[i],
+                    data: Stored::F16(&bufs[i]),
+                    head_stride: (cuts[i + 1] - cuts[i] + spare[i]) * d,
+                })
+                .collect()
+        }
+        let (kpieces, vpieces) = (pieces(&kp, &cuts, &spare, d), pieces(&vp, &cuts, &spare, d));
+        let (kc, vc) = (Cached { pieces: &kpieces }, Cached { pieces: &vpieces });
+        assert!(kc.holds(total) && vc.holds(total));
+        let width = heads.q * d;
+        for len in [1, 40] {
+            let offset = total - len;
+            let q: Vec<f32> = (0..len * width).map(|i| value(i, 13)).collect();
+            for level in crate::kernels::cpu::runnable() {
+                let one = attend_at(
+                    level,
+                    &q,
+                    width,
+                    len,
+                    offset,
+                    cached(Stored::F16(&k16), total * d),
+                    cached(Stored::F16(&v16), total * d),
+                    heads,
+                );
+                let split = attend_at(level, &q, width, len, offset, kc, vc, heads);
+                assert!(
+                    one.iter()
+                        .zip(&split)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{level:?}, {len} rows: the pieces change the result"
+                );
+            }
+        }
     }
 
     fn f32s(data: &[f32], head_stride: usize) -> Cached<'_> {
