@@ -9,8 +9,10 @@ AGENT --url` behind scripts/agent-proxy.py, in a fresh folder, on the task "Crea
 named hello.py that prints hello world". Per agent and run it records every request (status,
 prompt tokens, cached tokens, time to first token, seconds), the agent's exit, whether a tool's
 result went back to the model, and whether the task was done (hello.py exists and `python3
-hello.py` prints hello world). Prints a table (time to first token of turn 1, the median of
-turns 2-10, the cached share of turns 2-10, turns, done) and writes the records as JSON
+hello.py` prints hello world), and after the run what the server's KV cache holds (`/health`:
+bytes the run added, now and at peak, beside one copy of the run's longest prompt). Prints a table (time to
+first token of turn 1, the median of turns 2-10, the cached share of turns 2-10, turns, KV
+held ÷ one longest prompt, done) and writes the records as JSON
 (default benches/results/<date>-coding-agents-<model>.json). The agents come from
 scripts/fetch-coding-agents.sh; HEARTH_CODING_AGENTS names their folder.
 """
@@ -23,7 +25,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -103,6 +107,11 @@ def run_agent(hearth, agents, upstream, agent, turns, limit):
             "requests": turns_log, "output_tail": text[-2000:]}
 
 
+def kv_held(upstream):
+    with urllib.request.urlopen(f"http://127.0.0.1:{upstream}/health", timeout=30) as r:
+        return json.load(r)["kv_cache"]
+
+
 def summary(run):
     posts = [r for r in run["requests"] if r["prompt_tokens"]]
     first = posts[0] if posts else {}
@@ -112,7 +121,8 @@ def summary(run):
     cached = sum(r["cached_tokens"] or 0 for r in later)
     return {"turn1_tokens": first.get("prompt_tokens"), "turn1_ttft": first.get("ttft"),
             "later_ttft_median": statistics.median(ttfts) if ttfts else None,
-            "later_cached_share": cached / prompt if prompt else None, "turns": len(posts)}
+            "later_cached_share": cached / prompt if prompt else None, "turns": len(posts),
+            "longest_prompt": max((r["prompt_tokens"] for r in posts), default=None)}
 
 
 def main():
@@ -130,18 +140,33 @@ def main():
     server = subprocess.Popen([a.hearth, "serve", "--model", a.model, "--port", "0"],
                               stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     upstream = None
+    position_kib = None
     for line in server.stderr:
+        if "KiB per position" in line:
+            position_kib = float(line.split("KV cache: ")[1].split(" KiB")[0])
         if "listening on http://" in line:
             upstream = line.split("listening on http://")[1].strip().rsplit(":", 1)[1]
             break
     if upstream is None:
         sys.exit("hearth serve did not start")
+    # The server logs every request: keep reading, or it stops when the pipe is full.
+    threading.Thread(target=lambda: [None for _ in server.stderr], daemon=True).start()
     runs = []
     try:
         for agent in a.agents.split(","):
             for i in range(a.runs):
+                before = kv_held(upstream)
                 run = run_agent(a.hearth, agents, upstream, agent, a.max_turns, a.limit)
                 run["summary"] = summary(run)
+                # What this run added (the server keeps the earlier runs' caches).
+                run["kv_cache"] = kv_held(upstream)
+                run["kv_cache"]["bytes_before"] = before["bytes"]
+                longest = run["summary"]["longest_prompt"]
+                if position_kib and longest:
+                    one = longest * position_kib * 1024
+                    run["kv_cache"]["one_longest_prompt_bytes"] = one
+                    run["summary"]["kv_held_per_prompt"] = (run["kv_cache"]["bytes"] - before["bytes"]) / one
+                    run["summary"]["kv_peak_per_prompt"] = (run["kv_cache"]["peak_bytes"] - before["bytes"]) / one
                 runs.append(run)
                 s = run["summary"]
                 print(f"{agent} #{i + 1}: exit {run['exit']}, 2xx {run['all_2xx']}, tool result sent "
@@ -151,16 +176,18 @@ def main():
     cpu = subprocess.run(["bash", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"],
                          capture_output=True, text=True).stdout.strip()
     result = {"date": datetime.date.today().isoformat(), "model": a.model, "cpu": cpu, "task": TASK,
-              "runs": runs}
+              "kv_kib_per_position": position_kib, "runs": runs}
     out = a.out or ROOT / "benches/results" / f"{result['date']}-coding-agents-{Path(a.model).stem}.json"
     Path(out).write_text(json.dumps(result, indent=1) + "\n")
-    print("| agent | turn 1 tokens | TTFT turn 1 (s) | median TTFT turns 2-10 (s) | cached share 2-10 | turns | done |")
-    print("|---|---|---|---|---|---|---|")
+    print("| agent | turn 1 tokens | TTFT turn 1 (s) | median TTFT turns 2-10 (s) | cached share 2-10 | turns "
+          "| KV held (peak) ÷ longest prompt | done |")
+    print("|---|---|---|---|---|---|---|---|")
     for run in runs:
         s = run["summary"]
         f = lambda v, d=1: "-" if v is None else (f"{v:.{d}f}" if isinstance(v, float) else str(v))
         print(f"| {run['agent']} | {f(s['turn1_tokens'])} | {f(s['turn1_ttft'])} | {f(s['later_ttft_median'])} "
-              f"| {f(s['later_cached_share'], 2)} | {s['turns']} | {run['done']} |")
+              f"| {f(s['later_cached_share'], 2)} | {s['turns']} "
+              f"| {f(s.get('kv_held_per_prompt'), 2)} ({f(s.get('kv_peak_per_prompt'), 2)}) | {run['done']} |")
     print(f"written: {out}")
 
 

@@ -55,12 +55,12 @@ pub struct ModelArgs {
     /// one, drafts fill the rest (default 64 on the CPU, 256 on a GPU).
     #[arg(long)]
     pub max_step_rows: Option<usize>,
-    /// How the KV cache stores keys: f32, f16 or bf16 (default f16 on the CPU; on a GPU the
-    /// model's dtype, the only one taken there).
+    /// How the KV cache stores keys: f32, f16, bf16, q8_0 or q4_0 (default f16 on the CPU; on
+    /// a GPU the model's dtype, the only one taken there).
     #[arg(long)]
     pub cache_type_k: Option<String>,
-    /// How the KV cache stores values: f32, f16 or bf16 (default f16 on the CPU; on a GPU
-    /// the model's dtype).
+    /// How the KV cache stores values: f32, f16, bf16, q8_0 or q4_0 (default f16 on the CPU;
+    /// on a GPU the model's dtype).
     #[arg(long)]
     pub cache_type_v: Option<String>,
     /// Most positions a sequence may hold (default the model's context: its

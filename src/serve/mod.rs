@@ -431,6 +431,7 @@ async fn health(State(app): State<Arc<App>>) -> Response {
             "waiting": s.waiting,
             "kv_cache": {
                 "bytes": s.kv_bytes,
+                "peak_bytes": s.peak_kv_bytes,
                 "budget_bytes": s.kv_budget_bytes,
                 "idle_caches": s.idle_caches,
             },

@@ -47,8 +47,8 @@ const MIB: f64 = (1 << 20) as f64;
 fn report_memory(cache: &KvCache, context: usize, budget: usize) {
     let (per_position, full) = (cache.position_bytes(), cache.bytes_for(context));
     let types = cache
-        .dtypes()
-        .map(|(k, v)| format!(" (keys {k:?}, values {v:?})").to_lowercase())
+        .types()
+        .map(|(k, v)| format!(" (keys {}, values {})", k.name(), v.name()))
         .unwrap_or_default();
     tracing::info!(
         "KV cache: {:.1} KiB per position{types}, {:.0} MiB for one sequence of the whole {context}-position context",

@@ -347,8 +347,8 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
         c.apply_sampling(&mut sampling);
     }
     let load_time = start.elapsed();
-    let (k, v) = model.cache_dtypes();
-    let cache_label = format!("kv cache {k:?}/{v:?}").to_lowercase();
+    let (k, v) = model.cache_types();
+    let cache_label = format!("kv cache {}/{}", k.name(), v.name());
     let fingerprint = fingerprint(&checkpoint, &dtype_label, &cache_label, &device);
     let info = ModelInfo {
         origin: checkpoint.origin(),

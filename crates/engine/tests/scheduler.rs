@@ -613,6 +613,48 @@ fn a_conversation_holds_its_prefix_once() {
     assert_eq!(last, alone);
 }
 
+/// A cache in q8_0 blocks shares a prefix as exactly as a float one (the tokens of an engine
+/// that computed it all), heads that are not whole blocks refuse it by option name, and a
+/// session in blocks says it cannot be saved.
+#[test]
+fn a_q8_0_cache_shares_prefixes_and_is_refused_where_it_cannot_go() {
+    let q8 = |family: &str| {
+        Engine::load(
+            tiny(family).to_str().unwrap(),
+            &LoadOptions {
+                cache_types: CacheTypes {
+                    k: Some(CacheType::Q8_0),
+                    v: Some(CacheType::Q8_0),
+                },
+                ..options(Default::default())
+            },
+        )
+    };
+    let e = q8("qwen3").unwrap();
+    let system: Vec<u32> = (0..40).map(|j| (j * 11 + 5) % 1000).collect();
+    let with = |tail: &[u32]| -> Vec<u32> { system.iter().chain(tail).copied().collect() };
+    collect(
+        e.generate(request(with(&[900, 901]), 4, Some("a")))
+            .unwrap(),
+    );
+    let (ids, s) = collect(e.generate(request(with(&[902, 903]), 6, None)).unwrap());
+    assert_eq!(s.usage.cached_prompt_tokens, 40);
+    let (alone, _) = collect(
+        q8("qwen3")
+            .unwrap()
+            .generate(request(with(&[902, 903]), 6, None))
+            .unwrap(),
+    );
+    assert_eq!(ids, alone);
+    let err = e.session_cache("a").unwrap_err().to_string();
+    assert!(err.contains("q8_0"), "{err}");
+    let err = q8("qwen2")
+        .err()
+        .expect("head_dim 16 takes no q8_0")
+        .to_string();
+    assert!(err.contains("cache_type_k") && err.contains("16"), "{err}");
+}
+
 #[test]
 fn a_released_session_leaves_its_cache_for_the_next_turn() {
     let e = engine("qwen2", Default::default());

@@ -15,6 +15,8 @@
 //! ([`RecurrentState`]), which can be cut back only to its checkpoints: [`KvCache::truncate`]
 //! and [`KvCache::resumable`] say how far back it really goes.
 
+use super::cache_type::CacheType;
+use super::quantized;
 use super::recurrent::{RecurrentState, StateShape};
 use super::segment::Segment;
 use candle_core::{DType, Result, Tensor};
@@ -35,9 +37,9 @@ pub struct KvCache {
     position_bytes: usize,
     /// The linear-attention layers' state, for hybrid models.
     recurrent: Option<RecurrentState>,
-    /// The dtypes keys and values are stored in (appended rows are converted); `None`: as
+    /// The types keys and values are stored in (appended rows are converted); `None`: as
     /// the first appended.
-    dtypes: Option<(DType, DType)>,
+    types: Option<(CacheType, CacheType)>,
     /// Positions `0..base`: segments shared with other caches, in order, each with the
     /// positions of it this cache uses.
     shared: Vec<(Arc<Segment>, usize)>,
@@ -62,7 +64,7 @@ impl KvCache {
             max_len,
             position_bytes: 0,
             recurrent: None,
-            dtypes: None,
+            types: None,
             shared: Vec::new(),
             base: 0,
         }
@@ -70,14 +72,14 @@ impl KvCache {
 
     /// Stores keys in `k` and values in `v` (the model's cache types), whatever the dtype
     /// of the rows appended.
-    pub fn with_dtypes(mut self, k: DType, v: DType) -> Self {
-        self.dtypes = Some((k, v));
+    pub fn with_types(mut self, k: CacheType, v: CacheType) -> Self {
+        self.types = Some((k, v));
         self
     }
 
-    /// The dtypes keys and values are stored in, where set.
-    pub fn dtypes(&self) -> Option<(DType, DType)> {
-        self.dtypes
+    /// The types keys and values are stored in, where set.
+    pub fn types(&self) -> Option<(CacheType, CacheType)> {
+        self.types
     }
 
     /// Gives the cache a recurrent state of `shape` (a hybrid model's): its linear layers keep
@@ -373,7 +375,11 @@ impl KvCache {
             if k.dims4()? != (1, heads, len, head_dim) || v.dims4()? != (1, heads, len, head_dim) {
                 candle_core::bail!("layers of different shapes");
             }
-            if let Some((kd, vd)) = self.dtypes.filter(|&d| d != (k.dtype(), v.dtype())) {
+            if let Some((kd, vd)) = self
+                .types
+                .map(|(k, v)| (k.dtype(), v.dtype()))
+                .filter(|&d| d != (k.dtype(), v.dtype()))
+            {
                 candle_core::bail!(
                     "keys and values in {:?}/{:?} where this model's cache keeps {kd:?}/{vd:?}",
                     k.dtype(),
@@ -496,8 +502,10 @@ impl KvCache {
                 self.max_len
             );
         }
-        let (kd, vd) = self.dtypes.unwrap_or((k.dtype(), v.dtype()));
-        let (k, v) = (k.to_dtype(kd)?, v.to_dtype(vd)?);
+        let (k, v) = match self.types {
+            Some((kt, vt)) => (stored(k, kt)?, stored(v, vt)?),
+            None => (k.clone(), v.clone()),
+        };
         if end - self.base > self.capacity {
             self.grow(end)?;
         }
@@ -536,6 +544,21 @@ impl KvCache {
         self.capacity = cap;
         Ok(())
     }
+}
+
+/// `rows` (`[1, kv_heads, n, head_dim]`) as `ty` stores them: converted, or quantized into
+/// blocks (`[1, kv_heads, n, row bytes]` of u8).
+fn stored(rows: &Tensor, ty: CacheType) -> Result<Tensor> {
+    if !ty.is_quantized() {
+        return rows.to_dtype(ty.dtype());
+    }
+    let (b, h, n, d) = rows.dims4()?;
+    let values: Vec<f32> = rows.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
+    let mut out = Vec::with_capacity(b * h * n * ty.row_bytes(d));
+    for row in values.chunks_exact(d) {
+        quantized::quantize_row(ty, row, &mut out);
+    }
+    Tensor::from_vec(out, (b, h, n, ty.row_len(d)), rows.device())
 }
 
 /// Buffers of `capacity` positions shaped and typed as `k` and `v`.

@@ -50,6 +50,9 @@ fn dtype_name(d: DType) -> Result<&'static str> {
         DType::F32 => "f32",
         DType::F16 => "f16",
         DType::BF16 => "bf16",
+        DType::U8 => return Err(bad(
+            "a cache in q8_0 or q4_0 blocks cannot be saved yet (caches in f32, f16 or bf16 can)",
+        )),
         other => return Err(bad(format!("a cache in {other:?} cannot be saved"))),
     })
 }

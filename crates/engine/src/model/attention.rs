@@ -3,6 +3,7 @@
 //! rotated over part of each head.
 
 use super::rotary::Rotary;
+use crate::cache::cache_type::CacheType;
 use crate::cache::kv::KvCache;
 use crate::error::Result;
 use crate::kernels::ops::attention::{attend, rotate, Cached, Heads, Piece, Stored};
@@ -283,6 +284,14 @@ impl Attention {
             cache.write(layer, &new(h)?, &new(h + kvh)?)?;
             // Shared segments, then the cache's own buffer: read where they are.
             let pieces = cache.pieces(layer, 0, offset + len)?;
+            let (kt, vt) = match cache.types() {
+                Some(t) => t,
+                None => {
+                    let first = pieces.first().map(|p| p.k.dtype());
+                    let ty = first.and_then(CacheType::of).unwrap_or(CacheType::F32);
+                    (ty, ty)
+                }
+            };
             let guards: Vec<_> = pieces
                 .iter()
                 .map(|p| (p.start, p.k.storage_and_layout(), p.v.storage_and_layout()))
@@ -293,8 +302,8 @@ impl Attention {
                 let (Storage::Cpu(ks), Storage::Cpu(vs)) = (&**ks, &**vs) else {
                     candle_core::bail!("kv cache is not on the CPU");
                 };
-                kp.push(piece(*start, ks, kl, d)?);
-                vp.push(piece(*start, vs, vl, d)?);
+                kp.push(piece(*start, ks, kl, kt, d)?);
+                vp.push(piece(*start, vs, vl, vt, d)?);
             }
             let (k, v) = (Cached { pieces: &kp }, Cached { pieces: &vp });
             if !k.holds(offset + len) || !v.holds(offset + len) {
@@ -315,18 +324,21 @@ fn piece<'a>(
     start: usize,
     s: &'a candle_core::CpuStorage,
     l: &candle_core::Layout,
+    ty: CacheType,
     dim: usize,
 ) -> CResult<Piece<'a>> {
     use candle_core::{backend::BackendStorage, CpuStorage as S};
-    if l.stride()[2..] != [dim, 1] {
+    if l.stride()[2..] != [ty.row_len(dim), 1] {
         candle_core::bail!("kv cache rows are not contiguous");
     }
     let at = l.start_offset();
-    let data = match s {
-        S::F32(d) => Stored::F32(&d[at..]),
-        S::F16(d) => Stored::F16(&d[at..]),
-        S::BF16(d) => Stored::Bf16(&d[at..]),
-        other => candle_core::bail!("a kv cache in {:?}", other.dtype()),
+    let data = match (s, ty) {
+        (S::F32(d), _) => Stored::F32(&d[at..]),
+        (S::F16(d), _) => Stored::F16(&d[at..]),
+        (S::BF16(d), _) => Stored::Bf16(&d[at..]),
+        (S::U8(d), CacheType::Q8_0) => Stored::Q8_0(&d[at..]),
+        (S::U8(d), CacheType::Q4_0) => Stored::Q4_0(&d[at..]),
+        (other, _) => candle_core::bail!("a kv cache in {:?} as {}", other.dtype(), ty.name()),
     };
     Ok(Piece {
         start,

@@ -8,7 +8,7 @@ use super::delta_net::DeltaNet;
 use super::layer::{FeedForward, Layer, Mixer};
 use super::mtp::Mtp;
 use super::rotary::Rotary;
-use crate::cache::cache_type::CacheTypes;
+use crate::cache::cache_type::{CacheType, CacheTypes};
 use crate::cache::kv::KvCache;
 use crate::cache::recurrent::StateShape;
 use crate::error::{EngineError, Result};
@@ -33,7 +33,7 @@ pub struct Qwen {
     rotary: Rotary,
     act_dtype: DType,
     /// The dtypes the KV cache stores keys and values in.
-    cache_dtypes: (DType, DType),
+    cache_types: (CacheType, CacheType),
     device: Device,
 }
 
@@ -129,7 +129,10 @@ impl Qwen {
             lm_head,
             draft_head: None,
             act_dtype: act,
-            cache_dtypes: (act, act),
+            cache_types: {
+                let t = CacheType::of(act).unwrap_or(CacheType::F32);
+                (t, t)
+            },
             device,
         })
     }
@@ -152,20 +155,20 @@ impl Qwen {
     /// Stores the KV cache's keys and values as `types` asks (default: as the activations,
     /// for a model loaded alone; [`crate::load_model`] applies its options' default).
     pub fn set_cache_types(&mut self, types: CacheTypes) -> Result<()> {
-        self.cache_dtypes = types.resolve(self.act_dtype, &self.device)?;
+        self.cache_types = types.resolve(self.act_dtype, &self.device, self.cfg.head_dim)?;
         Ok(())
     }
 
-    /// The dtypes of the KV cache's keys and values.
-    pub fn cache_dtypes(&self) -> (DType, DType) {
-        self.cache_dtypes
+    /// The types of the KV cache's keys and values.
+    pub fn cache_types(&self) -> (CacheType, CacheType) {
+        self.cache_types
     }
 
     /// Bytes of keys and values one position takes in one attention layer.
     fn position_bytes_per_layer(&self) -> usize {
         let c = &self.cfg;
-        let (k, v) = self.cache_dtypes;
-        c.num_key_value_heads * c.head_dim * (k.size_in_bytes() + v.size_in_bytes())
+        let (k, v) = self.cache_types;
+        c.num_key_value_heads * (k.row_bytes(c.head_dim) + v.row_bytes(c.head_dim))
     }
 
     /// Bytes of weights one decoded token reads: every layer's, the LM head's and one row of
@@ -193,10 +196,10 @@ impl Qwen {
         let c = &self.cfg;
         let linear = c.linear_attention.as_ref();
         let attention_layers = c.num_hidden_layers - linear.map_or(0, |l| l.linear_layers());
-        let (k, v) = self.cache_dtypes;
+        let (k, v) = self.cache_types;
         let cache = KvCache::new(c.num_hidden_layers, c.max_position_embeddings)
             .with_position_bytes(attention_layers * self.position_bytes_per_layer())
-            .with_dtypes(k, v);
+            .with_types(k, v);
         match linear {
             Some(l) => cache.with_recurrent_state(StateShape {
                 linear: l.linear.clone(),
@@ -375,10 +378,10 @@ impl Qwen {
     /// An empty cache for the multi-token-prediction head's layer.
     pub fn new_mtp_cache(&self) -> KvCache {
         let c = &self.cfg;
-        let (k, v) = self.cache_dtypes;
+        let (k, v) = self.cache_types;
         KvCache::new(1, c.max_position_embeddings)
             .with_position_bytes(self.position_bytes_per_layer())
-            .with_dtypes(k, v)
+            .with_types(k, v)
     }
 
     /// The multi-token-prediction head over rows of several sequences: row `r` reads the final

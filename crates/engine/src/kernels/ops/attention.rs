@@ -69,6 +69,22 @@ pub enum Stored<'a> {
     F16(&'a [f16]),
     /// bfloat16.
     Bf16(&'a [bf16]),
+    /// llama.cpp's q8_0 blocks ([`crate::cache::quantized`]): a row of `dim` values is
+    /// `dim / 32 * 34` bytes.
+    Q8_0(&'a [u8]),
+    /// llama.cpp's q4_0 blocks: a row of `dim` values is `dim / 32 * 18` bytes.
+    Q4_0(&'a [u8]),
+}
+
+impl Stored<'_> {
+    /// Elements (values, or bytes of blocks) one row of `dim` values takes.
+    fn row(&self, dim: usize) -> usize {
+        match self {
+            Stored::Q8_0(_) => dim / 32 * 34,
+            Stored::Q4_0(_) => dim / 32 * 18,
+            _ => dim,
+        }
+    }
 }
 
 impl Cached<'_> {
@@ -113,6 +129,10 @@ impl Cached<'_> {
                 return &d[at..at + range.len() * dim];
             }
         }
+        let Some(row) = self.pieces.first().map(|p| p.data.row(dim)) else {
+            buf.clear();
+            return buf;
+        };
         buf.resize(range.len() * dim, 0.0);
         let mut at = range.start;
         while at < range.end {
@@ -122,8 +142,8 @@ impl Cached<'_> {
                 break;
             };
             let end = range.end.min(p.start + p.len);
-            let a = head * p.head_stride + (at - p.start) * dim;
-            let z = a + (end - at) * dim;
+            let a = head * p.head_stride + (at - p.start) * row;
+            let z = a + (end - at) * row;
             widen::<BODY>(
                 p.data,
                 a..z,
@@ -136,11 +156,19 @@ impl Cached<'_> {
     }
 }
 
-/// Values `range` of `data` in f32, into `out`.
+/// Elements `range` of `data` (whole rows) as f32 values, into `out`.
 #[inline(always)]
 fn widen<const BODY: u8>(data: Stored<'_>, range: Range<usize>, out: &mut [f32]) {
+    use crate::cache::{cache_type::CacheType, quantized::dequantize};
     let (a, z) = (range.start, range.end);
     match data {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as below; `out` holds the blocks' values.
+        Stored::Q8_0(d) if BODY >= AVX2 => unsafe { x86::dequantize_q8_0(&d[a..z], out) },
+        #[cfg(target_arch = "x86_64")]
+        Stored::Q4_0(d) if BODY >= AVX2 => unsafe { x86::dequantize_q4_0(&d[a..z], out) },
+        Stored::Q8_0(d) => dequantize(CacheType::Q8_0, &d[a..z], out),
+        Stored::Q4_0(d) => dequantize(CacheType::Q4_0, &d[a..z], out),
         Stored::F32(d) => out.copy_from_slice(&d[a..z]),
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `BODY` is AVX2 or more only in callers compiled with AVX2 and F16C (every
@@ -945,6 +973,55 @@ mod tests {
             for (name, k, v, k32, v32) in &cases {
                 let wide = run(Stored::F32(k32), Stored::F32(v32));
                 assert_eq!(run(*k, *v), wide, "{name} at {level}");
+            }
+        }
+    }
+
+    /// A cache in q8_0 or q4_0 blocks gives the bits of an f32 cache holding its dequantized
+    /// values, at every level (the AVX2 dequantizing and the portable one agree), past a span.
+    #[test]
+    fn a_quantized_cache_attends_as_its_values_in_f32() {
+        use crate::cache::cache_type::CacheType;
+        use crate::cache::quantized::{dequantize, quantize_row};
+        let heads = Heads {
+            q: 4,
+            kv: 2,
+            dim: 64,
+        };
+        let (offset, len) = (SPAN + 30, 5);
+        let cap = offset + len + 7;
+        let value = |i: usize, s: usize| ((i * s % 101) as f32 - 50.0) / 37.0;
+        let width = heads.q * heads.dim;
+        let q: Vec<f32> = (0..len * width).map(|i| value(i, 13)).collect();
+        let k: Vec<f32> = (0..heads.kv * cap * 64).map(|i| value(i, 7)).collect();
+        let v: Vec<f32> = (0..heads.kv * cap * 64).map(|i| value(i, 11)).collect();
+        for ty in [CacheType::Q8_0, CacheType::Q4_0] {
+            let blocks = |x: &[f32]| {
+                let mut out = vec![];
+                quantize_row(ty, x, &mut out);
+                let mut back = vec![0f32; x.len()];
+                dequantize(ty, &out, &mut back);
+                (out, back)
+            };
+            let ((kq, k32), (vq, v32)) = (blocks(&k), blocks(&v));
+            let stored = |b| match ty {
+                CacheType::Q8_0 => Stored::Q8_0(b),
+                _ => Stored::Q4_0(b),
+            };
+            let row = ty.row_len(64);
+            for level in crate::kernels::cpu::runnable() {
+                let run = |k: Cached<'_>, v: Cached<'_>| {
+                    attend_at(level, &q, width, len, offset, k, v, heads)
+                        .into_iter()
+                        .map(f32::to_bits)
+                        .collect::<Vec<_>>()
+                };
+                let wide = run(f32s(&k32, cap * 64), f32s(&v32, cap * 64));
+                let blocks = run(
+                    cached(stored(&kq), cap * row),
+                    cached(stored(&vq), cap * row),
+                );
+                assert_eq!(blocks, wide, "{ty:?} at {level}");
             }
         }
     }

@@ -249,3 +249,54 @@ pub(crate) unsafe fn widen_bf16(src: &[half::bf16], dst: &mut [f32]) {
         *d.add(i) = x.to_f32();
     }
 }
+
+/// `src` (whole q8_0 blocks: an f16 scale, 32 signed bytes) into `dst`: each byte times its
+/// block's scale, eight at a time (the products are exact, as the portable loop's).
+///
+/// # Safety
+/// AVX2 and F16C must be available; `dst.len() >= src.len() / 34 * 32`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dequantize_q8_0(src: &[u8], dst: &mut [f32]) {
+    assert!(dst.len() >= src.len() / 34 * 32);
+    for (b, block) in src.chunks_exact(34).enumerate() {
+        let p = block.as_ptr();
+        let d = _mm256_set1_ps(half::f16::from_le_bytes([block[0], block[1]]).to_f32());
+        let out = dst.as_mut_ptr().add(b * 32);
+        for i in 0..4 {
+            let q = _mm_loadl_epi64(p.add(2 + i * 8).cast());
+            let f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+            _mm256_storeu_ps(out.add(i * 8), _mm256_mul_ps(f, d));
+        }
+    }
+}
+
+/// `src` (whole q4_0 blocks: an f16 scale, 16 bytes of two four-bit values, value `j` low in
+/// byte `j`, `j + 16` high) into `dst`: (value − 8) times the scale, eight at a time.
+///
+/// # Safety
+/// AVX2 and F16C must be available; `dst.len() >= src.len() / 18 * 32`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dequantize_q4_0(src: &[u8], dst: &mut [f32]) {
+    assert!(dst.len() >= src.len() / 18 * 32);
+    let (mask, eight) = (_mm_set1_epi8(15), _mm_set1_epi8(8));
+    for (b, block) in src.chunks_exact(18).enumerate() {
+        let d = _mm256_set1_ps(half::f16::from_le_bytes([block[0], block[1]]).to_f32());
+        let q = _mm_loadu_si128(block.as_ptr().add(2).cast());
+        let lo = _mm_sub_epi8(_mm_and_si128(q, mask), eight);
+        let hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16::<4>(q), mask), eight);
+        let out = dst.as_mut_ptr().add(b * 32);
+        for (i, half) in [lo, hi].into_iter().enumerate() {
+            for j in 0..2 {
+                let part = if j == 0 {
+                    half
+                } else {
+                    _mm_srli_si128::<8>(half)
+                };
+                let f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part));
+                _mm256_storeu_ps(out.add(i * 16 + j * 8), _mm256_mul_ps(f, d));
+            }
+        }
+    }
+}
