@@ -9,7 +9,7 @@
 //! Positions a finished sequence wrote can be frozen into a read-only [`Segment`], which later
 //! caches whose prompts start with the same tokens hold instead of copying it
 //! ([`KvCache::share_prefix`]): a cache is its shared segments, in order, then its own
-//! buffers. The CPU attention reads the pieces where they are ([`KvCache::pieces`]).
+//! buffers. The CPU attention reads the pieces where they are.
 //!
 //! A hybrid model's cache also holds the recurrent state of its linear-attention layers
 //! ([`RecurrentState`]), which can be cut back only to its checkpoints: [`KvCache::truncate`]
