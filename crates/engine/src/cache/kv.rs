@@ -159,31 +159,19 @@ impl KvCache {
     /// Copies the first `len` positions of `src` (a cache of the same model) into this empty
     /// cache, so that a sequence sharing a prompt prefix with `src` skips running it.
     pub fn copy_prefix(&mut self, src: &KvCache, len: usize) -> Result<()> {
-        self.check_prefix_of(src, len)?;
-        self.copy_rows(src, 0, len)
+        self.take_prefix(src, len, false)
     }
 
     /// Takes the first `len` positions of `src` (a cache of the same model) into this empty
     /// cache: the segments `src` shares are shared (held, not copied), the positions in its
     /// own buffers copied.
     pub fn share_prefix(&mut self, src: &KvCache, len: usize) -> Result<()> {
-        self.check_prefix_of(src, len)?;
-        let mut at = 0;
-        for (segment, used) in &src.shared {
-            if at >= len {
-                break;
-            }
-            let take = (*used).min(len - at);
-            self.shared.push((segment.clone(), take));
-            at += take;
-        }
-        self.base = at;
-        self.copy_rows(src, at, len)
+        self.take_prefix(src, len, true)
     }
 
-    /// Errors unless this cache is empty and `src` holds `len` positions of the same layers;
-    /// takes the recurrent state of `src` after `len` positions.
-    fn check_prefix_of(&mut self, src: &KvCache, len: usize) -> Result<()> {
+    /// The first `len` positions of `src` into this empty cache, its shared segments held
+    /// where `share`, and the recurrent state after them.
+    fn take_prefix(&mut self, src: &KvCache, len: usize, share: bool) -> Result<()> {
         if !self.is_empty() || len > src.len || self.layers.len() != src.layers.len() {
             candle_core::bail!(
                 "cannot copy {len} positions of a {}-position cache of {} layers into a {}-position cache of {}",
@@ -202,8 +190,16 @@ impl KvCache {
             *dst = RecurrentState::prefix_of(from, len, src.len)?;
         }
         self.shared.clear();
-        self.base = 0;
-        Ok(())
+        let mut at = 0;
+        for (segment, used) in src.shared.iter().filter(|_| share) {
+            if at >= len {
+                break;
+            }
+            let take = (*used).min(len - at);
+            self.shared.push((segment.clone(), take));
+            at += take;
+        }
+        self.copy_rows(src, at, len)
     }
 
     /// Copies positions `from..to` of `src` into this cache's own buffers (which then start at

@@ -912,77 +912,53 @@ mod tests {
         cached(Stored::F32(data), head_stride)
     }
 
-    /// A cache in f16 or bf16 gives the bits of an f32 cache holding the same (rounded)
-    /// values, at every level, past a span.
-    #[test]
-    fn a_half_precision_cache_attends_as_its_values_in_f32() {
-        let heads = Heads {
-            q: 4,
-            kv: 2,
-            dim: 64,
-        };
-        let (offset, len) = (SPAN + 30, 5);
-        let cap = offset + len + 7;
-        let value = |i: usize, s: usize| ((i * s % 101) as f32 - 50.0) / 37.0;
-        let width = heads.q * heads.dim;
-        let q: Vec<f32> = (0..len * width).map(|i| value(i, 13)).collect();
-        let k: Vec<f32> = (0..heads.kv * cap * 64).map(|i| value(i, 7)).collect();
-        let v: Vec<f32> = (0..heads.kv * cap * 64).map(|i| value(i, 11)).collect();
-        let stride = cap * 64;
-        let (k16, v16): (Vec<f16>, Vec<f16>) = (
-            k.iter().map(|&x| f16::from_f32(x)).collect(),
-            v.iter().map(|&x| f16::from_f32(x)).collect(),
-        );
-        let (kb, vb): (Vec<bf16>, Vec<bf16>) = (
-            k.iter().map(|&x| bf16::from_f32(x)).collect(),
-            v.iter().map(|&x| bf16::from_f32(x)).collect(),
-        );
-        // Each cache beside the f32 values it holds.
-        let cases = [
-            (
-                "f16",
-                Stored::F16(&k16),
-                Stored::F16(&v16),
-                k16.iter().map(|x| x.to_f32()).collect::<Vec<_>>(),
-                v16.iter().map(|x| x.to_f32()).collect::<Vec<_>>(),
-            ),
-            (
-                "bf16",
-                Stored::Bf16(&kb),
-                Stored::Bf16(&vb),
-                kb.iter().map(|x| x.to_f32()).collect(),
-                vb.iter().map(|x| x.to_f32()).collect(),
-            ),
-        ];
-        for level in crate::kernels::cpu::runnable() {
-            let run = |k: Stored<'_>, v: Stored<'_>| {
-                attend_at(
-                    level,
-                    &q,
-                    width,
-                    len,
-                    offset,
-                    cached(k, stride),
-                    cached(v, stride),
-                    heads,
-                )
-                .into_iter()
-                .map(f32::to_bits)
-                .collect::<Vec<_>>()
+    /// `x` as a cache of `ty` holds it (in the buffer of its type), and those values in f32.
+    struct Held {
+        halves: Vec<f16>,
+        brains: Vec<bf16>,
+        blocks: Vec<u8>,
+        wide: Vec<f32>,
+    }
+
+    impl Held {
+        fn new(ty: crate::cache::cache_type::CacheType, x: &[f32]) -> Self {
+            use crate::cache::{cache_type::CacheType, quantized};
+            let mut held = Held {
+                halves: vec![],
+                brains: vec![],
+                blocks: vec![],
+                wide: vec![0.0; x.len()],
             };
-            for (name, k, v, k32, v32) in &cases {
-                let wide = run(Stored::F32(k32), Stored::F32(v32));
-                assert_eq!(run(*k, *v), wide, "{name} at {level}");
+            match ty {
+                CacheType::F16 => held.halves = x.iter().map(|&v| f16::from_f32(v)).collect(),
+                CacheType::Bf16 => held.brains = x.iter().map(|&v| bf16::from_f32(v)).collect(),
+                _ => quantized::quantize_row(ty, x, &mut held.blocks),
+            }
+            match ty {
+                CacheType::F16 => held.halves.convert_to_f32_slice(&mut held.wide),
+                CacheType::Bf16 => held.brains.convert_to_f32_slice(&mut held.wide),
+                _ => quantized::dequantize(ty, &held.blocks, &mut held.wide),
+            }
+            held
+        }
+
+        fn stored(&self, ty: crate::cache::cache_type::CacheType) -> Stored<'_> {
+            use crate::cache::cache_type::CacheType;
+            match ty {
+                CacheType::F16 => Stored::F16(&self.halves),
+                CacheType::Bf16 => Stored::Bf16(&self.brains),
+                CacheType::Q8_0 => Stored::Q8_0(&self.blocks),
+                _ => Stored::Q4_0(&self.blocks),
             }
         }
     }
 
-    /// A cache in q8_0 or q4_0 blocks gives the bits of an f32 cache holding its dequantized
-    /// values, at every level (the AVX2 dequantizing and the portable one agree), past a span.
+    /// A cache in f16, bf16, q8_0 or q4_0 gives the bits of an f32 cache holding the values it
+    /// stores (rounded, or dequantized), at every level (the AVX bodies' widening and
+    /// dequantizing and the portable loops' agree), past a span.
     #[test]
-    fn a_quantized_cache_attends_as_its_values_in_f32() {
+    fn a_cache_in_any_type_attends_as_its_values_in_f32() {
         use crate::cache::cache_type::CacheType;
-        use crate::cache::quantized::{dequantize, quantize_row};
         let heads = Heads {
             q: 4,
             kv: 2,
@@ -995,20 +971,14 @@ mod tests {
         let q: Vec<f32> = (0..len * width).map(|i| value(i, 13)).collect();
         let k: Vec<f32> = (0..heads.kv * cap * 64).map(|i| value(i, 7)).collect();
         let v: Vec<f32> = (0..heads.kv * cap * 64).map(|i| value(i, 11)).collect();
-        for ty in [CacheType::Q8_0, CacheType::Q4_0] {
-            let blocks = |x: &[f32]| {
-                let mut out = vec![];
-                quantize_row(ty, x, &mut out);
-                let mut back = vec![0f32; x.len()];
-                dequantize(ty, &out, &mut back);
-                (out, back)
-            };
-            let ((kq, k32), (vq, v32)) = (blocks(&k), blocks(&v));
-            let stored = |b| match ty {
-                CacheType::Q8_0 => Stored::Q8_0(b),
-                _ => Stored::Q4_0(b),
-            };
-            let row = ty.row_len(64);
+        for ty in [
+            CacheType::F16,
+            CacheType::Bf16,
+            CacheType::Q8_0,
+            CacheType::Q4_0,
+        ] {
+            let (kh, vh) = (Held::new(ty, &k), Held::new(ty, &v));
+            let stride = cap * ty.row_len(64);
             for level in crate::kernels::cpu::runnable() {
                 let run = |k: Cached<'_>, v: Cached<'_>| {
                     attend_at(level, &q, width, len, offset, k, v, heads)
@@ -1016,12 +986,9 @@ mod tests {
                         .map(f32::to_bits)
                         .collect::<Vec<_>>()
                 };
-                let wide = run(f32s(&k32, cap * 64), f32s(&v32, cap * 64));
-                let blocks = run(
-                    cached(stored(&kq), cap * row),
-                    cached(stored(&vq), cap * row),
-                );
-                assert_eq!(blocks, wide, "{ty:?} at {level}");
+                let wide = run(f32s(&kh.wide, cap * 64), f32s(&vh.wide, cap * 64));
+                let typed = run(cached(kh.stored(ty), stride), cached(vh.stored(ty), stride));
+                assert_eq!(typed, wide, "{ty:?} at {level}");
             }
         }
     }
