@@ -166,8 +166,9 @@ impl Sequence {
     pub fn preempt(&mut self, empty: KvCache) {
         let held = std::mem::take(&mut self.tokens);
         // Still in its prompt: the prompt runs again from the start. Decoding: everything
-        // held runs again, then the pending token.
-        if self.pending.is_some() {
+        // held runs again, then the pending token. Preempted again while running those again:
+        // what it holds is a prefix of them, and all of them still run.
+        if self.pending.is_some() && self.rerun.is_empty() {
             self.rerun = held;
         }
         self.cache = empty;
@@ -401,5 +402,50 @@ fn rate(tokens: usize, secs: f64) -> f64 {
         tokens as f64 / secs
     } else {
         0.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sequence(prompt: Vec<u32>) -> Option<Sequence> {
+        let (events, _) = tokio::sync::mpsc::unbounded_channel();
+        let job = Job {
+            request: GenerateRequest::new(prompt, 100),
+            guide: None,
+            events,
+            ended: Arc::new(AtomicBool::new(false)),
+            arrived: Instant::now(),
+        };
+        Sequence::new(job, vec![], KvCache::new(1, 512), vec![])
+    }
+
+    /// Preempted while decoding, then again before the tokens it held ran again: every one of
+    /// them still runs, not only the prompt.
+    #[test]
+    fn a_sequence_preempted_twice_runs_all_it_held_again() -> std::result::Result<(), &'static str> {
+        let prompt: Vec<u32> = (0..20).collect();
+        let mut s = sequence(prompt.clone()).ok_or("no sequence")?;
+        s.prefilled(20, Duration::ZERO);
+        for t in 100..110 {
+            s.pending = Some(t);
+            s.decoded();
+        }
+        s.pending = Some(110);
+        let held = s.tokens.clone();
+        assert_eq!(held.len(), 30);
+        s.preempt(KvCache::new(1, 512));
+        assert_eq!(s.unprefilled(), &held[..]);
+        // Half of it ran again, then preempted once more.
+        s.prefilled(15, Duration::ZERO);
+        s.preempt(KvCache::new(1, 512));
+        assert_eq!(s.unprefilled(), &held[..]);
+        // Preempted before any of it ran again.
+        s.preempt(KvCache::new(1, 512));
+        assert_eq!(s.unprefilled(), &held[..]);
+        s.prefilled(30, Duration::ZERO);
+        assert!(s.decoding());
+        Ok(())
     }
 }
