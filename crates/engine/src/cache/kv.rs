@@ -1,8 +1,8 @@
 //! The key/value cache of one sequence, held outside the model's layers.
 //!
 //! Each layer's keys and values live in a preallocated `[1, kv_heads, capacity, head_dim]`
-//! buffer written in place; the cache grows by doubling, so decoding allocates nothing per
-//! token. Because the cache is its own object, a caller can keep it between requests,
+//! buffer written in place; the cache grows to the length its sequence is expected to reach
+//! ([`KvCache::expect`]), then by doubling, so decoding allocates nothing per token. Because the cache is its own object, a caller can keep it between requests,
 //! truncate it to a shared prefix and prefill only what follows, and a scheduler can count the
 //! bytes every cache holds against a budget before it lets one grow.
 //!
@@ -44,6 +44,9 @@ pub struct KvCache {
     /// positions of it this cache uses.
     shared: Vec<(Arc<Segment>, usize)>,
     base: usize,
+    /// Positions the sequence is expected to reach (its prompt and a typical answer): growth
+    /// by doubling stops there first, so a 19K-token prompt takes 19K positions, not 32K.
+    expected: usize,
 }
 
 /// A run of positions of one layer as the attention reads them: keys and values of positions
@@ -67,7 +70,14 @@ impl KvCache {
             types: None,
             shared: Vec::new(),
             base: 0,
+            expected: 0,
         }
+    }
+
+    /// Tells the cache the sequence is expected to reach `len` positions: its buffers grow
+    /// to that length rather than past it (and double from there if it goes on).
+    pub fn expect(&mut self, len: usize) {
+        self.expected = len;
     }
 
     /// Stores keys in `k` and values in `v` (the model's cache types), whatever the dtype
@@ -401,6 +411,10 @@ impl KvCache {
         while cap < needed {
             cap *= 2;
         }
+        let expected = self.expected.saturating_sub(self.base);
+        if expected >= needed {
+            cap = cap.min(expected);
+        }
         cap.min(self.max_len.saturating_sub(self.base)).max(needed)
     }
 
@@ -642,6 +656,18 @@ mod tests {
         assert_eq!(held(&b)?, expected(320)?);
         // Its own rows only: the segment is counted once, apart.
         assert_eq!(b.bytes(), 256 * 128);
+        Ok(())
+    }
+
+    #[test]
+    fn buffers_grow_to_the_expected_length_then_double() -> Result<()> {
+        let mut c = KvCache::new(2, 4096).with_position_bytes(128);
+        c.expect(300);
+        append(&mut c, 0, 290)?;
+        assert_eq!(c.bytes(), 300 * 128);
+        append(&mut c, 290, 310)?;
+        assert_eq!(c.bytes(), 600 * 128);
+        assert_eq!(held(&c)?, expected(310)?);
         Ok(())
     }
 

@@ -24,7 +24,7 @@ pub(crate) use sequence::Job;
 
 use crate::cache::kv::KvCache;
 use crate::error::{EngineError, Result};
-use crate::generation::{Event, FinishReason, LanguageModel};
+use crate::generation::{Event, FinishReason, GenerateRequest, LanguageModel};
 use crate::speculative::draft_model::{DraftJob, DraftModel};
 use crate::speculative::mtp::{self, MtpJob, MtpState};
 use crate::speculative::{budget, Speculation};
@@ -36,6 +36,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Tokens of answer a new sequence's cache makes room for at first (more doubles it).
+const EXPECTED_ANSWER: usize = 1024;
+
+/// Positions a new sequence for `request` is expected to reach: its prompt and an answer of
+/// up to [`EXPECTED_ANSWER`] tokens.
+fn expected_len(request: &GenerateRequest) -> usize {
+    request.prompt.len() + request.max_tokens.min(EXPECTED_ANSWER)
+}
 
 enum Source {
     Pool(usize),
@@ -415,7 +424,7 @@ impl Scheduler {
                 i += 1;
                 continue;
             }
-            let need = self.admission_bytes(&self.waiting[i].request.prompt, session.as_deref());
+            let need = self.admission_bytes(&self.waiting[i].request, session.as_deref());
             if !self.make_room(need, session.as_deref()) {
                 if !self.running.is_empty() {
                     break; // waits for a running sequence to free its cache
@@ -443,6 +452,7 @@ impl Scheduler {
                 .clone()
                 .unwrap_or_else(|| self.default_stop.clone());
             let mut seed = self.seed(&job.request.prompt, session.as_deref());
+            seed.cache.expect(expected_len(&job.request));
             // A hybrid model's state is kept where each message starts: a later prompt that
             // shares the system prompt or earlier turns resumes there.
             if let Some(start) = self.message_start {
@@ -472,13 +482,18 @@ impl Scheduler {
     }
 
     /// Bytes a new sequence for `prompt` adds when its prompt is in its cache.
-    fn admission_bytes(&self, prompt: &[u32], session: Option<&str>) -> usize {
+    fn admission_bytes(&self, request: &GenerateRequest, session: Option<&str>) -> usize {
+        let prompt = request.prompt.len();
         let own = session.and_then(|id| {
             (0..self.pool.len()).find(|&i| self.pool.entry(i).session.as_deref() == Some(id))
         });
         match own.map(|i| &self.pool.entry(i).cache) {
-            Some(own) => own.bytes_for(prompt.len()).saturating_sub(own.bytes()),
-            None => self.model.new_cache().bytes_for(prompt.len()),
+            Some(own) => own.bytes_for(prompt).saturating_sub(own.bytes()),
+            None => {
+                let mut cache = self.model.new_cache();
+                cache.expect(expected_len(request));
+                cache.bytes_for(prompt)
+            }
         }
     }
 

@@ -424,7 +424,8 @@ mod tests {
     /// Preempted while decoding, then again before the tokens it held ran again: every one of
     /// them still runs, not only the prompt.
     #[test]
-    fn a_sequence_preempted_twice_runs_all_it_held_again() -> std::result::Result<(), &'static str> {
+    fn a_sequence_preempted_twice_runs_all_it_held_again() -> std::result::Result<(), &'static str>
+    {
         let prompt: Vec<u32> = (0..20).collect();
         let mut s = sequence(prompt.clone()).ok_or("no sequence")?;
         s.prefilled(20, Duration::ZERO);
