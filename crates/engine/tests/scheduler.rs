@@ -532,6 +532,43 @@ fn a_hundred_sessions_stay_under_the_kv_budget_and_all_answer() {
     assert!(e.stats().unwrap().peak_kv_bytes <= stats.kv_budget_bytes);
 }
 
+/// A request whose prompt starts with a running sequence's shares those rows with it (they
+/// become a segment both hold): each gives the tokens it gives alone.
+#[test]
+fn a_running_sequence_shares_its_prefix_and_both_answer_as_alone() {
+    let e = engine("qwen2", Default::default());
+    let system: Vec<u32> = (0..60).map(|j| (j * 23 + 9) % 1000).collect();
+    let with = |tail: &[u32]| -> Vec<u32> { system.iter().chain(tail).copied().collect() };
+    let mut a = e.generate(request(with(&[900, 901]), 300, None)).unwrap();
+    // A decodes: its prompt is in its cache.
+    let mut a_ids = vec![];
+    while a_ids.is_empty() {
+        match a.blocking_next() {
+            Some(Event::Token { id }) => a_ids.push(id),
+            Some(Event::Error { message }) => panic!("{message}"),
+            Some(_) => {}
+            None => panic!("stream ended"),
+        }
+    }
+    let (b_ids, b) = collect(
+        e.generate(request(with(&[902, 903, 904]), 20, None))
+            .unwrap(),
+    );
+    let (rest, _) = collect(a);
+    a_ids.extend(rest);
+    assert!(b.usage.cached_prompt_tokens >= 60, "{:?}", b.usage);
+    let alone = |prompt: Vec<u32>, n: usize| {
+        collect(
+            engine("qwen2", Default::default())
+                .generate(request(prompt, n, None))
+                .unwrap(),
+        )
+        .0
+    };
+    assert_eq!(b_ids, alone(with(&[902, 903, 904]), 20));
+    assert_eq!(a_ids, alone(with(&[900, 901]), 300));
+}
+
 #[test]
 fn a_new_session_copies_the_prefix_another_holds() {
     let e = engine("qwen2", Default::default());

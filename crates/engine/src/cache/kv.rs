@@ -296,12 +296,7 @@ impl KvCache {
     /// they are; elsewhere the cache is left as it is.
     pub fn freeze(&mut self) -> Result<()> {
         let own = self.len - self.base;
-        let on_cpu = self
-            .layers
-            .iter()
-            .flatten()
-            .next()
-            .is_some_and(|(k, _)| k.device().is_cpu());
+        let on_cpu = self.on_cpu();
         if own == 0 {
             // Nothing of its own: buffers kept for reuse would only take room while idle.
             self.layers.iter_mut().for_each(|l| *l = None);
@@ -331,6 +326,54 @@ impl KvCache {
         self.layers.iter_mut().for_each(|l| *l = None);
         self.capacity = 0;
         Ok(())
+    }
+
+    /// Makes the positions of this cache's own buffers before `at` read-only and shareable,
+    /// as [`KvCache::freeze`] does with all of them, for a running sequence whose prefix
+    /// another prompt starts with: the buffers become the segment (its bytes counted in
+    /// full), and the positions from `at` on are copied into new buffers, where the cache
+    /// goes on. Only on the CPU; a no-op where `at` is not past the shared positions.
+    pub fn freeze_to(&mut self, at: usize) -> Result<()> {
+        if at <= self.base || at > self.len || !self.on_cpu() {
+            return Ok(());
+        }
+        let (used, tail) = (at - self.base, self.len - at);
+        let bytes = self.capacity * self.position_bytes;
+        let (base, capacity) = (self.base, self.capacity);
+        (self.base, self.capacity) = (at, 0);
+        let cap = if tail > 0 {
+            self.capacity_for(self.len)
+        } else {
+            0
+        };
+        (self.base, self.capacity) = (base, capacity);
+        // The new buffers first: on an error the cache is left as it was.
+        let mut moved = Vec::with_capacity(self.layers.len());
+        for layer in &self.layers {
+            moved.push(match layer {
+                Some((k, v)) if tail > 0 => {
+                    let (nk, nv) = alloc_pair(k, v, cap)?;
+                    nk.slice_set(&k.narrow(2, used, tail)?.contiguous()?, 2, 0)?;
+                    nv.slice_set(&v.narrow(2, used, tail)?.contiguous()?, 2, 0)?;
+                    Some((nk, nv))
+                }
+                _ => None,
+            });
+        }
+        let old = std::mem::replace(&mut self.layers, moved);
+        (self.base, self.capacity) = (at, cap);
+        let segment = Segment::new(old, used, bytes);
+        self.shared.push((Arc::new(segment), used));
+        Ok(())
+    }
+
+    /// Whether the buffers are on the CPU (where the attention reads a cache in pieces).
+    fn on_cpu(&self) -> bool {
+        self.layers
+            .iter()
+            .flatten()
+            .next()
+            .is_some_and(|(k, _)| k.device().is_cpu())
     }
 
     /// Copies of every layer's keys and values for the positions held (`[1, kv_heads, len,
@@ -656,6 +699,27 @@ mod tests {
         assert_eq!(held(&b)?, expected(320)?);
         // Its own rows only: the segment is counted once, apart.
         assert_eq!(b.bytes(), 256 * 128);
+        Ok(())
+    }
+
+    #[test]
+    fn a_running_cache_shares_its_prefix_and_goes_on_after_it() -> Result<()> {
+        let mut a = filled(100)?;
+        a.freeze()?;
+        append(&mut a, 100, 250)?;
+        a.freeze_to(180)?;
+        assert_eq!((a.shared().count(), a.shared_len(), a.len()), (2, 180, 250));
+        assert_eq!(a.bytes(), 256 * 128);
+        assert_eq!(held(&a)?, expected(250)?);
+        let mut b = KvCache::new(2, 4096).with_position_bytes(128);
+        b.share_prefix(&a, 180)?;
+        assert_eq!((b.shared_len(), b.bytes()), (180, 0));
+        append(&mut a, 250, 260)?;
+        append(&mut b, 180, 200)?;
+        assert_eq!((held(&a)?, held(&b)?), (expected(260)?, expected(200)?));
+        // Not past the shared positions: nothing to do.
+        a.freeze_to(150)?;
+        assert_eq!(a.shared().count(), 2);
         Ok(())
     }
 

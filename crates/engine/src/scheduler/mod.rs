@@ -531,8 +531,8 @@ impl Scheduler {
     }
 
     /// A cache seeded from the idle or running cache that shares the longest prefix with
-    /// `prompt`, if one shares at least [`MIN_SHARED_PREFIX`] tokens: an idle cache's rows
-    /// are held where they are ([`KvCache::share_prefix`]), a running one's copied. Only caches that
+    /// `prompt`, if one shares at least [`MIN_SHARED_PREFIX`] tokens: the rows are held
+    /// where they are ([`KvCache::share_prefix`]; a running cache's prefix is frozen first). Only caches that
     /// declare their size take part (test models without real caches do not).
     fn shared_prefix(&mut self, prompt: &[u32]) -> Option<Seed> {
         let usable = prompt.len().saturating_sub(1);
@@ -585,6 +585,13 @@ impl Scheduler {
                 });
             }
             self.pool.touch(i);
+        }
+        // A running sequence's prefix becomes a segment both hold; only its rows after the
+        // prefix are copied (into its new buffers).
+        if let Source::Running(j) = source {
+            if let Err(e) = self.running[j].cache.freeze_to(len) {
+                tracing::warn!("cannot share a running sequence's prefix: {e}");
+            }
         }
         let src: &KvCache = match source {
             Source::Pool(i) => &self.pool.entry(i).cache,
