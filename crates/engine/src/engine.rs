@@ -420,6 +420,7 @@ impl Engine {
             fingerprint: self.info.fingerprint.clone(),
             tokens: c.tokens,
             layers: c.layers,
+            types: c.types,
             state: c.state,
         }
         .to_bytes()
@@ -461,6 +462,7 @@ impl Engine {
                     session: id.into(),
                     tokens: snap.tokens,
                     layers: snap.layers,
+                    types: snap.types,
                     state: snap.state,
                 },
                 tx,

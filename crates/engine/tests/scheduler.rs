@@ -651,8 +651,8 @@ fn a_conversation_holds_its_prefix_once() {
 }
 
 /// A cache in q8_0 blocks shares a prefix as exactly as a float one (the tokens of an engine
-/// that computed it all), heads that are not whole blocks refuse it by option name, and a
-/// session in blocks says it cannot be saved.
+/// that computed it all), is saved and restored with its blocks, and heads that are not whole
+/// blocks refuse it by option name.
 #[test]
 fn a_q8_0_cache_shares_prefixes_and_is_refused_where_it_cannot_go() {
     let q8 = |family: &str| {
@@ -683,8 +683,17 @@ fn a_q8_0_cache_shares_prefixes_and_is_refused_where_it_cannot_go() {
             .unwrap(),
     );
     assert_eq!(ids, alone);
-    let err = e.session_cache("a").unwrap_err().to_string();
-    assert!(err.contains("q8_0"), "{err}");
+    // Saved and restored into another engine, the session's next turn runs only its new
+    // tokens and answers as the first engine does.
+    let bytes = e.session_cache("a").unwrap().expect("a cache for `a`");
+    let other = q8("qwen3").unwrap();
+    assert_eq!(other.restore_session_cache("a", &bytes).unwrap(), 45);
+    let mut next: Vec<u32> = with(&[900, 901]);
+    next.extend([5, 6, 7]);
+    let (there, s) = collect(other.generate(request(next.clone(), 4, Some("a"))).unwrap());
+    assert!(s.usage.cached_prompt_tokens >= 42, "{:?}", s.usage);
+    let (here, _) = collect(e.generate(request(next, 4, Some("a"))).unwrap());
+    assert_eq!(there, here);
     let err = q8("qwen2")
         .err()
         .expect("head_dim 16 takes no q8_0")

@@ -7,10 +7,11 @@
 //!
 //! ```text
 //! "HEARTHKV" version:u32
-//! fingerprint_len:u32 fingerprint (UTF-8)   dtype_len:u32 dtype ("f32", "f16", "bf16", or
-//!   "keys/values" where they differ: "f32/f16")
+//! fingerprint_len:u32 fingerprint (UTF-8)   dtype_len:u32 cache types ("f32", "f16", "bf16",
+//!   "q8_0", "q4_0", or "keys/values" where they differ: "f16/q8_0")
 //! layers:u32 kv_heads:u32 head_dim:u32 tokens:u64 token ids (u32 each)
-//! per layer: keys, then values, each [kv_heads, tokens, head_dim] in their dtype
+//! per layer: keys, then values, each [kv_heads, tokens, row] in their type (a row: head_dim
+//!   values, or the bytes of their q8_0/q4_0 blocks)
 //! state_layers:u32 conv:u32 delta:u32, then per linear-attention layer conv + delta f32 values
 //! ```
 //!
@@ -19,6 +20,7 @@
 //!
 //! [`ModelInfo::fingerprint`]: crate::loader::ModelInfo::fingerprint
 
+use crate::cache::cache_type::{CacheType, QK};
 use crate::cache::recurrent::LayerState;
 use crate::error::{EngineError, Result};
 use candle_core::{DType, Device, Tensor};
@@ -37,6 +39,8 @@ pub struct KvSnapshot {
     pub tokens: Vec<u32>,
     /// Keys and values of each (attention) layer.
     pub layers: Vec<(Tensor, Tensor)>,
+    /// The types keys and values are stored in.
+    pub types: (CacheType, CacheType),
     /// The recurrent state of each linear-attention layer after the tokens (hybrid models).
     pub state: Vec<LayerState>,
 }
@@ -45,25 +49,9 @@ fn bad(message: impl Into<String>) -> EngineError {
     EngineError::invalid("session cache", message.into())
 }
 
-fn dtype_name(d: DType) -> Result<&'static str> {
-    Ok(match d {
-        DType::F32 => "f32",
-        DType::F16 => "f16",
-        DType::BF16 => "bf16",
-        DType::U8 => return Err(bad(
-            "a cache in q8_0 or q4_0 blocks cannot be saved yet (caches in f32, f16 or bf16 can)",
-        )),
-        other => return Err(bad(format!("a cache in {other:?} cannot be saved"))),
-    })
-}
-
-fn parse_dtype(s: &str) -> Result<DType> {
-    Ok(match s {
-        "f32" => DType::F32,
-        "f16" => DType::F16,
-        "bf16" => DType::BF16,
-        other => return Err(bad(format!("unknown dtype `{other}`"))),
-    })
+fn parse_type(s: &str) -> Result<CacheType> {
+    s.parse()
+        .map_err(|e: String| bad(format!("unknown cache type {e}")))
 }
 
 fn tensor_bytes(t: &Tensor) -> Result<Vec<u8>> {
@@ -72,6 +60,7 @@ fn tensor_bytes(t: &Tensor) -> Result<Vec<u8>> {
         DType::F32 => bytemuck::cast_slice(&t.to_vec1::<f32>()?).to_vec(),
         DType::F16 => bytemuck::cast_slice(&t.to_vec1::<half::f16>()?).to_vec(),
         DType::BF16 => bytemuck::cast_slice(&t.to_vec1::<half::bf16>()?).to_vec(),
+        DType::U8 => t.to_vec1::<u8>()?,
         other => return Err(bad(format!("a cache in {other:?} cannot be saved"))),
     })
 }
@@ -82,17 +71,21 @@ impl KvSnapshot {
         let Some((k0, _)) = self.layers.first() else {
             return Err(bad("a cache without layers"));
         };
-        let (_, heads, len, head_dim) = k0.dims4()?;
+        let (_, heads, len, row) = k0.dims4()?;
         if len != self.tokens.len() {
             return Err(bad(format!(
                 "{len} cached positions for {} tokens",
                 self.tokens.len()
             )));
         }
-        let (kd, vd) = (k0.dtype(), self.layers[0].1.dtype());
-        let dtype = match kd == vd {
-            true => dtype_name(kd)?.to_string(),
-            false => format!("{}/{}", dtype_name(kd)?, dtype_name(vd)?),
+        let (kt, vt) = self.types;
+        let head_dim = match kt.is_quantized() {
+            true => row / kt.row_len(QK) * QK,
+            false => row,
+        };
+        let dtype = match kt == vt {
+            true => kt.name().to_string(),
+            false => format!("{}/{}", kt.name(), vt.name()),
         };
         let mut out = Vec::with_capacity(
             64 + self.fingerprint.len()
@@ -100,8 +93,7 @@ impl KvSnapshot {
                 + self.layers.len()
                     * heads
                     * len
-                    * head_dim
-                    * (kd.size_in_bytes() + vd.size_in_bytes()),
+                    * (kt.row_bytes(head_dim) + vt.row_bytes(head_dim)),
         );
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&VERSION.to_le_bytes());
@@ -117,8 +109,8 @@ impl KvSnapshot {
             out.extend_from_slice(&t.to_le_bytes());
         }
         for (k, v) in &self.layers {
-            for (t, dtype) in [(k, kd), (v, vd)] {
-                if t.dims4()? != (1, heads, len, head_dim) || t.dtype() != dtype {
+            for (t, ty) in [(k, kt), (v, vt)] {
+                if t.dims4()? != (1, heads, len, ty.row_len(head_dim)) || t.dtype() != ty.dtype() {
                     return Err(bad("layers of different shapes"));
                 }
                 out.extend_from_slice(&tensor_bytes(t)?);
@@ -156,9 +148,9 @@ impl KvSnapshot {
         }
         let fingerprint = r.string()?;
         let dtypes = r.string()?;
-        let (kd, vd) = match dtypes.split_once('/') {
-            Some((k, v)) => (parse_dtype(k)?, parse_dtype(v)?),
-            None => (parse_dtype(&dtypes)?, parse_dtype(&dtypes)?),
+        let (kt, vt) = match dtypes.split_once('/') {
+            Some((k, v)) => (parse_type(k)?, parse_type(v)?),
+            None => (parse_type(&dtypes)?, parse_type(&dtypes)?),
         };
         let (layers, heads, head_dim) = (r.u32()? as usize, r.u32()? as usize, r.u32()? as usize);
         let len = usize::try_from(r.u64()?).map_err(|_| bad("token count overflows"))?;
@@ -170,19 +162,22 @@ impl KvSnapshot {
             .chunks_exact(4)
             .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
-        let one = |dtype: DType| {
+        if [kt, vt].iter().any(|t| t.is_quantized()) && !head_dim.is_multiple_of(QK) {
+            return Err(bad(format!("{head_dim} values per head in blocks of {QK}")));
+        }
+        let one = |ty: CacheType| {
             heads
                 .checked_mul(len)
-                .and_then(|n| n.checked_mul(head_dim))
-                .and_then(|n| n.checked_mul(dtype.size_in_bytes()))
+                .and_then(|n| n.checked_mul(ty.row_len(head_dim)))
+                .and_then(|n| n.checked_mul(ty.dtype().size_in_bytes()))
                 .ok_or_else(|| bad("cache size overflows"))
         };
-        let (k_bytes, v_bytes) = (one(kd)?, one(vd)?);
-        let shape = [1, heads, len, head_dim];
+        let (k_bytes, v_bytes) = (one(kt)?, one(vt)?);
+        let shape = |ty: CacheType| [1, heads, len, ty.row_len(head_dim)];
         let mut out = Vec::with_capacity(layers.min(1024));
         for _ in 0..layers {
-            let k = Tensor::from_raw_buffer(r.take(k_bytes)?, kd, &shape, device)?;
-            let v = Tensor::from_raw_buffer(r.take(v_bytes)?, vd, &shape, device)?;
+            let k = Tensor::from_raw_buffer(r.take(k_bytes)?, kt.dtype(), &shape(kt), device)?;
+            let v = Tensor::from_raw_buffer(r.take(v_bytes)?, vt.dtype(), &shape(vt), device)?;
             out.push((k, v));
         }
         let mut state = Vec::new();
@@ -213,6 +208,7 @@ impl KvSnapshot {
             fingerprint,
             tokens,
             layers: out,
+            types: (kt, vt),
             state,
         })
     }
@@ -274,6 +270,7 @@ mod tests {
             fingerprint: "model.gguf; f32".into(),
             tokens: (0..len as u32).collect(),
             layers,
+            types: (CacheType::F32, CacheType::F32),
             state: (0..2)
                 .map(|l| LayerState {
                     conv: (0..6).map(|i| (i + l) as f32 * 0.5).collect(),
@@ -338,6 +335,7 @@ mod tests {
         for (_, v) in &mut s.layers {
             *v = v.to_dtype(DType::F16)?;
         }
+        s.types.1 = CacheType::F16;
         let back = KvSnapshot::from_bytes(&s.to_bytes()?, &Device::Cpu)?;
         for ((k, v), (k2, v2)) in s.layers.iter().zip(&back.layers) {
             assert_eq!((k2.dtype(), v2.dtype()), (DType::F32, DType::F16));
@@ -353,6 +351,37 @@ mod tests {
                     .collect())
             };
             assert_eq!(bits(v)?, bits(v2)?);
+        }
+        Ok(())
+    }
+
+    /// Keys in q8_0 blocks and values in q4_0 come back as the same bytes.
+    #[test]
+    fn quantized_keys_and_values_keep_their_blocks() -> Result<()> {
+        let mut s = snapshot(3)?;
+        let blocks = |ty: CacheType, seed: u8| -> Result<Tensor> {
+            let row = ty.row_len(64);
+            let bytes: Vec<u8> = (0..2 * 3 * row)
+                .map(|i| (i as u8).wrapping_mul(seed))
+                .collect();
+            Ok(Tensor::from_vec(bytes, (1, 2, 3, row), &Device::Cpu)?)
+        };
+        for (k, v) in &mut s.layers {
+            (*k, *v) = (blocks(CacheType::Q8_0, 7)?, blocks(CacheType::Q4_0, 13)?);
+        }
+        s.types = (CacheType::Q8_0, CacheType::Q4_0);
+        let bytes = s.to_bytes()?;
+        let back = KvSnapshot::from_bytes(&bytes, &Device::Cpu)?;
+        assert_eq!(back.types, s.types);
+        for ((k, v), (k2, v2)) in s.layers.iter().zip(&back.layers) {
+            assert_eq!(k2.dims4()?, (1, 2, 3, 68));
+            assert_eq!(v2.dims4()?, (1, 2, 3, 36));
+            for (a, b) in [(k, k2), (v, v2)] {
+                assert_eq!(
+                    a.flatten_all()?.to_vec1::<u8>()?,
+                    b.flatten_all()?.to_vec1::<u8>()?
+                );
+            }
         }
         Ok(())
     }

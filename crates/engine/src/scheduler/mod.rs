@@ -22,6 +22,7 @@ mod sequence;
 pub use config::{SchedulerConfig, SchedulerOptions};
 pub(crate) use sequence::Job;
 
+use crate::cache::cache_type::CacheType;
 use crate::cache::kv::KvCache;
 use crate::error::{EngineError, Result};
 use crate::generation::{Event, FinishReason, GenerateRequest, LanguageModel};
@@ -75,6 +76,8 @@ pub(crate) struct SessionCache {
     pub session: String,
     pub tokens: Vec<u32>,
     pub layers: Vec<(candle_core::Tensor, candle_core::Tensor)>,
+    /// The types keys and values are stored in.
+    pub types: (CacheType, CacheType),
     /// A hybrid model's recurrent state after the tokens (empty for others).
     pub state: Vec<crate::cache::recurrent::LayerState>,
 }
@@ -261,6 +264,7 @@ impl Scheduler {
             session: id.to_string(),
             tokens: e.tokens.clone(),
             layers: e.cache.layers_copy()?,
+            types: e.cache.types().unwrap_or((CacheType::F32, CacheType::F32)),
             state: e
                 .cache
                 .recurrent()
@@ -284,6 +288,18 @@ impl Scheduler {
             ));
         }
         let mut cache = self.model.new_cache();
+        if let Some((k, v)) = cache.types().filter(|&t| t != c.types) {
+            return Err(EngineError::invalid(
+                "session cache",
+                format!(
+                    "keys and values in {}/{}, where this model's cache keeps {}/{}",
+                    c.types.0.name(),
+                    c.types.1.name(),
+                    k.name(),
+                    v.name()
+                ),
+            ));
+        }
         let need = c.tokens.len() * cache.position_bytes() + cache.bytes();
         self.pool.remove(&c.session);
         if !self.make_room(need, None) {
