@@ -94,11 +94,16 @@ fn speculation_gives_the_tokens_of_decoding_at_every_level() {
                 usage.draft_tokens
             );
             if sampling.temperature == 0.0 {
+                // How many tokens a step drafts follows measured step times (46 to 53 of these
+                // 96 came from drafts, lower when other tests load the cores); how many of the
+                // drafted ones are accepted does not.
                 assert!(
-                    usage.accepted_draft_tokens * 2 > got.len(),
-                    "{level}: only {} of {} tokens came from drafts",
+                    usage.accepted_draft_tokens * 3 > got.len()
+                        && usage.accepted_draft_tokens * 10 >= usage.draft_tokens * 7,
+                    "{level}: {} of {} tokens came from drafts, of {} drafted",
                     usage.accepted_draft_tokens,
-                    got.len()
+                    got.len(),
+                    usage.draft_tokens
                 );
             }
         }
