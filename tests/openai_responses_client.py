@@ -4,6 +4,7 @@ whole and streamed with their function_call_output round trip, a JSON schema, an
 answer, and errors. Usage: openai_responses_client.py BASE_URL API_KEY"""
 
 import json
+import re
 import sys
 
 import openai
@@ -120,6 +121,16 @@ r = client.responses.create(
 )
 custom = [o for o in r.output if o.type == "custom_tool_call"]
 check(len(custom) == 1 and custom[0].name == "apply_patch" and isinstance(custom[0].input, str), r.output)
+# A custom tool with a Lark grammar: its input is decoded under the grammar.
+count = {"type": "custom", "name": "count", "description": "Say how many.",
+         "format": {"type": "grammar", "syntax": "lark",
+                    "definition": 'start: "none" | NUM " \\"apples\\""\nNUM: /[1-9][0-9]?/\n'}}
+r = client.responses.create(
+    model=MODEL, max_output_tokens=48, temperature=0, input="How many apples?", tools=[count],
+    tool_choice={"type": "custom", "name": "count"},
+)
+custom = [o for o in r.output if o.type == "custom_tool_call"]
+check(len(custom) == 1 and re.fullmatch(r'none|[1-9][0-9]? "apples"', custom[0].input), r.output)
 
 # Bad requests.
 for bad, param in [

@@ -427,3 +427,104 @@ fn on_the_real_vocabulary_the_tags_are_tokens() -> TestResult {
     );
     Ok(())
 }
+
+/// Codex's `apply_patch` grammar (codex-rs `tool_apply_patch.lark`), as its Responses
+/// requests carry it in a custom tool's `format`.
+const APPLY_PATCH: &str = r#"start: begin_patch hunk+ end_patch
+begin_patch: "*** Begin Patch" LF
+end_patch: "*** End Patch" LF?
+
+hunk: add_hunk | delete_hunk | update_hunk
+add_hunk: "*** Add File: " filename LF add_line+
+delete_hunk: "*** Delete File: " filename LF
+update_hunk: "*** Update File: " filename LF change_move? change?
+
+filename: /(.+)/
+add_line: "+" /(.*)/ LF -> line
+
+change_move: "*** Move to: " filename LF
+change: (change_context | change_line)+ eof_line?
+change_context: ("@@" | "@@ " /(.+)/) LF
+change_line: ("+" | "-" | " ") /(.*)/ LF
+eof_line: "*** End of File" LF
+
+%import common.LF
+"#;
+
+fn apply_patch_tool() -> Value {
+    json!({"type": "function", "function": {
+        "name": "apply_patch",
+        "description": "Edit files with a patch.",
+        "parameters": {"type": "object", "properties": {"input": {"type": "string"}},
+            "required": ["input"]},
+        "format": {"type": "grammar", "syntax": "lark", "definition": APPLY_PATCH}
+    }})
+}
+
+/// A custom tool's input is decoded under its Lark grammar: inside the JSON call (escaped)
+/// and inside the XML one (raw); a grammar that cannot be embedded leaves the input free.
+#[test]
+fn a_custom_tools_input_follows_its_lark_grammar() -> TestResult {
+    let Some(tok) = common::real_tokenizer("qwen2.5")? else {
+        return Ok(());
+    };
+    let im_end = tok.token_id("<|im_end|>").ok_or("no <|im_end|>")?;
+    let patch = "*** Begin Patch\n*** Update File: src/main.rs\n@@ fn main() {\n-    println!(\"hi\");\n+\tprintln!(\"a\\\\b\");\n*** Add File: hello.py\n+print('hello world')\n*** End Patch\n";
+    let broken = "*** Begin Patch\n*** Rewrite File: a.py\n*** End Patch\n";
+    let json_call = |input: &str| {
+        let call = json!({"name": "apply_patch", "arguments": {"input": input}});
+        let body = serde_json::to_string(&call).unwrap_or_default();
+        // As `json.dumps` lays it out.
+        let body = body.replacen("\":", "\": ", 3).replacen(",\"", ", \"", 1);
+        format!("<tool_call>\n{body}\n</tool_call>")
+    };
+    let xml_call = |input: &str| {
+        format!("<tool_call>\n<function=apply_patch>\n<parameter=input>\n{input}\n</parameter>\n</function>\n</tool_call>")
+    };
+    for format in [ToolFormat::Json, ToolFormat::Xml] {
+        let g = Grammars::new(&tok, &[im_end])?.with_tool_format(format);
+        let call = match format {
+            ToolFormat::Json => json_call,
+            ToolFormat::Xml => xml_call,
+        };
+        let walk = |c: &Constraint, text: &str| -> Result<(usize, bool), EngineError> {
+            let mut guide = g.guide(c)?;
+            let ids = tok.encode(text)?;
+            for (i, &id) in ids.iter().enumerate() {
+                if !guide.allows(id)? {
+                    return Ok((i, false));
+                }
+                guide.consume(id)?;
+            }
+            Ok((ids.len(), guide.allows(im_end)?))
+        };
+        let mut tools = tools();
+        tools.push(apply_patch_tool());
+        for choice in [ToolChoice::Auto, ToolChoice::Named("apply_patch".into())] {
+            let c = g.tool_calls(&tools, &choice)?.ok_or("no constraint")?;
+            let good = call(patch);
+            assert_eq!(
+                walk(&c, &good)?,
+                (tok.encode(&good)?.len(), true),
+                "{format:?} {choice:?}: {good}"
+            );
+            let bad = call(broken);
+            let (at, _) = walk(&c, &bad)?;
+            assert!(at < tok.encode(&bad)?.len(), "{format:?} {choice:?}: {bad}");
+        }
+        // A grammar that cannot be embedded (a directive): the input is any string.
+        let mut loose = apply_patch_tool();
+        loose["function"]["format"]["definition"] =
+            json!("start: WORD\n%ignore \" \"\nWORD: /[a-z]+/\n");
+        let c = g
+            .tool_calls(&[loose], &ToolChoice::Required)?
+            .ok_or("no constraint")?;
+        let free = call(broken);
+        assert_eq!(
+            walk(&c, &free)?,
+            (tok.encode(&free)?.len(), true),
+            "{format:?}"
+        );
+    }
+    Ok(())
+}

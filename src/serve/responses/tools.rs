@@ -174,15 +174,16 @@ fn read_tool(
 }
 
 /// A custom tool as a function of one string, `input`. A `regex` format holds the string to
-/// its pattern; a Lark grammar cannot be held inside a JSON string, so the grammar goes into
-/// the description for the model to follow.
+/// its pattern; a Lark grammar goes with the function as its `format`, which the engine
+/// decodes the input under (and the model reads among the tools).
 fn custom_function(at: &str, obj: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
     let mut input = json!({"type": "string", "description": "The tool's input, as raw text."});
-    let mut description = obj
+    let description = obj
         .get("description")
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
+    let mut grammar = None;
     if let Some(format) = obj.get("format").filter(|f| !f.is_null()) {
         match format.get("type").and_then(Value::as_str) {
             Some("text") | None => {}
@@ -199,9 +200,8 @@ fn custom_function(at: &str, obj: &Map<String, Value>) -> Result<Map<String, Val
                 match format.get("syntax").and_then(Value::as_str) {
                     Some("regex") => input["pattern"] = json!(definition),
                     Some("lark") => {
-                        description.push_str(&format!(
-                            "\n\nThe input follows this Lark grammar:\n{definition}"
-                        ));
+                        grammar = Some(json!({"type": "grammar", "syntax": "lark",
+                            "definition": definition}));
                     }
                     other => {
                         return Err(ApiError::invalid(
@@ -225,6 +225,9 @@ fn custom_function(at: &str, obj: &Map<String, Value>) -> Result<Map<String, Val
         "parameters".into(),
         json!({"type": "object", "properties": {"input": input}, "required": ["input"]}),
     );
+    if let Some(g) = grammar {
+        f.insert("format".into(), g);
+    }
     Ok(f)
 }
 
@@ -286,9 +289,11 @@ mod tests {
         assert_eq!(offered.engine_name("spawn", Some("agents")), "spawn");
         assert_eq!(offered.engine_name("exec_command", None), "exec_command");
         let patch = &tools[3]["function"];
-        assert!(patch["description"]
+        assert_eq!(patch["description"], json!("Patch files."));
+        assert_eq!(patch["format"]["syntax"], json!("lark"));
+        assert!(patch["format"]["definition"]
             .as_str()
-            .is_some_and(|d| d.contains("Lark grammar") && d.contains("Begin Patch")));
+            .is_some_and(|d| d.contains("Begin Patch")));
         assert_eq!(patch["parameters"]["required"], json!(["input"]));
         assert_eq!(
             tools[4]["function"]["parameters"]["properties"]["input"]["pattern"],

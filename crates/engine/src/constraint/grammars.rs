@@ -1,6 +1,7 @@
 //! The grammar compiler of one model: its token trie and llguidance's parser factory, built
 //! once and shared by every constrained request, and the constraints compiled lately.
 
+use super::custom_grammar::{embed, Spelling};
 use super::guide::Guide;
 use super::prose_guard::ProseGuard;
 use super::spec::Constraint;
@@ -32,6 +33,8 @@ pub struct Grammars {
     /// Tool-call schemas checked, and how each compiles (once, not on every request that
     /// offers the tool).
     checked: Mutex<HashMap<String, Fit>>,
+    /// Custom tools' Lark grammars checked, and whether each can be embedded in a call.
+    embeddable: Mutex<HashMap<String, bool>>,
     /// How the model writes tool calls.
     tool_format: ToolFormat,
 }
@@ -68,6 +71,7 @@ impl Grammars {
             env,
             compiled: Mutex::new(Vec::new()),
             checked: Mutex::new(HashMap::new()),
+            embeddable: Mutex::new(HashMap::new()),
             tool_format: ToolFormat::Json,
         })
     }
@@ -116,7 +120,9 @@ impl Grammars {
     /// `format`, …) that part admits any value of its declared type (llguidance's lenient
     /// mode), logged once per schema; the finished call is then checked against the whole
     /// schema by whoever reads it. A schema that does not compile even so (a `$ref` to
-    /// nothing) is refused: invalid `tools`, naming the tool and why.
+    /// nothing) is refused: invalid `tools`, naming the tool and why. A custom tool's Lark
+    /// grammar holds its input where it can be embedded in a call; one that cannot (a
+    /// directive, an anchor, a syntax error) leaves the input free text, logged once.
     pub fn tool_calls(
         &self,
         tools: &[serde_json::Value],
@@ -125,6 +131,12 @@ impl Grammars {
         let mut specs = ToolSpec::from_openai(tools)?;
         for s in &mut specs {
             s.lenient = self.fit(s)? == Fit::Lenient;
+            if s.grammar
+                .as_deref()
+                .is_some_and(|lark| !self.embeds(&s.name, lark))
+            {
+                s.grammar = None;
+            }
         }
         tool_call_grammar(&specs, choice, self.tag_style(), self.tool_format)
     }
@@ -170,6 +182,44 @@ impl Grammars {
             checked.insert(key, fit);
         }
         Ok(fit)
+    }
+
+    /// Whether tool `name`'s Lark grammar can hold its input inside a call, checked once per
+    /// grammar.
+    fn embeds(&self, name: &str, lark: &str) -> bool {
+        let key = format!("{:?}\n{lark}", self.tool_format);
+        if let Some(ok) = self
+            .embeddable
+            .lock()
+            .ok()
+            .and_then(|c| c.get(&key).copied())
+        {
+            return ok;
+        }
+        let (spelling, start) = match self.tool_format {
+            ToolFormat::Json => (Spelling::Json, "start: \"\\\"\" g_start \"\\\"\"\n"),
+            ToolFormat::Xml => (Spelling::Raw, "start: g_start\n"),
+        };
+        let checked = embed(lark, "g", spelling).and_then(|rules| {
+            let grammar = Constraint::Lark(format!("{start}{rules}")).grammar();
+            self.factory
+                .create_parser(grammar)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        });
+        if let Err(why) = &checked {
+            tracing::warn!(
+                "tool `{name}`: its Lark grammar cannot hold its input ({why}); the input is \
+                 free text"
+            );
+        }
+        if let Ok(mut cache) = self.embeddable.lock() {
+            if cache.len() == CHECKED {
+                cache.clear();
+            }
+            cache.insert(key, checked.is_ok());
+        }
+        checked.is_ok()
     }
 
     /// A matcher for `constraint` at its start: a clone of the compiled one when it was

@@ -5,9 +5,11 @@
 //!
 //! For tool calls, [`Grammars::tool_calls`] builds the constraint that keeps Qwen's
 //! `<tool_call>` blocks valid against the offered tools ([`tool_call_grammar`]), with the call
-//! inside written as JSON or, for Qwen3-Coder and Qwen3.5, as XML (`xml_call`).
+//! inside written as JSON or, for Qwen3-Coder and Qwen3.5, as XML (`xml_call`); a custom
+//! tool's input is held to its own Lark grammar (`custom_grammar`).
 
 mod byte_level;
+mod custom_grammar;
 mod grammars;
 mod guide;
 mod prose_guard;

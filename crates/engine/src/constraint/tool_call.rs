@@ -9,6 +9,7 @@
 //! written as Python's `json.dumps` writes it (`", "` and `": "`), as the chat template shows
 //! calls; an untagged one may be pretty-printed (see [`Layout`]).
 
+use super::custom_grammar::{embed, Spelling};
 use super::spec::Constraint;
 use super::tool_spec::{Layout, ToolSpec};
 use super::xml_call::push_xml_calls;
@@ -110,10 +111,29 @@ pub fn tool_call_grammar(
 }
 
 /// Rule `rule`: a call of one of `tools` laid out as `layout` (a rule per tool, `{rule}_{i}`).
+/// A tool with a grammar of its own is written as the template's layout, its input inside
+/// a JSON string held to that grammar.
 fn push_calls(g: &mut String, rule: &str, tools: &[&ToolSpec], layout: Layout) {
     let names: Vec<String> = (0..tools.len()).map(|i| format!("{rule}_{i}")).collect();
     g.push_str(&format!("{rule}: {}\n", names.join(" | ")));
     for (name, tool) in names.iter().zip(tools) {
-        g.push_str(&format!("{name}: %json {}\n", tool.call_schema(layout)));
+        match tool
+            .grammar
+            .as_deref()
+            .map(|l| embed(l, name, Spelling::Json))
+        {
+            Some(Ok(rules)) => {
+                let open = serde_json::to_string(&format!(
+                    "{{\"name\": {}, \"arguments\": {{\"input\": \"",
+                    serde_json::Value::from(tool.name.as_str())
+                ))
+                .unwrap_or_default();
+                g.push_str(&format!(
+                    "{name}: {open} {name}_start \"\\\"}}}}\"\n{rules}"
+                ));
+            }
+            // Checked when the tools were read (`Grammars::tool_calls`): not reached there.
+            _ => g.push_str(&format!("{name}: %json {}\n", tool.call_schema(layout))),
+        }
     }
 }

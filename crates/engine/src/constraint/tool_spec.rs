@@ -32,11 +32,16 @@ pub struct ToolSpec {
     /// mode): those parts admit any value of their declared type, and the finished call is
     /// checked against the whole schema instead.
     pub lenient: bool,
+    /// A Lark grammar the tool's one string argument, `input`, follows (a custom tool of the
+    /// Responses API, offered as a function with `format: {type: grammar, syntax: lark,
+    /// definition}`): the call's input is decoded under it.
+    pub grammar: Option<String>,
 }
 
 impl ToolSpec {
     /// Reads tools in OpenAI's format (`{"type": "function", "function": {"name", "parameters"}}`)
-    /// or bare (`{"name", "parameters"}`). A tool without `parameters` takes any object.
+    /// or bare (`{"name", "parameters"}`). A tool without `parameters` takes any object; one
+    /// with a Lark `format` takes its `input` under that grammar.
     /// Names must be non-empty and distinct; errors name the tool's index in `tools`.
     pub fn from_openai(tools: &[Value]) -> Result<Vec<Self>> {
         let mut specs: Vec<ToolSpec> = Vec::with_capacity(tools.len());
@@ -60,10 +65,26 @@ impl ToolSpec {
                     )))
                 }
             };
+            let format = f.get("format").filter(|v| !v.is_null());
+            let grammar = match format {
+                None => None,
+                Some(format) => {
+                    let lark = format.get("type").and_then(Value::as_str) == Some("grammar")
+                        && format.get("syntax").and_then(Value::as_str) == Some("lark");
+                    let definition = format.get("definition").and_then(Value::as_str);
+                    match (lark, definition) {
+                        (true, Some(d)) => Some(d.to_string()),
+                        _ => return Err(bad(&format!(
+                            "`{name}`: `format` is not {{type: grammar, syntax: lark, definition}}"
+                        ))),
+                    }
+                }
+            };
             specs.push(ToolSpec {
                 name: name.to_string(),
                 parameters,
                 lenient: false,
+                grammar,
             });
         }
         Ok(specs)

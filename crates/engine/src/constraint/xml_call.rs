@@ -16,6 +16,7 @@
 //! objects and arrays (laid out as `tojson` writes it), and any text for a string, up to the
 //! first `\n</parameter>`.
 
+use super::custom_grammar::{embed, Spelling};
 use super::tool_spec::ToolSpec;
 use serde_json::{json, Map, Value};
 
@@ -40,6 +41,17 @@ fn push_call(g: &mut String, rule: &str, tool: &ToolSpec) {
         .map(|r| r.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
     let mut seq = vec![];
+    if let Some(Ok(rules)) = tool
+        .grammar
+        .as_deref()
+        .map(|l| embed(l, rule, Spelling::Raw))
+    {
+        // A custom tool's input, raw, under its own grammar.
+        g.push_str(&format!(
+            "{rule}: {open} \"<parameter=input>\\n\" {rule}_start \"\\n</parameter>\\n\" \"</function>\"\n{rules}"
+        ));
+        return;
+    }
     match properties {
         Some(props) => {
             for (i, (key, schema)) in props.iter().enumerate() {
