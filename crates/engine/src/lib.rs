@@ -26,6 +26,7 @@ pub mod speculative;
 pub mod stop;
 pub mod stream;
 pub mod tokenizer;
+pub mod vision;
 
 pub use cache::cache_type::{CacheType, CacheTypes};
 pub use cache::kv::KvCache;

@@ -74,9 +74,11 @@ impl ToolSpec {
                     let definition = format.get("definition").and_then(Value::as_str);
                     match (lark, definition) {
                         (true, Some(d)) => Some(d.to_string()),
-                        _ => return Err(bad(&format!(
+                        _ => {
+                            return Err(bad(&format!(
                             "`{name}`: `format` is not {{type: grammar, syntax: lark, definition}}"
-                        ))),
+                        )))
+                        }
                     }
                 }
             };

@@ -1,0 +1,178 @@
+//! The vision tower against transformers (`fixtures/vision_golden.py`): the processor's
+//! resize and patches bit for bit, the tower's image tokens within 1e-4 of their scale, and
+//! the multimodal rotary positions of prompts with one and two images.
+
+mod common;
+
+use candle_core::{DType, Device};
+use hearth_engine::load::weights::Weights;
+use hearth_engine::vision::{
+    mrope_positions, smart_resize, ImageProcessor, ProcessorConfig, Rgb, VisionConfig, VisionTower,
+};
+use serde_json::Value;
+use std::path::PathBuf;
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+fn dir() -> PathBuf {
+    common::fixtures().join("tiny-qwen3.5-vision")
+}
+
+fn golden() -> Result<Value, Box<dyn std::error::Error>> {
+    let path = common::fixtures().join("golden/tiny-qwen3.5-vision.json");
+    Ok(serde_json::from_str(&std::fs::read_to_string(path)?)?)
+}
+
+fn vision_config() -> Result<VisionConfig, Box<dyn std::error::Error>> {
+    let config: Value = serde_json::from_str(&std::fs::read_to_string(dir().join("config.json"))?)?;
+    Ok(VisionConfig::from_config(&config)?.ok_or("no vision_config")?)
+}
+
+fn numbers<T: serde::de::DeserializeOwned>(v: &Value) -> Result<Vec<T>, serde_json::Error> {
+    serde_json::from_value(v.clone())
+}
+
+#[test]
+fn smart_resize_matches_transformers() -> TestResult {
+    let g = golden()?;
+    let cases = g["smart_resize"].as_array().ok_or("smart_resize")?;
+    assert!(cases.len() > 50);
+    for case in cases {
+        let n = |k: &str| case[k].as_u64().unwrap_or(0) as usize;
+        let got = smart_resize(
+            n("height"),
+            n("width"),
+            n("factor"),
+            n("min_pixels"),
+            n("max_pixels"),
+        );
+        match case.get("resized") {
+            Some(want) => {
+                let want: Vec<usize> = numbers(want)?;
+                let (h, w) = got?;
+                assert_eq!(vec![h, w], want, "{case}");
+            }
+            None => assert!(got.is_err(), "{case}"),
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn the_processor_gives_transformers_pixels_bit_for_bit() -> TestResult {
+    let g = golden()?;
+    let processor = ImageProcessor::new(ProcessorConfig::load(&dir(), &vision_config()?)?);
+    assert_eq!(processor.config().min_pixels, 1024);
+    assert_eq!(processor.config().max_pixels, 2560);
+    for image in g["images"].as_array().ok_or("images")? {
+        let file = image["file"].as_str().ok_or("file")?;
+        let rgb = Rgb::decode(&std::fs::read(dir().join(file))?, 1 << 24)?;
+        assert_eq!(
+            (rgb.height, rgb.width),
+            (
+                image["height"].as_u64().unwrap_or(0) as usize,
+                image["width"].as_u64().unwrap_or(0) as usize
+            )
+        );
+        let input = processor.process(&rgb)?;
+        let grid: Vec<usize> = numbers(&image["image_grid_thw"])?;
+        assert_eq!(input.grid.to_vec(), grid, "{file}");
+        let codes: Vec<u8> = numbers(&image["pixel_values_codes"])?;
+        assert_eq!(codes.len(), input.pixels.len(), "{file}");
+        // Each value is the one transformers gives for that byte, bit for bit.
+        let differ: Vec<usize> = (0..codes.len())
+            .filter(|&i| input.pixels[i].to_bits() != ((codes[i] as f32 - 127.5) / 127.5).to_bits())
+            .collect();
+        assert!(
+            differ.is_empty(),
+            "{file}: {} values differ, first {:?}",
+            differ.len(),
+            differ.first()
+        );
+        assert_eq!(
+            input.tokens(2),
+            image["num_image_tokens"].as_u64().unwrap_or(0) as usize
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn the_tower_gives_transformers_image_tokens() -> TestResult {
+    let g = golden()?;
+    let cfg = vision_config()?;
+    let weights = Weights::open(&[dir().join("model.safetensors")], DType::F32, &Device::Cpu)?;
+    let tower = VisionTower::load(&cfg, &weights, "model.visual")?;
+    let processor = ImageProcessor::new(ProcessorConfig::load(&dir(), &cfg)?);
+    for image in g["images"].as_array().ok_or("images")? {
+        let file = image["file"].as_str().ok_or("file")?;
+        let input = processor.process(&Rgb::decode(&std::fs::read(dir().join(file))?, 1 << 24)?)?;
+        let got = tower.forward(&input)?;
+        let shape: Vec<usize> = numbers(&image["image_embeds_shape"])?;
+        assert_eq!(got.dims().to_vec(), shape, "{file}");
+        let want: Vec<f32> = numbers(&image["image_embeds"])?;
+        let got = got.flatten_all()?.to_vec1::<f32>()?;
+        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let worst = got
+            .iter()
+            .zip(&want)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        eprintln!("{file}: worst {worst} of scale {scale}");
+        assert!(
+            worst <= 1e-4 * scale,
+            "{file}: worst {worst} of scale {scale}"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn prompt_positions_match_get_rope_index() -> TestResult {
+    let g = golden()?;
+    let image_pad = g["token_ids"]["<|image_pad|>"]
+        .as_u64()
+        .ok_or("image_pad")? as u32;
+    for prompt in g["prompts"].as_array().ok_or("prompts")? {
+        let ids: Vec<u32> = numbers(&prompt["input_ids"])?;
+        let grids: Vec<[usize; 3]> = numbers(&prompt["image_grid_thw"])?;
+        let want: Vec<Vec<u32>> = numbers(&prompt["position_ids"])?;
+        let got = mrope_positions(&ids, image_pad, &grids, 2)?;
+        for axis in 0..3 {
+            let got: Vec<u32> = got.positions.iter().map(|p| p[axis]).collect();
+            assert_eq!(got, want[axis], "axis {axis}");
+        }
+        assert_eq!(
+            got.delta,
+            prompt["rope_deltas"].as_i64().ok_or("rope_deltas")?
+        );
+        // A count of images that does not match the prompt's runs is an error.
+        assert!(mrope_positions(&ids, image_pad, &grids[1..], 2).is_err());
+        assert!(mrope_positions(&ids, image_pad, &[grids[0]; 3], 2).is_err());
+    }
+    Ok(())
+}
+
+#[test]
+fn bad_images_are_refused_by_name() {
+    for (bytes, named) in [
+        (b"not an image".to_vec(), "not a PNG"),
+        (b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR".to_vec(), "image"),
+    ] {
+        let e = Rgb::decode(&bytes, 1 << 24)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains(named), "{e}");
+    }
+    let png = std::fs::read(dir().join("image1.png")).unwrap_or_default();
+    let e = Rgb::decode(&png, 100)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(e.contains("over the limit"), "{e}");
+    let e = Rgb::decode(&png[..png.len() / 2], 1 << 24)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(e.contains("cannot decode"), "{e}");
+}
