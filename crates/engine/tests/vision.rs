@@ -176,3 +176,93 @@ fn bad_images_are_refused_by_name() {
         .unwrap_or_default();
     assert!(e.contains("cannot decode"), "{e}");
 }
+
+/// Prompts with one and two images: the model's logits within 1e-4 of their scale of
+/// transformers', and its greedy tokens equal, prefilled whole and in chunks that cut an
+/// image.
+#[test]
+fn prompts_with_images_give_transformers_logits_and_tokens() -> TestResult {
+    use hearth_engine::vision::Vision;
+    use hearth_engine::{KvCache, Qwen, QwenConfig};
+    let g = golden()?;
+    let cfg = QwenConfig::from_file(&dir().join("config.json"))?;
+    assert!(
+        cfg.mrope.is_some(),
+        "the checkpoint's multimodal RoPE is read"
+    );
+    let weights = Weights::open(&[dir().join("model.safetensors")], DType::F32, &Device::Cpu)?;
+    let mut model = Qwen::load(&cfg, &weights)?;
+    let config: Value = serde_json::from_str(&std::fs::read_to_string(dir().join("config.json"))?)?;
+    let vision = Vision::load(&config, &dir(), &weights, "model.visual")?.ok_or("no vision")?;
+    model.set_vision(vision)?;
+    let processor = &model.vision().ok_or("vision")?.processor;
+    for prompt in g["prompts"].as_array().ok_or("prompts")? {
+        let ids: Vec<u32> = numbers(&prompt["input_ids"])?;
+        let files: Vec<String> = numbers(&prompt["images"])?;
+        let mut images = vec![];
+        for f in &files {
+            let rgb = Rgb::decode(&std::fs::read(dir().join(f))?, 1 << 24)?;
+            images.push(processor.process(&rgb)?);
+        }
+        let want: Vec<f32> = numbers(&prompt["logits_last_f32"])?;
+        let greedy_want: Vec<u32> = numbers(&prompt["greedy_f32"])?;
+        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        // Whole, and in chunks whose cut falls inside the first image.
+        let first_image = ids
+            .iter()
+            .position(|&t| t == 1019)
+            .ok_or("no image token")?;
+        for cut in [ids.len(), first_image + 3] {
+            let mut cache: KvCache = model.new_cache();
+            model.attach_images(&ids, &images, &mut cache)?;
+            let mut logits = model.forward(&ids[..cut], &mut cache)?;
+            if cut < ids.len() {
+                logits = model.forward(&ids[cut..], &mut cache)?;
+            }
+            let got = logits.to_vec1::<f32>()?;
+            let worst = got
+                .iter()
+                .zip(&want)
+                .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            eprintln!(
+                "{} images, cut at {cut}: worst {worst} of scale {scale}",
+                files.len()
+            );
+            assert!(
+                worst <= 1e-4 * scale,
+                "cut {cut}: worst {worst} of scale {scale}"
+            );
+            let mut tokens = vec![];
+            for _ in 0..greedy_want.len() {
+                let v = logits.to_vec1::<f32>()?;
+                let next = (0..v.len())
+                    .max_by(|&a, &b| v[a].total_cmp(&v[b]))
+                    .unwrap_or(0) as u32;
+                tokens.push(next);
+                logits = model.forward(&[next], &mut cache)?;
+            }
+            assert_eq!(tokens, greedy_want, "cut {cut}");
+        }
+    }
+    // Without the images (their tokens embedded as text, plain positions) the logits differ.
+    let ids: Vec<u32> = numbers(&g["prompts"][0]["input_ids"])?;
+    let want: Vec<f32> = numbers(&g["prompts"][0]["logits_last_f32"])?;
+    let plain = model
+        .forward(&ids, &mut model.new_cache())?
+        .to_vec1::<f32>()?;
+    let apart = plain
+        .iter()
+        .zip(&want)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(apart > 1e-2, "{apart}");
+    // A model without vision refuses images by name.
+    let text = Qwen::load(&cfg, &weights)?;
+    let mut cache = text.new_cache();
+    let e = text
+        .attach_images(&[1, 2], &[], &mut cache)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(e.contains("images") && e.contains("no vision"), "{e}");
+    Ok(())
+}

@@ -16,6 +16,7 @@
 //! and [`KvCache::resumable`] say how far back it really goes.
 
 use super::cache_type::CacheType;
+use super::multimodal::{Multimodal, Rows};
 use super::quantized;
 use super::recurrent::{RecurrentState, StateShape};
 use super::segment::Segment;
@@ -47,6 +48,8 @@ pub struct KvCache {
     /// Positions the sequence is expected to reach (its prompt and a typical answer): growth
     /// by doubling stops there first, so a 19K-token prompt takes 19K positions, not 32K.
     expected: usize,
+    /// The prompt's images and the positions they give its tokens, if it holds any.
+    multimodal: Option<Arc<Multimodal>>,
 }
 
 /// A run of positions of one layer as the attention reads them: keys and values of positions
@@ -71,6 +74,25 @@ impl KvCache {
             shared: Vec::new(),
             base: 0,
             expected: 0,
+            multimodal: None,
+        }
+    }
+
+    /// The images of the prompt this cache holds, and their positions.
+    pub fn multimodal(&self) -> Option<&Arc<Multimodal>> {
+        self.multimodal.as_ref()
+    }
+
+    /// Gives the cache its prompt's images (or takes them away).
+    pub fn set_multimodal(&mut self, m: Option<Arc<Multimodal>>) {
+        self.multimodal = m;
+    }
+
+    /// The rotary positions of the next `len` rows.
+    pub fn positions(&self, len: usize) -> Rows {
+        match &self.multimodal {
+            Some(m) => m.rows(self.len, len),
+            None => Rows::From(self.len),
         }
     }
 
@@ -525,9 +547,10 @@ impl KvCache {
         }
     }
 
-    /// Forgets every position; the buffers are kept for reuse.
+    /// Forgets every position, and the prompt's images; the buffers are kept for reuse.
     pub fn clear(&mut self) {
         self.truncate(0);
+        self.multimodal = None;
     }
 
     /// Writes `k`, `v` (`[1, kv_heads, new, head_dim]`) of `layer` at the current end and

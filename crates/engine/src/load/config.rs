@@ -208,6 +208,11 @@ pub struct QwenConfig {
     pub weights_prefix: String,
     /// YaRN's RoPE scaling, where the checkpoint or the load options ask for it.
     pub yarn: Option<Yarn>,
+    /// Multimodal RoPE (`mrope_section` of Qwen3.5's `rope_parameters`): how many rotated
+    /// pairs take the time, row and column coordinate of a position, and whether they are
+    /// interleaved (`t h w t h w …`, Qwen3.5) or in three runs. Text positions make it plain
+    /// RoPE; an image's tokens differ.
+    pub mrope: Option<([usize; 3], bool)>,
 }
 
 /// YaRN's RoPE scaling (Peng et al. 2023), as transformers and llama.cpp compute it: the
@@ -887,6 +892,25 @@ impl QwenConfig {
                 None => "model".into(),
             },
             yarn: None,
+            mrope: match rope_params.and_then(|p| p.get("mrope_section")) {
+                None | Some(Value::Null) => None,
+                Some(v) => {
+                    let sections: [usize; 3] = serde_json::from_value(v.clone()).map_err(|_| {
+                        f.err("rope_parameters.mrope_section", "expected three counts")
+                    })?;
+                    let interleaved = rope_params
+                        .and_then(|p| p.get("mrope_interleaved"))
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false);
+                    if sections.iter().sum::<usize>() * 2 > rope_dims.unwrap_or(head_dim) {
+                        return Err(f.err(
+                            "rope_parameters.mrope_section",
+                            "more rotated pairs than the rotary dimensions hold",
+                        ));
+                    }
+                    Some((sections, interleaved))
+                }
+            },
         };
         if let Some(y) = yarn {
             // YaRN extends the context to the original one times its factor.

@@ -407,6 +407,8 @@ impl GgufFile {
             norm_weights_offset: false,
             weights_prefix: "model".into(),
             yarn: None,
+            // Images come with an mmproj file, which is not read yet: text positions only.
+            mrope: None,
         };
         if let Some(y) = yarn {
             config.set_yarn(y);

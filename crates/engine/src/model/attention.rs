@@ -5,6 +5,7 @@
 use super::rotary::Rotary;
 use crate::cache::cache_type::CacheType;
 use crate::cache::kv::KvCache;
+use crate::cache::multimodal::Rows;
 use crate::error::Result;
 use crate::kernels::ops::attention::{attend, rotate, Cached, Heads, Piece, Stored};
 use crate::load::config::QwenConfig;
@@ -190,9 +191,10 @@ impl Attention {
             q = candle_nn::ops::rms_norm(&q, qn, self.eps)?;
             k = candle_nn::ops::rms_norm(&k, kn, self.eps)?;
         }
-        let offset = cache.len();
-        let q = rotary.apply(&q, offset)?;
-        let k = rotary.apply(&k, offset)?;
+        let (q, k) = match cache.positions(len) {
+            Rows::From(p) => (rotary.apply(&q, p)?, rotary.apply(&k, p)?),
+            Rows::Each(p) => (rotary.apply_at(&q, &p)?, rotary.apply_at(&k, &p)?),
+        };
         let (k, v) = cache.append(layer, &k, &v)?;
         let total = k.dim(2)?;
 
@@ -270,7 +272,13 @@ impl Attention {
             let rows = &mut rows[first * width..(first + len) * width];
             first += len;
             let offset = cache.len();
-            rotate(rows, width, 0, h + kvh, d, rotary.rotated, offset, cos, sin);
+            match cache.positions(len) {
+                Rows::From(p) => rotate(rows, width, 0, h + kvh, d, rotary.rotated, p, cos, sin),
+                Rows::Each(positions) => {
+                    let (cos, sin) = rotary.rows_at(&positions);
+                    rotate(rows, width, 0, h + kvh, d, rotary.rotated, 0, &cos, &sin)
+                }
+            }
             // The cache holds `[1, kv_heads, positions, dim]`.
             let new = |first: usize| {
                 let mut t = Vec::with_capacity(kvh * len * d);

@@ -10,13 +10,16 @@ use super::mtp::Mtp;
 use super::rotary::Rotary;
 use crate::cache::cache_type::{CacheType, CacheTypes};
 use crate::cache::kv::KvCache;
+use crate::cache::multimodal::Multimodal;
 use crate::cache::recurrent::StateShape;
 use crate::error::{EngineError, Result};
 use crate::load::config::QwenConfig;
 use crate::load::weights::{Matrix, WeightSource};
 use crate::model::linear::Linear;
+use crate::vision::{mrope_positions, ImageInput, Vision};
 use candle_core::{DType, Device, Module, Tensor};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// A Qwen2, Qwen3 or Qwen3-MoE causal language model, its KV cache kept outside ([`KvCache`]).
 #[derive(Debug, Clone)]
@@ -34,6 +37,8 @@ pub struct Qwen {
     act_dtype: DType,
     /// The dtypes the KV cache stores keys and values in.
     cache_types: (CacheType, CacheType),
+    /// The vision tower, where the checkpoint has one and it was loaded.
+    vision: Option<Vision>,
     device: Device,
 }
 
@@ -116,14 +121,20 @@ impl Qwen {
             cfg: cfg.clone(),
             mtp,
             norm: norm(&format!("{root}.norm.weight"))?,
-            rotary: Rotary::new(
-                cfg.rotary_dim,
-                cfg.rope_theta,
-                cfg.yarn.as_ref(),
-                cfg.max_position_embeddings,
-                act,
-                &device,
-            )?,
+            rotary: {
+                let r = Rotary::new(
+                    cfg.rotary_dim,
+                    cfg.rope_theta,
+                    cfg.yarn.as_ref(),
+                    cfg.max_position_embeddings,
+                    act,
+                    &device,
+                )?;
+                match cfg.mrope {
+                    Some((sections, interleaved)) => r.with_sections(sections, interleaved),
+                    None => r,
+                }
+            },
             embed,
             layers,
             lm_head,
@@ -133,6 +144,7 @@ impl Qwen {
                 let t = CacheType::of(act).unwrap_or(CacheType::F32);
                 (t, t)
             },
+            vision: None,
             device,
         })
     }
@@ -299,7 +311,17 @@ impl Qwen {
         lens: &[usize],
         caches: &mut [&mut KvCache],
     ) -> Result<Tensor> {
-        let x = self.layers_over(tokens, |mixer, h, i| match mixer {
+        let mut images = vec![];
+        let mut first = 0;
+        for (cache, &len) in caches.iter().zip(lens) {
+            if let Some(m) = cache.multimodal() {
+                for (row, e) in m.embeddings(cache.len(), len)? {
+                    images.push((first + row, e));
+                }
+            }
+            first += len;
+        }
+        let x = self.layers_over(tokens, &images, |mixer, h, i| match mixer {
             Mixer::Attention(a) => a.forward_rows(h, i, lens, caches, &self.rotary),
             Mixer::Linear(d) => d.forward(h, i, lens, caches),
         })?;
@@ -368,6 +390,61 @@ impl Qwen {
         self.lm_head.weight_rows(&ids)?.ok_or_else(|| {
             EngineError::invalid("draft_model", "the LM head has several parts or a bias")
         })
+    }
+
+    /// Gives the model its vision tower; its output must be the model's width.
+    pub fn set_vision(&mut self, vision: Vision) -> Result<()> {
+        let out = vision.tower.config().out_hidden_size;
+        if out != self.cfg.hidden_size {
+            return Err(EngineError::invalid(
+                "vision",
+                format!(
+                    "the vision tower writes {out} values a token, the model takes {}",
+                    self.cfg.hidden_size
+                ),
+            ));
+        }
+        self.vision = Some(vision);
+        Ok(())
+    }
+
+    /// The vision tower and its processor, where the model has them.
+    pub fn vision(&self) -> Option<&Vision> {
+        self.vision.as_ref()
+    }
+
+    /// Encodes `images` and gives `cache` their tokens' embeddings and the prompt's
+    /// positions: `prompt` holds each image as a run of image tokens, in order.
+    pub fn attach_images(
+        &self,
+        prompt: &[u32],
+        images: &[ImageInput],
+        cache: &mut KvCache,
+    ) -> Result<()> {
+        let Some(v) = &self.vision else {
+            return Err(EngineError::invalid(
+                "images",
+                "this model has no vision tower: it takes text only",
+            ));
+        };
+        let merge = v.tower.config().spatial_merge_size;
+        let grids: Vec<[usize; 3]> = images.iter().map(|i| i.grid).collect();
+        let positions = mrope_positions(prompt, v.image_token, &grids, merge)?;
+        let mut embeds = Vec::with_capacity(images.len());
+        let mut from = 0;
+        for image in images {
+            // Checked by the positions: each image is a run of its tokens, in order.
+            let start = from
+                + prompt[from..]
+                    .iter()
+                    .position(|&t| t == v.image_token)
+                    .unwrap_or(0);
+            let e = self.on_pool(|| v.tower.forward(image))?;
+            from = start + e.dim(0)?;
+            embeds.push((start, e.to_dtype(self.act_dtype)?.to_device(&self.device)?));
+        }
+        cache.set_multimodal(Some(Arc::new(Multimodal::new(positions, embeds))));
+        Ok(())
     }
 
     /// Whether the checkpoint carries a multi-token-prediction head.
@@ -526,14 +603,24 @@ impl Qwen {
     fn layers_over(
         &self,
         tokens: &[u32],
+        images: &[(usize, Tensor)],
         mut mix: impl FnMut(&Mixer, &Tensor, usize) -> candle_core::Result<Tensor>,
     ) -> Result<Tensor> {
         let ids = Tensor::new(tokens, &self.device)?;
-        let mut x = self
-            .embed
-            .lookup(&ids)?
-            .to_dtype(self.act_dtype)?
-            .unsqueeze(0)?;
+        let mut x = self.embed.lookup(&ids)?.to_dtype(self.act_dtype)?;
+        if !images.is_empty() {
+            // An image's tokens take the tower's embeddings in place of the token's.
+            let mut parts = Vec::with_capacity(2 * images.len() + 1);
+            let mut at = 0;
+            for (row, embeds) in images {
+                parts.push(x.narrow(0, at, row - at)?);
+                parts.push(embeds.to_dtype(self.act_dtype)?);
+                at = row + embeds.dim(0)?;
+            }
+            parts.push(x.narrow(0, at, tokens.len() - at)?);
+            x = Tensor::cat(&parts, 0)?;
+        }
+        let mut x = x.unsqueeze(0)?;
         let eps = self.cfg.rms_norm_eps as f32;
         for (i, layer) in self.layers.iter().enumerate() {
             let h = candle_nn::ops::rms_norm(&x, &layer.input_norm, eps)?;
@@ -548,7 +635,11 @@ impl Qwen {
         self.check_step(tokens, cache)?;
         let (len, offset) = (tokens.len(), cache.len());
         let mask = causal_mask(len, offset, self.act_dtype, &self.device)?;
-        let x = self.layers_over(tokens, |mixer, h, i| match mixer {
+        let images = match cache.multimodal() {
+            Some(m) => m.embeddings(offset, len)?,
+            None => vec![],
+        };
+        let x = self.layers_over(tokens, &images, |mixer, h, i| match mixer {
             Mixer::Attention(a) => a.forward(h, i, cache, &self.rotary, mask.as_ref()),
             Mixer::Linear(d) => d.forward(h, i, &[len], &mut [&mut *cache]),
         })?;

@@ -18,3 +18,54 @@ pub use positions::{mrope_positions, MropePositions};
 pub use processor::{ImageInput, ImageProcessor, Rgb};
 pub use resize::{resize_rgb, smart_resize};
 pub use tower::{patch_coordinates, VisionTower};
+
+use crate::error::{EngineError, Result};
+use crate::load::weights::WeightSource;
+use serde_json::Value;
+use std::path::Path;
+
+/// A model's vision: its tower, the processor that feeds it, and the token that stands for
+/// one of an image's tokens in the text (`<|image_pad|>`).
+#[derive(Debug, Clone)]
+pub struct Vision {
+    /// The tower.
+    pub tower: VisionTower,
+    /// Its image processor.
+    pub processor: ImageProcessor,
+    /// `image_token_id` of config.json.
+    pub image_token: u32,
+}
+
+impl Vision {
+    /// The vision of a `…ForConditionalGeneration` checkpoint in `dir` whose config.json is
+    /// `config`: `None` where the config has no `vision_config` or the weights no tower
+    /// (`{prefix}.patch_embed.proj.weight`).
+    pub fn load(
+        config: &Value,
+        dir: &Path,
+        weights: &dyn WeightSource,
+        prefix: &str,
+    ) -> Result<Option<Self>> {
+        let Some(cfg) = VisionConfig::from_config(config)? else {
+            return Ok(None);
+        };
+        if !weights.contains(&format!("{prefix}.patch_embed.proj.weight")) {
+            return Ok(None);
+        }
+        let image_token = config
+            .get("image_token_id")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| {
+                EngineError::config(
+                    &dir.join("config.json"),
+                    "image_token_id",
+                    "a model with a vision tower needs the id of its image token",
+                )
+            })? as u32;
+        Ok(Some(Self {
+            tower: VisionTower::load(&cfg, weights, prefix)?,
+            processor: ImageProcessor::new(ProcessorConfig::load(dir, &cfg)?),
+            image_token,
+        }))
+    }
+}

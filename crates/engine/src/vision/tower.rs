@@ -9,6 +9,7 @@ use crate::error::{EngineError, Result};
 use crate::load::weights::WeightSource;
 use candle_core::{DType, Device, Tensor};
 
+#[derive(Debug, Clone)]
 struct Linear {
     weight: Tensor,
     bias: Tensor,
@@ -27,6 +28,7 @@ impl Linear {
     }
 }
 
+#[derive(Debug, Clone)]
 struct LayerNorm {
     weight: Tensor,
     bias: Tensor,
@@ -45,6 +47,7 @@ impl LayerNorm {
     }
 }
 
+#[derive(Debug, Clone)]
 struct Block {
     norm1: LayerNorm,
     qkv: Linear,
@@ -55,6 +58,7 @@ struct Block {
 }
 
 /// The tower, in f32.
+#[derive(Debug, Clone)]
 pub struct VisionTower {
     cfg: VisionConfig,
     /// The patch embedding (a 3-D convolution whose kernel is its stride) as a matrix over a
