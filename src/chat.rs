@@ -269,6 +269,7 @@ impl Turn<'_> {
             session: Some(self.session.clone()),
             prefill: None,
             constraint: None,
+            images: Vec::new(),
         })?;
         self.answering.store(true, Ordering::SeqCst);
         self.interrupted.store(false, Ordering::SeqCst);

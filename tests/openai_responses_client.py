@@ -136,7 +136,7 @@ check(len(custom) == 1 and re.fullmatch(r'none|[1-9][0-9]? "apples"', custom[0].
 for bad, param in [
     (dict(input=CAPITAL, previous_response_id="resp_123"), "previous_response_id"),
     (dict(input=[{"type": "function_call_output", "call_id": "call_x", "output": "4"}]), "input[0].call_id"),
-    (dict(input=[{"role": "user", "content": [{"type": "input_image", "image_url": "http://x/y.png"}]}]), "input[0].content[0].type"),
+    (dict(input=[{"role": "user", "content": [{"type": "input_image", "image_url": "http://x/y.png"}]}]), "input[0].content[0].image_url"),
     (dict(input=CAPITAL, tools=[{"type": "namespace", "name": "weather_ns"}]), "tools[0].tools"),
 ]:
     try:

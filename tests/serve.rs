@@ -1324,7 +1324,7 @@ async fn each_api_answers_bad_requests_in_its_own_shape() -> TestResult {
         (json!({"messages": user}), "max_tokens"),
         (
             json!({"max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}),
-            "messages[0].content[0].type",
+            "messages[0].content[0].source.type",
         ),
         (
             json!({"max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1"}]}]}),

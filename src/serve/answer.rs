@@ -294,10 +294,11 @@ fn open(app: &App, call: &ChatCall) -> Result<(ChatStream, ToolCallSplitter), Ap
         // One call: the answer ends at its closing tag (the call is read without it).
         stop.push(CLOSE.into());
     }
+    let (messages, images) = super::images::prepare(&app.engine, &call.messages, &call.images)?;
     let stream = app
         .engine
         .chat(ChatRequest {
-            messages: call.messages.clone(),
+            messages,
             tools: offered.then(|| call.tools.clone()),
             max_tokens: call
                 .max_tokens
@@ -309,6 +310,7 @@ fn open(app: &App, call: &ChatCall) -> Result<(ChatStream, ToolCallSplitter), Ap
             session: None,
             prefill: call.prefill.clone(),
             constraint,
+            images,
         })
         .map_err(|e| match e {
             // The schema is the client's: say which field it came from.

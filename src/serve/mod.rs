@@ -8,6 +8,7 @@ mod completions;
 mod error;
 #[cfg(test)]
 mod fuzz;
+mod images;
 mod listen;
 mod messages;
 mod metrics;

@@ -2,6 +2,7 @@
 //! tools and parameters out, or an error that names the field at fault.
 
 use super::error::ApiError;
+use super::images::{data_uri, Images, PartsText};
 use hearth_engine::constraint::Constraint;
 use hearth_engine::{ChatMessage, SamplingParams, ToolCall, ToolChoice};
 use serde::Deserialize;
@@ -27,6 +28,8 @@ pub struct ChatCall {
     pub parallel_tool_calls: bool,
     /// Text the answer starts with (Anthropic's trailing assistant message), not sent back.
     pub prefill: Option<String>,
+    /// The messages' images (placeholders in their text), in order.
+    pub images: Images,
 }
 
 #[derive(Deserialize)]
@@ -245,11 +248,12 @@ pub fn chat_call(
         return Err(ApiError::invalid("messages", "no messages"));
     }
     let mut call_ids = HashSet::new();
+    let mut images = Images::new();
     let messages = raw
         .messages
         .iter()
         .enumerate()
-        .map(|(i, m)| message(i, m, &mut call_ids))
+        .map(|(i, m)| message(i, m, &mut call_ids, &mut images))
         .collect::<Result<Vec<_>, _>>()?;
     let tools = raw.tools.unwrap_or_default();
     let tool_names = tool_names(&tools)?;
@@ -295,6 +299,7 @@ pub fn chat_call(
         response_format,
         parallel_tool_calls: raw.parallel_tool_calls.unwrap_or(true),
         prefill: None,
+        images,
     })
 }
 
@@ -318,17 +323,32 @@ fn response_format(v: Option<&Value>) -> Result<Option<Constraint>, ApiError> {
     }
 }
 
-/// Text content: a string, or a list of `{"type": "text", "text": …}` parts.
-fn content(param: &str, v: Option<&Value>) -> Result<Option<String>, ApiError> {
+/// Content: a string, or a list of `{"type": "text", "text": …}` and `{"type": "image_url",
+/// "image_url": {"url": "data:…"}}` parts (the images go to `images`).
+fn content(
+    param: &str,
+    v: Option<&Value>,
+    images: &mut Images,
+) -> Result<Option<String>, ApiError> {
     match v {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
         Some(Value::Array(parts)) => {
-            let mut texts = vec![];
+            let mut texts = PartsText::default();
             for (j, p) in parts.iter().enumerate() {
                 let kind = p.get("type").and_then(Value::as_str).unwrap_or_default();
                 match (kind, p.get("text").and_then(Value::as_str)) {
-                    ("text", Some(t)) => texts.push(t),
+                    ("text", Some(t)) => texts.text(t),
+                    ("image_url", _) => {
+                        let at = format!("{param}[{j}].image_url");
+                        let url = p
+                            .get("image_url")
+                            .and_then(|u| u.get("url").or(Some(u)))
+                            .and_then(Value::as_str)
+                            .ok_or_else(|| ApiError::invalid(&at, "needs a `url`"))?;
+                        images.push((at.clone(), data_uri(&at, url)?));
+                        texts.image();
+                    }
                     ("text", None) => {
                         return Err(ApiError::invalid(
                             format!("{param}[{j}].text"),
@@ -343,7 +363,7 @@ fn content(param: &str, v: Option<&Value>) -> Result<Option<String>, ApiError> {
                     }
                 }
             }
-            Ok(Some(texts.join("\n")))
+            Ok(Some(texts.finish()))
         }
         Some(_) => Err(ApiError::invalid(
             param,
@@ -352,7 +372,12 @@ fn content(param: &str, v: Option<&Value>) -> Result<Option<String>, ApiError> {
     }
 }
 
-fn message(i: usize, v: &Value, call_ids: &mut HashSet<String>) -> Result<ChatMessage, ApiError> {
+fn message(
+    i: usize,
+    v: &Value,
+    call_ids: &mut HashSet<String>,
+    images: &mut Images,
+) -> Result<ChatMessage, ApiError> {
     let at = format!("messages[{i}]");
     let obj = v
         .as_object()
@@ -361,7 +386,7 @@ fn message(i: usize, v: &Value, call_ids: &mut HashSet<String>) -> Result<ChatMe
         .get("role")
         .and_then(Value::as_str)
         .ok_or_else(|| ApiError::invalid(format!("{at}.role"), "a message needs a string role"))?;
-    let text = content(&format!("{at}.content"), obj.get("content"))?;
+    let text = content(&format!("{at}.content"), obj.get("content"), images)?;
     let required = |text: Option<String>| {
         text.ok_or_else(|| {
             ApiError::invalid(

@@ -15,6 +15,7 @@ use crate::speculative::Speculation;
 use crate::stop::StopStrings;
 use crate::stream::{ChatRequest, ChatStream, EventStream};
 use crate::tokenizer::Tokenizer;
+use crate::vision::{ImageInput, Rgb};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -40,6 +41,10 @@ pub struct Engine {
 }
 
 const MIB: f64 = (1 << 20) as f64;
+
+/// The most pixels a decoded image may have (a 8K × 4K screenshot): a corrupt or hostile
+/// header cannot make the decoder allocate more.
+const MAX_IMAGE_PIXELS: usize = 8192 * 4096;
 
 /// Logs what the KV cache takes per position and for one sequence of the whole context, and
 /// warns where that sequence would not fit the budget (it would then be refused when it
@@ -287,6 +292,19 @@ impl Engine {
         }
         request.sampling.validate()?;
         StopStrings::new(request.stop_strings.clone())?;
+        if !request.images.is_empty() {
+            // Checked here, so that images that do not fit the prompt are refused at once.
+            let Some(support) = &self.info.images else {
+                return Err(self.no_vision());
+            };
+            let grids: Vec<[usize; 3]> = request.images.iter().map(|i| i.grid).collect();
+            crate::vision::mrope_positions(
+                &request.prompt,
+                support.image_token,
+                &grids,
+                support.merge,
+            )?;
+        }
         // Compiled here, so that a bad grammar is refused before the request queues.
         let guide = match &request.constraint {
             Some(c) => Some(self.grammars()?.guide(c)?),
@@ -339,6 +357,58 @@ impl Engine {
         })
     }
 
+    /// Decodes an image (PNG, JPEG, WebP, GIF) and prepares it for this model's vision tower.
+    /// A model without vision, or a bad image, is an error on `images` / `image` that says
+    /// why.
+    pub fn image(&self, bytes: &[u8]) -> Result<ImageInput> {
+        let Some(images) = &self.info.images else {
+            return Err(self.no_vision());
+        };
+        images
+            .processor
+            .process(&Rgb::decode(bytes, MAX_IMAGE_PIXELS)?)
+    }
+
+    fn no_vision(&self) -> EngineError {
+        EngineError::invalid(
+            "images",
+            format!(
+                "{} has no vision tower: it takes text only",
+                self.info.origin
+            ),
+        )
+    }
+
+    /// `ids` with each image token (one per image, where the rendered messages held a
+    /// marker) repeated as many times as its image has tokens.
+    fn with_image_tokens(&self, ids: Vec<u32>, images: &[ImageInput]) -> Result<Vec<u32>> {
+        let Some(support) = &self.info.images else {
+            return match images.is_empty() {
+                true => Ok(ids),
+                false => Err(self.no_vision()),
+            };
+        };
+        let marked = ids.iter().filter(|&&t| t == support.image_token).count();
+        if marked != images.len() {
+            return Err(EngineError::invalid(
+                "images",
+                format!(
+                    "the messages hold {marked} images, {} were given",
+                    images.len()
+                ),
+            ));
+        }
+        let mut out = Vec::with_capacity(ids.len());
+        let mut next = images.iter();
+        for t in ids {
+            match (t == support.image_token).then(|| next.next()).flatten() {
+                Some(image) => out.extend(std::iter::repeat_n(t, image.tokens(support.merge))),
+                None => out.push(t),
+            }
+        }
+        Ok(out)
+    }
+
     /// The prompt the model sees for `input`.
     pub fn render(&self, input: &ChatInput<'_>) -> Result<String> {
         match &self.chat {
@@ -369,7 +439,7 @@ impl Engine {
         if let Some(prefill) = &request.prefill {
             prompt.push_str(prefill);
         }
-        let ids = self.tokenizer.encode(&prompt)?;
+        let ids = self.with_image_tokens(self.tokenizer.encode(&prompt)?, &request.images)?;
         let stop_strings = request
             .stop
             .unwrap_or_else(|| self.info.stop_strings.clone());
@@ -384,6 +454,7 @@ impl Engine {
             stop_strings,
             session: request.session,
             constraint: request.constraint,
+            images: request.images,
         })?;
         let thinking = self
             .info

@@ -5,6 +5,7 @@ use crate::cache::kv::KvCache;
 use crate::constraint::Constraint;
 use crate::error::Result;
 use crate::sampling::SamplingParams;
+use crate::vision::ImageInput;
 use candle_core::Tensor;
 
 /// What a model must provide to be served: a forward pass over a caller-owned cache.
@@ -53,6 +54,24 @@ pub trait LanguageModel: Send {
 
     /// An empty cache for one sequence.
     fn new_cache(&self) -> KvCache;
+    /// The token that stands for one of an image's tokens in a prompt, where the model sees
+    /// images.
+    fn image_token(&self) -> Option<u32> {
+        None
+    }
+    /// Encodes `images` and gives `cache` what they add to `prompt` (see
+    /// [`crate::model::Qwen::attach_images`]); a model without vision refuses them.
+    fn attach_images(
+        &self,
+        _prompt: &[u32],
+        _images: &[ImageInput],
+        _cache: &mut KvCache,
+    ) -> Result<()> {
+        Err(crate::error::EngineError::invalid(
+            "images",
+            "this model has no vision tower: it takes text only",
+        ))
+    }
     /// The context length: how many positions a sequence may hold.
     fn max_positions(&self) -> usize;
 
@@ -145,6 +164,17 @@ impl LanguageModel for crate::model::Qwen {
     fn new_cache(&self) -> KvCache {
         crate::model::Qwen::new_cache(self)
     }
+    fn image_token(&self) -> Option<u32> {
+        self.vision().map(|v| v.image_token)
+    }
+    fn attach_images(
+        &self,
+        prompt: &[u32],
+        images: &[ImageInput],
+        cache: &mut KvCache,
+    ) -> Result<()> {
+        crate::model::Qwen::attach_images(self, prompt, images, cache)
+    }
     fn max_positions(&self) -> usize {
         self.config().max_position_embeddings
     }
@@ -215,6 +245,10 @@ pub struct GenerateRequest {
     /// when the grammar admits nothing more. A grammar that cannot be compiled, or admits no
     /// text, is refused by [`crate::Engine::generate`] (invalid `constraint`).
     pub constraint: Option<Constraint>,
+    /// The prompt's images, in order: each stands in the prompt as a run of the model's
+    /// image token as long as [`ImageInput::tokens`] says (a model without vision refuses
+    /// them).
+    pub images: Vec<ImageInput>,
 }
 
 impl GenerateRequest {
@@ -228,6 +262,7 @@ impl GenerateRequest {
             stop_strings: Vec::new(),
             session: None,
             constraint: None,
+            images: Vec::new(),
         }
     }
 }

@@ -43,7 +43,8 @@ pub use load::config::{Family, QwenConfig, Yarn};
 pub use load::source::{HubOptions, ModelFiles};
 pub use load::weights::Weights;
 pub use loader::{
-    load_model, DTypeSpec, LoadOptions, LoadProgress, LoadedModel, ModelInfo, YarnOptions,
+    load_model, DTypeSpec, ImageSupport, LoadOptions, LoadProgress, LoadedModel, ModelInfo,
+    YarnOptions,
 };
 pub use model::Qwen;
 pub use sampling::{Sampler, SamplingParams};

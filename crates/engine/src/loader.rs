@@ -15,6 +15,7 @@ use crate::model::Qwen;
 use crate::sampling::SamplingParams;
 use crate::scheduler::SchedulerOptions;
 use crate::tokenizer::Tokenizer;
+use crate::vision::Vision;
 use candle_core::{DType, Device};
 use serde_json::Value;
 use std::path::Path;
@@ -220,10 +221,49 @@ pub struct ModelInfo {
     pub tool_format: crate::chat::ToolFormat,
     /// Seconds the load took.
     pub load_s: f64,
+    /// How the model takes images, where it does.
+    #[serde(skip)]
+    pub images: Option<ImageSupport>,
     /// What the model's numbers depend on: its weight files (path, size, modification time),
     /// dtype, device and CPU kernels. A KV cache saved by one process is reused by another
     /// only when their fingerprints agree.
     pub fingerprint: String,
+}
+
+/// How a model with vision takes images: the processor that prepares them, and how a prompt
+/// holds one.
+#[derive(Debug, Clone)]
+pub struct ImageSupport {
+    /// Prepares an image for the tower.
+    pub processor: crate::vision::ImageProcessor,
+    /// The token each of an image's tokens is in the prompt.
+    pub image_token: u32,
+    /// The text that stands for one image in a rendered prompt (`<|vision_start|><|image_pad|>
+    /// <|vision_end|>`): its image token is repeated as many times as the image has tokens.
+    pub marker: String,
+    /// Side of the window of patches merged into one token.
+    pub merge: usize,
+}
+
+impl ImageSupport {
+    /// Where the vocabulary names the image token and the tokens around it.
+    fn new(v: &Vision, tokenizer: &Tokenizer) -> Option<Self> {
+        let pad = tokenizer.inner().id_to_token(v.image_token)?;
+        let (start, end) = (
+            pad.replace("image_pad", "vision_start"),
+            pad.replace("image_pad", "vision_end"),
+        );
+        let marker = match (tokenizer.token_id(&start), tokenizer.token_id(&end)) {
+            (Some(_), Some(_)) => format!("{start}{pad}{end}"),
+            _ => pad,
+        };
+        Some(Self {
+            processor: v.processor.clone(),
+            image_token: v.image_token,
+            marker,
+            merge: v.tower.config().spatial_merge_size,
+        })
+    }
 }
 
 /// A loaded model and everything the engine serves it with.
@@ -265,21 +305,30 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
             Checkpoint::Dense(files) => {
                 let mut cfg = QwenConfig::from_file(&files.config)?;
                 fit_context(&mut cfg, opts)?;
-                if cfg.weights_prefix != "model" {
-                    tracing::info!(
-                        "{}: the language model ({}.*) is loaded, the vision tower (model.visual.*) is not used",
-                        files.config.display(),
-                        cfg.weights_prefix
-                    );
-                }
                 let tokenizer = Tokenizer::from_file(&files.tokenizer)?;
                 let dtype = opts.dtype.resolve(cfg.torch_dtype.as_deref(), &device);
-                let mut model = Qwen::load_with_progress(
-                    &cfg,
-                    &Weights::open(&files.weights, dtype, &device)?.with_kernels(opts.kernels),
-                    &progress,
-                )?;
+                let weights =
+                    Weights::open(&files.weights, dtype, &device)?.with_kernels(opts.kernels);
+                let mut model = Qwen::load_with_progress(&cfg, &weights, &progress)?;
                 model.set_cache_types(opts.cache_types)?;
+                if cfg.weights_prefix != "model" {
+                    let dir = files.config.parent().unwrap_or(Path::new("."));
+                    match Vision::load(&read_json(&files.config)?, dir, &weights, "model.visual")? {
+                        Some(v) => {
+                            tracing::info!(
+                                "{}: vision tower of {} blocks loaded (images in)",
+                                files.config.display(),
+                                v.tower.config().depth
+                            );
+                            model.set_vision(v)?;
+                        }
+                        None => tracing::info!(
+                            "{}: the language model ({}.*) is loaded; no vision tower",
+                            files.config.display(),
+                            cfg.weights_prefix
+                        ),
+                    }
+                }
                 let generation = match &files.generation_config {
                     Some(p) => read_json(p)?,
                     None => Value::Null,
@@ -365,6 +414,9 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
         tool_format: chat.as_ref().map(|c| c.tool_format()).unwrap_or_default(),
         load_s: load_time.as_secs_f64(),
         fingerprint,
+        images: model
+            .vision()
+            .and_then(|v| ImageSupport::new(v, &tokenizer)),
     };
     tracing::info!(
         "loaded {} ({}, {:.0} M parameters, {}, {}) in {:.2}s",

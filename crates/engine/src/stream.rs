@@ -73,6 +73,9 @@ pub struct ChatRequest {
     /// The language the answer must stay in (see [`crate::GenerateRequest::constraint`]);
     /// it applies to what the model writes after the prompt and `prefill`.
     pub constraint: Option<crate::constraint::Constraint>,
+    /// The messages' images, in the order their markers ([`crate::ImageSupport::marker`])
+    /// stand in the messages' text ([`crate::Engine::image`] prepares each).
+    pub images: Vec<crate::vision::ImageInput>,
 }
 
 /// Events of a chat answer: [`Event::Reasoning`] and [`Event::Text`] kept apart.

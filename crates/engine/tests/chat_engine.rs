@@ -65,6 +65,7 @@ fn engine(answer: &str, template: &str, thinks: bool) -> (Engine, Vec<u32>) {
         tool_format: Default::default(),
         load_s: 0.0,
         fingerprint: "test".into(),
+        images: None,
     };
     let chat = ChatFormat::Jinja(JinjaTemplate::new(template, Default::default(), "test").unwrap());
     let model = Scripted {

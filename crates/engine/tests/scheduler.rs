@@ -915,6 +915,7 @@ fn non_finite_logits_are_an_error_naming_the_model() {
         tool_format: Default::default(),
         load_s: 0.0,
         fingerprint: "test".into(),
+        images: None,
     };
     let e = Engine::serve(Box::new(Broken), tok, info, None, Duration::ZERO);
     let mut s = e.generate(request(vec![1, 2, 3], 10, None)).unwrap();

@@ -3,6 +3,7 @@
 //! `tool_choice`, `stop_sequences` and `thinking`, turned into the call every API shares.
 
 use crate::serve::error::ApiError;
+use crate::serve::images::{base64, data_uri, Images, PartsText};
 use crate::serve::request::{
     json_schema, note_once, offered_choice, system_first, tool_names, typed, ChatCall, RawSampling,
 };
@@ -57,8 +58,9 @@ pub fn messages_call(
         messages.push(ChatMessage::system(system));
     }
     let mut call_ids = HashSet::new();
+    let mut images = Images::new();
     for (i, m) in raw.messages.iter().enumerate() {
-        turn(i, m, &mut call_ids, &mut messages)?;
+        turn(i, m, &mut call_ids, &mut messages, &mut images)?;
     }
     let mut messages = system_first(messages);
     if raw
@@ -113,6 +115,7 @@ pub fn messages_call(
         response_format: output_format(raw.output_config.as_ref())?,
         parallel_tool_calls: parallel,
         prefill: prefill.filter(|p| !p.is_empty()),
+        images,
     })
 }
 
@@ -173,6 +176,32 @@ fn text_block(at: &str, b: &Value) -> Result<String, ApiError> {
     }
 }
 
+/// An `image` block's bytes: `source: {type: base64, media_type, data}` (a `url` source is
+/// refused: this server fetches nothing).
+fn image_source(at: &str, b: &Value) -> Result<Vec<u8>, ApiError> {
+    let source = b.get("source");
+    match source.and_then(|s| s.get("type")).and_then(Value::as_str) {
+        Some("base64") => {
+            let data = source
+                .and_then(|s| s.get("data"))
+                .and_then(Value::as_str)
+                .ok_or_else(|| ApiError::invalid(format!("{at}.source.data"), "needs a string"))?;
+            base64(&format!("{at}.source.data"), data)
+        }
+        Some("url") => data_uri(
+            &format!("{at}.source.url"),
+            source
+                .and_then(|s| s.get("url"))
+                .and_then(Value::as_str)
+                .unwrap_or_default(),
+        ),
+        _ => Err(ApiError::invalid(
+            format!("{at}.source.type"),
+            "an image source is `base64` (with `data`)",
+        )),
+    }
+}
+
 fn block_type(b: &Value) -> &str {
     b.get("type").and_then(Value::as_str).unwrap_or_default()
 }
@@ -181,7 +210,7 @@ fn unsupported_block(at: &str, kind: &str) -> ApiError {
     match kind {
         "image" | "document" => ApiError::unsupported(
             &format!("{at}.type"),
-            format!("`{kind}` blocks are not supported: the model reads text only"),
+            format!("`{kind}` blocks are not supported here"),
         ),
         "" => ApiError::invalid(format!("{at}.type"), "a content block needs a `type`"),
         other => ApiError::invalid(
@@ -198,6 +227,7 @@ fn turn(
     v: &Value,
     call_ids: &mut HashSet<String>,
     out: &mut Vec<ChatMessage>,
+    images: &mut Images,
 ) -> Result<(), ApiError> {
     let at = format!("messages[{i}]");
     let role = v
@@ -223,7 +253,7 @@ fn turn(
             out.push(ChatMessage::system(system_turn(&at, content)?));
             Ok(())
         }
-        "user" => user_turn(&at, &blocks, call_ids, out),
+        "user" => user_turn(&at, &blocks, call_ids, out, images),
         "assistant" => {
             out.push(assistant_turn(&at, &blocks, call_ids)?);
             Ok(())
@@ -240,19 +270,28 @@ fn user_turn(
     blocks: &[Value],
     call_ids: &HashSet<String>,
     out: &mut Vec<ChatMessage>,
+    images: &mut Images,
 ) -> Result<(), ApiError> {
-    let mut texts: Vec<String> = vec![];
-    let flush = |texts: &mut Vec<String>, out: &mut Vec<ChatMessage>| {
-        if !texts.is_empty() {
-            out.push(ChatMessage::user(texts.join("\n")));
-            texts.clear();
+    let mut texts: Option<PartsText> = None;
+    let flush = |texts: &mut Option<PartsText>, out: &mut Vec<ChatMessage>| {
+        if let Some(t) = texts.take() {
+            out.push(ChatMessage::user(t.finish()));
         }
     };
     for (j, b) in blocks.iter().enumerate() {
         let at = format!("{at}.content[{j}]");
-        if block_type(b) != "tool_result" {
-            texts.push(text_block(&at, b)?);
-            continue;
+        match block_type(b) {
+            "tool_result" => {}
+            "image" => {
+                images.push((format!("{at}.source"), image_source(&at, b)?));
+                texts.get_or_insert_with(PartsText::default).image();
+                continue;
+            }
+            _ => {
+                let t = text_block(&at, b)?;
+                texts.get_or_insert_with(PartsText::default).text(&t);
+                continue;
+            }
         }
         flush(&mut texts, out);
         let id = b
@@ -612,10 +651,24 @@ mod tests {
             param(json!({"max_tokens": 5, "messages": [{"role": "critic", "content": "x"}]})),
             Some("messages[0].role".into())
         );
+        // An image is read (the model then says whether it takes it); a document is not.
+        let c = messages_call(
+            &json!({"max_tokens": 5, "messages": [{"role": "user", "content": [
+                {"type": "text", "text": "Look:"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}}]}]}),
+            &SamplingParams::default(),
+            true,
+            &[],
+        );
+        let c = c.ok().unwrap_or_else(|| panic!("an image block is read"));
+        assert_eq!(c.images.len(), 1);
+        assert_eq!(c.images[0].0, "messages[0].content[1].source");
+        let text = c.messages[0].content.clone().unwrap_or_default();
+        assert_eq!(text, format!("Look:{}", crate::serve::images::PLACEHOLDER));
         assert_eq!(
             param(
                 json!({"max_tokens": 5, "messages": [{"role": "user", "content": [
-                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": ""}}]}]})
+                {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": ""}}]}]})
             ),
             Some("messages[0].content[0].type".into())
         );

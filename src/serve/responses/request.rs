@@ -6,6 +6,7 @@
 
 use super::tools::{offered_tools, Offered};
 use crate::serve::error::ApiError;
+use crate::serve::images::{data_uri, Images, PartsText};
 use crate::serve::request::{
     effort_thinking, json_schema, note_once, offered_choice, system_first, tool_names, typed,
     ChatCall, RawSampling,
@@ -83,12 +84,13 @@ pub fn responses_call(
     }
     let (tools, offered) = offered_tools(raw.tools.as_deref().unwrap_or_default())?;
     let mut messages = vec![];
+    let mut images = Images::new();
     if let Some(instructions) = raw.instructions.filter(|i| !i.is_empty()) {
         messages.push(ChatMessage::system(instructions));
     }
     match &raw.input {
         Value::String(s) => messages.push(ChatMessage::user(s.clone())),
-        Value::Array(items) => items_into(items, &offered, &mut messages)?,
+        Value::Array(items) => items_into(items, &offered, &mut messages, &mut images)?,
         Value::Null => return Err(ApiError::invalid("input", "input is required")),
         _ => {
             return Err(ApiError::invalid(
@@ -128,6 +130,7 @@ pub fn responses_call(
         response_format: format(raw.text.as_ref())?,
         parallel_tool_calls: raw.parallel_tool_calls.unwrap_or(true),
         prefill: None,
+        images,
     };
     Ok((call, offered))
 }
@@ -138,6 +141,7 @@ fn items_into(
     items: &[Value],
     offered: &Offered,
     out: &mut Vec<ChatMessage>,
+    images: &mut Images,
 ) -> Result<(), ApiError> {
     let mut call_ids = HashSet::new();
     let mut reasoning: Option<String> = None;
@@ -154,7 +158,7 @@ fn items_into(
         match obj.get("type").and_then(Value::as_str).unwrap_or("message") {
             "message" => {
                 let role = field("role")?;
-                let text = content(&format!("{at}.content"), obj.get("content"))?;
+                let text = content(&format!("{at}.content"), obj.get("content"), images)?;
                 let mut m = match role {
                     "user" | "system" | "assistant" => ChatMessage::new(role, text),
                     "developer" => ChatMessage::system(text),
@@ -213,7 +217,7 @@ fn items_into(
                         format!("no earlier function_call item has call_id `{call_id}`"),
                     ));
                 }
-                let output = content(&format!("{at}.output"), obj.get("output"))?;
+                let output = content(&format!("{at}.output"), obj.get("output"), images)?;
                 let mut m = ChatMessage::tool(output);
                 m.extra
                     .insert("tool_call_id".into(), Value::String(call_id.into()));
@@ -252,15 +256,26 @@ fn items_into(
 }
 
 /// Text content: a string, or `input_text` / `output_text` parts.
-fn content(at: &str, v: Option<&Value>) -> Result<String, ApiError> {
+fn content(at: &str, v: Option<&Value>, images: &mut Images) -> Result<String, ApiError> {
     match v {
         Some(Value::String(s)) => Ok(s.clone()),
         Some(Value::Array(parts)) => {
-            let mut texts = vec![];
+            let mut texts = PartsText::default();
             for (j, p) in parts.iter().enumerate() {
                 let kind = p.get("type").and_then(Value::as_str).unwrap_or_default();
                 match (kind, p.get("text").and_then(Value::as_str)) {
-                    ("input_text" | "output_text" | "text", Some(t)) => texts.push(t),
+                    ("input_text" | "output_text" | "text", Some(t)) => texts.text(t),
+                    ("input_image", _) => {
+                        let at = format!("{at}[{j}].image_url");
+                        let url = p.get("image_url").and_then(Value::as_str).ok_or_else(|| {
+                            ApiError::invalid(
+                                &at,
+                                "needs an `image_url` (a data URI; file ids are not kept)",
+                            )
+                        })?;
+                        images.push((at.clone(), data_uri(&at, url)?));
+                        texts.image();
+                    }
                     ("input_text" | "output_text" | "text", None) => {
                         return Err(ApiError::invalid(
                             format!("{at}[{j}].text"),
@@ -268,7 +283,7 @@ fn content(at: &str, v: Option<&Value>) -> Result<String, ApiError> {
                         ))
                     }
                     ("refusal", _) => {}
-                    ("input_image" | "input_file" | "input_audio", _) => {
+                    ("input_file" | "input_audio", _) => {
                         return Err(ApiError::unsupported(
                             &format!("{at}[{j}].type"),
                             format!("`{kind}` parts are not supported: the model reads text only"),
@@ -282,7 +297,7 @@ fn content(at: &str, v: Option<&Value>) -> Result<String, ApiError> {
                     }
                 }
             }
-            Ok(texts.join("\n"))
+            Ok(texts.finish())
         }
         None | Some(Value::Null) => Err(ApiError::invalid(at, "missing")),
         Some(_) => Err(ApiError::invalid(
@@ -534,7 +549,7 @@ mod tests {
             param(
                 json!({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]})
             ),
-            Some("input[0].content[0].type".into())
+            Some("input[0].content[0].image_url".into())
         );
         assert_eq!(
             param(json!({"input": [{"role": "wizard", "content": "x"}]})),

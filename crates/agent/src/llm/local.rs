@@ -81,6 +81,7 @@ impl Llm for LocalLlm {
             session: r.session,
             prefill: None,
             constraint,
+            images: Vec::new(),
         })?;
         let events = futures::stream::unfold(Some(stream), |state| async move {
             let mut stream = state?;

@@ -467,7 +467,30 @@ impl Scheduler {
                 .stop_token_ids
                 .clone()
                 .unwrap_or_else(|| self.default_stop.clone());
-            let mut seed = self.seed(&job.request.prompt, session.as_deref());
+            let prompt = &job.request.prompt;
+            // A prefix is shared up to the first image at most: image tokens are all one id,
+            // whatever the image.
+            let usable = match self.model.image_token() {
+                Some(t) => prompt.iter().position(|&p| p == t).unwrap_or(prompt.len()),
+                None => prompt.len(),
+            }
+            .min(prompt.len().saturating_sub(1));
+            let mut seed = self.seed(prompt, usable, session.as_deref());
+            // What it holds ends before any image: plain positions, whatever it held before.
+            seed.cache.set_multimodal(None);
+            if !job.request.images.is_empty() {
+                if let Err(e) = self.model.attach_images(
+                    &job.request.prompt,
+                    &job.request.images,
+                    &mut seed.cache,
+                ) {
+                    self.in_flight.fetch_sub(1, Ordering::Relaxed);
+                    let _ = job.events.send(Event::Error {
+                        message: e.to_string(),
+                    });
+                    continue;
+                }
+            }
             seed.cache.expect(expected_len(&job.request));
             // A hybrid model's state is kept where each message starts: a later prompt that
             // shares the system prompt or earlier turns resumes there.
@@ -517,8 +540,7 @@ impl Scheduler {
     /// cache holds (shared, or taken whole when it is a finished request's and all of it is
     /// a prefix of the prompt), else an empty one. At least one prompt token is always left
     /// to run: its logits choose the first new token.
-    fn seed(&mut self, prompt: &[u32], session: Option<&str>) -> Seed {
-        let usable = prompt.len().saturating_sub(1);
+    fn seed(&mut self, prompt: &[u32], usable: usize, session: Option<&str>) -> Seed {
         if let Some(mut e) = session.and_then(|id| self.pool.take_session(id)) {
             let common = common_prefix(&e.tokens, prompt).min(usable);
             let kept = e.cache.truncate(common);
@@ -536,7 +558,7 @@ impl Scheduler {
                 drafter: e.drafter,
             };
         }
-        if let Some(seed) = self.shared_prefix(prompt) {
+        if let Some(seed) = self.shared_prefix(prompt, usable) {
             return seed;
         }
         Seed {
@@ -550,8 +572,7 @@ impl Scheduler {
     /// `prompt`, if one shares at least [`MIN_SHARED_PREFIX`] tokens: the rows are held
     /// where they are ([`KvCache::share_prefix`]; a running cache's prefix is frozen first). Only caches that
     /// declare their size take part (test models without real caches do not).
-    fn shared_prefix(&mut self, prompt: &[u32]) -> Option<Seed> {
-        let usable = prompt.len().saturating_sub(1);
+    fn shared_prefix(&mut self, prompt: &[u32], usable: usize) -> Option<Seed> {
         let idle = self
             .pool
             .longest_prefix(prompt)

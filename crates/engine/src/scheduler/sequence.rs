@@ -171,6 +171,9 @@ impl Sequence {
         if self.pending.is_some() && self.rerun.is_empty() {
             self.rerun = held;
         }
+        // The prompt's images go with it: they are encoded once.
+        let mut empty = empty;
+        empty.set_multimodal(self.cache.multimodal().cloned());
         self.cache = empty;
         self.draft_cache = None;
         self.mtp = None;

@@ -51,7 +51,7 @@ impl VisionConfig {
         };
         let cfg: Self = serde_json::from_value(v.clone())
             .map_err(|e| EngineError::invalid("config.json", format!("vision_config: {e}")))?;
-        let heads_fit = cfg.num_heads > 0 && cfg.hidden_size % (cfg.num_heads * 4) == 0;
+        let heads_fit = cfg.num_heads > 0 && cfg.hidden_size.is_multiple_of(cfg.num_heads * 4);
         let side = (cfg.num_position_embeddings as f64).sqrt() as usize;
         if !heads_fit || side * side != cfg.num_position_embeddings || cfg.patch_size == 0 {
             return Err(EngineError::invalid(

@@ -147,7 +147,11 @@ impl VisionTower {
         let [t, gh, gw] = image.grid;
         let m = c.spatial_merge_size;
         let n = t * gh * gw;
-        if t != 1 || gh % m != 0 || gw % m != 0 || image.pixels.len() != n * c.patch_values() {
+        if t != 1
+            || !gh.is_multiple_of(m)
+            || !gw.is_multiple_of(m)
+            || image.pixels.len() != n * c.patch_values()
+        {
             return Err(EngineError::invalid(
                 "image",
                 format!(

@@ -1,0 +1,153 @@
+//! Images through `hearth serve` on the tiny Qwen3.5 with a vision tower: OpenAI chat
+//! completions (`image_url` data URIs), Anthropic Messages (`image` blocks) and Responses
+//! (`input_image`) give the answer transformers gives for the same prompt; a model without
+//! vision, a bad image and an image URL get 400s that name the part.
+
+mod common;
+
+use base64::Engine as _;
+use hearth_engine::Tokenizer;
+use serde_json::{json, Value};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+fn vision_dir() -> std::path::PathBuf {
+    common::fixtures().join("tiny-qwen3.5-vision")
+}
+
+async fn post(addr: &str, path: &str, body: Value) -> Result<(u16, Value), reqwest::Error> {
+    let r = reqwest::Client::new()
+        .post(format!("http://{addr}{path}"))
+        .json(&body)
+        .send()
+        .await?;
+    let status = r.status().as_u16();
+    Ok((status, r.json().await?))
+}
+
+fn png_b64() -> Result<String, std::io::Error> {
+    let png = std::fs::read(vision_dir().join("image1.png"))?;
+    Ok(base64::engine::general_purpose::STANDARD.encode(png))
+}
+
+#[tokio::test]
+async fn every_api_takes_an_image_and_answers_as_transformers() -> TestResult {
+    let dir = vision_dir();
+    let served = common::Served::start(&[
+        "--model",
+        dir.to_str().ok_or("path")?,
+        "--device",
+        "cpu",
+        "--alias",
+        "tiny",
+    ])?;
+    let addr = served.addr.clone();
+    let golden: Value = serde_json::from_str(&std::fs::read_to_string(
+        common::fixtures().join("golden/tiny-qwen3.5-vision.json"),
+    )?)?;
+    let prompt = &golden["prompts"][0];
+    let tokenizer = Tokenizer::from_file(&dir.join("tokenizer.json"))?;
+    let greedy: Vec<u32> = serde_json::from_value(prompt["greedy_f32"].clone())?;
+    let want = tokenizer.decode(&greedy)?;
+    let b64 = png_b64()?;
+    let uri = format!("data:image/png;base64,{b64}");
+
+    let (status, chat) = post(
+        &addr,
+        "/v1/chat/completions",
+        json!({"model": "tiny", "max_tokens": 8, "temperature": 0, "messages": [{"role": "user",
+            "content": [{"type": "image_url", "image_url": {"url": uri}},
+                        {"type": "text", "text": "What is this?"}]}]}),
+    )
+    .await?;
+    assert_eq!(status, 200, "{chat}");
+    // The prompt transformers' processor makes: 35 image tokens among 57.
+    let ids = prompt["input_ids"].as_array().map_or(0, |a| a.len());
+    assert_eq!(chat["usage"]["prompt_tokens"], json!(ids), "{chat}");
+    let m = &chat["choices"][0]["message"];
+    let text = format!(
+        "{}{}",
+        m["reasoning_content"].as_str().unwrap_or_default(),
+        m["content"].as_str().unwrap_or_default()
+    );
+    assert_eq!(text.trim(), want.trim(), "{chat}");
+
+    let (status, msg) = post(
+        &addr,
+        "/v1/messages",
+        json!({"model": "tiny", "max_tokens": 8, "temperature": 0, "messages": [{"role": "user",
+            "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64}},
+                        {"type": "text", "text": "What is this?"}]}]}),
+    )
+    .await?;
+    assert_eq!(status, 200, "{msg}");
+    assert_eq!(msg["usage"]["input_tokens"], chat["usage"]["prompt_tokens"]);
+
+    let (status, resp) = post(
+        &addr,
+        "/v1/responses",
+        json!({"model": "tiny", "max_output_tokens": 8, "temperature": 0, "input": [{"role": "user",
+            "content": [{"type": "input_image", "image_url": uri},
+                        {"type": "input_text", "text": "What is this?"}]}]}),
+    )
+    .await?;
+    assert_eq!(status, 200, "{resp}");
+    assert_eq!(
+        resp["usage"]["input_tokens"],
+        chat["usage"]["prompt_tokens"]
+    );
+
+    // Bad images: each a 400 naming its part.
+    let part = |url: &str| {
+        json!({"model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "Look:"}, {"type": "image_url", "image_url": {"url": url}}]}]})
+    };
+    for (url, why) in [
+        ("https://example.com/cat.png".to_string(), "data URI"),
+        ("data:image/png;base64,AAAA".to_string(), "image"),
+        (
+            format!("data:image/png;base64,{}", &b64[..(b64.len() / 2) & !3]),
+            "decode",
+        ),
+        ("data:image/png;base64,!!".to_string(), "base64"),
+    ] {
+        let (status, e) = post(&addr, "/v1/chat/completions", part(&url)).await?;
+        assert_eq!(status, 400, "{url}: {e}");
+        assert_eq!(
+            e["error"]["param"],
+            json!("messages[0].content[1].image_url"),
+            "{e}"
+        );
+        assert!(
+            e["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(why),
+            "{e}"
+        );
+    }
+    drop(served);
+
+    // A model without vision refuses an image by its part.
+    let text_only = common::Served::start(&[
+        "--model",
+        common::tiny("qwen2").to_str().ok_or("path")?,
+        "--device",
+        "cpu",
+    ])?;
+    let (status, e) = post(&text_only.addr, "/v1/chat/completions", part(&uri)).await?;
+    assert_eq!(status, 400, "{e}");
+    assert_eq!(
+        e["error"]["param"],
+        json!("messages[0].content[1].image_url"),
+        "{e}"
+    );
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("text only"),
+        "{e}"
+    );
+    Ok(())
+}
