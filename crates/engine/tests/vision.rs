@@ -266,3 +266,59 @@ fn prompts_with_images_give_transformers_logits_and_tokens() -> TestResult {
     assert!(e.contains("images") && e.contains("no vision"), "{e}");
     Ok(())
 }
+
+/// Through the engine: a prompt with an image beside a text prompt, batched, each gives the
+/// tokens transformers gives (the image's) or it gives alone (the text's), and the image's
+/// again when a second request shares its text up to the image.
+#[test]
+fn the_engine_batches_a_prompt_with_an_image_beside_text() -> TestResult {
+    use hearth_engine::{
+        DTypeSpec, DeviceSpec, Engine, Event, GenerateRequest, LoadOptions, SamplingParams,
+    };
+    let g = golden()?;
+    let opts = LoadOptions {
+        device: DeviceSpec::Cpu,
+        dtype: DTypeSpec::F32,
+        ..Default::default()
+    };
+    let engine = Engine::load(dir().to_str().ok_or("path")?, &opts)?;
+    let support = engine.info().images.clone().ok_or("the engine takes images")?;
+    assert_eq!(support.image_token, 1019);
+    let prompt = &g["prompts"][0];
+    let ids: Vec<u32> = numbers(&prompt["input_ids"])?;
+    let want: Vec<u32> = numbers(&prompt["greedy_f32"])?;
+    let image = engine.image(&std::fs::read(dir().join("image1.png"))?)?;
+    let request = |prompt: Vec<u32>, images| GenerateRequest {
+        sampling: SamplingParams::greedy(),
+        stop_token_ids: Some(vec![]),
+        images,
+        ..GenerateRequest::new(prompt, want.len())
+    };
+    let tokens = |s: &mut hearth_engine::EventStream| -> Result<Vec<u32>, String> {
+        let mut out = vec![];
+        while let Some(e) = s.blocking_next() {
+            match e {
+                Event::Token { id, .. } => out.push(id),
+                Event::Error { message } => return Err(message),
+                _ => {}
+            }
+        }
+        Ok(out)
+    };
+    let text: Vec<u32> = ids.iter().copied().filter(|&t| t != 1019).collect();
+    let alone = tokens(&mut engine.generate(request(text.clone(), vec![]))?)?;
+    for _ in 0..2 {
+        let mut a = engine.generate(request(ids.clone(), vec![image.clone()]))?;
+        let mut b = engine.generate(request(text.clone(), vec![]))?;
+        assert_eq!(tokens(&mut a)?, want);
+        assert_eq!(tokens(&mut b)?, alone);
+    }
+    // Images that do not fit the prompt are refused at once.
+    let e = engine
+        .generate(request(text.clone(), vec![image.clone()]))
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(e.contains("images"), "{e}");
+    Ok(())
+}
