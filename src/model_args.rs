@@ -24,6 +24,10 @@ pub struct ModelArgs {
     /// Use only the local Hugging Face cache (also HF_HUB_OFFLINE=1).
     #[arg(long)]
     pub offline: bool,
+    /// llama.cpp's vision projector GGUF for a GGUF model (images in). Default: the one
+    /// `*mmproj*.gguf` beside a Qwen3.5 GGUF, if there is exactly one.
+    #[arg(long)]
+    pub mmproj: Option<std::path::PathBuf>,
     /// Chat format: model (its own template), chatml, internlm2, or a .jinja/.toml file.
     #[arg(long)]
     pub template: Option<String>,
@@ -111,6 +115,7 @@ impl ModelArgs {
             ctx_size: self.ctx_size,
             yarn: self.yarn()?,
             draft_model: self.draft_model.clone(),
+            mmproj: self.mmproj.clone(),
         })
     }
 

@@ -64,6 +64,7 @@ fn live(
         device: args.device.clone(),
         dtype: "auto".into(),
         offline: false,
+        mmproj: None,
         template: args.template.clone(),
         max_seqs: None,
         kv_cache_mb: None,

@@ -119,6 +119,7 @@ impl Engine {
             spec,
             &LoadOptions {
                 draft_model: None,
+                mmproj: None,
                 template: None,
                 ..opts.clone()
             },

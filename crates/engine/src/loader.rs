@@ -105,6 +105,9 @@ pub struct LoadOptions {
     /// ([`crate::speculative::draft_model`]), loaded like it: a checkpoint directory, a
     /// `.gguf` file, a hub repo id or a model card name.
     pub draft_model: Option<String>,
+    /// llama.cpp's vision projector (`mmproj`) GGUF for a GGUF model. Default: the one
+    /// `*mmproj*.gguf` beside a Qwen3.5 model, if there is exactly one.
+    pub mmproj: Option<std::path::PathBuf>,
 }
 
 /// YaRN asked for at load (llama.cpp's `--rope-scaling yarn --rope-scale F --yarn-orig-ctx N`):
@@ -365,6 +368,23 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
                 let weights = file.weights(&device).with_kernels(opts.kernels);
                 let mut model = Qwen::load_with_progress(&cfg, &weights, &progress)?;
                 model.set_cache_types(opts.cache_types)?;
+                // An mmproj beside the model is only tried for a model that takes images;
+                // one that does not fit it is left out with a warning. One asked for must fit.
+                let auto = opts.mmproj.is_none();
+                let found = match auto && cfg.mrope.is_none() {
+                    true => None,
+                    false => mmproj_for(file.path(), opts.mmproj.as_deref()),
+                };
+                if let Some(path) = found {
+                    match attach_mmproj(&mut model, &path, &tokenizer, &device) {
+                        Ok(depth) => tracing::info!(
+                            "{}: vision tower of {depth} blocks loaded (images in)",
+                            path.display()
+                        ),
+                        Err(e) if auto => tracing::warn!("{}: not used: {e}", path.display()),
+                        Err(e) => return Err(e),
+                    }
+                }
                 let mut stop = file.stop_token_ids();
                 for t in CHATML_STOPS {
                     if let Some(id) = tokenizer.token_id(t).filter(|id| !stop.contains(id)) {
@@ -441,6 +461,56 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
         file_type,
         load_time,
     })
+}
+
+/// Gives `model` the vision tower of the mmproj file `path`; returns its depth.
+fn attach_mmproj(
+    model: &mut Qwen,
+    path: &Path,
+    tokenizer: &Tokenizer,
+    device: &Device,
+) -> Result<usize> {
+    let bad = |why: String| EngineError::invalid("mmproj", format!("{}: {why}", path.display()));
+    let image_token = tokenizer.token_id("<|image_pad|>").ok_or_else(|| {
+        bad("the model's vocabulary has no <|image_pad|> token for images".into())
+    })?;
+    let vision = Vision::from_mmproj(path, image_token, device).map_err(|e| bad(e.to_string()))?;
+    let depth = vision.tower.config().depth;
+    model.set_vision(vision).map_err(|e| bad(e.to_string()))?;
+    Ok(depth)
+}
+
+/// The mmproj file of the GGUF model `model`: `explicit`, else the one `*mmproj*.gguf` beside
+/// it (none where there are several: which goes with the model is not known).
+fn mmproj_for(model: &Path, explicit: Option<&Path>) -> Option<std::path::PathBuf> {
+    if let Some(p) = explicit {
+        return Some(p.to_path_buf());
+    }
+    let dir = model.parent()?;
+    let found: Vec<_> = std::fs::read_dir(if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    })
+    .ok()?
+    .filter_map(|e| e.ok().map(|e| e.path()))
+    .filter(|p| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.contains("mmproj") && n.ends_with(".gguf"))
+    })
+    .collect();
+    match found.as_slice() {
+        [one] => Some(one.clone()),
+        [] => None,
+        _ => {
+            tracing::info!(
+                "{}: several mmproj files; pass the one that goes with the model with --mmproj",
+                dir.display()
+            );
+            None
+        }
+    }
 }
 
 /// See [`ModelInfo::fingerprint`].

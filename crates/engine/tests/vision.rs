@@ -282,7 +282,11 @@ fn the_engine_batches_a_prompt_with_an_image_beside_text() -> TestResult {
         ..Default::default()
     };
     let engine = Engine::load(dir().to_str().ok_or("path")?, &opts)?;
-    let support = engine.info().images.clone().ok_or("the engine takes images")?;
+    let support = engine
+        .info()
+        .images
+        .clone()
+        .ok_or("the engine takes images")?;
     assert_eq!(support.image_token, 1019);
     let prompt = &g["prompts"][0];
     let ids: Vec<u32> = numbers(&prompt["input_ids"])?;
@@ -320,5 +324,93 @@ fn the_engine_batches_a_prompt_with_an_image_beside_text() -> TestResult {
         .map(|e| e.to_string())
         .unwrap_or_default();
     assert!(e.contains("images"), "{e}");
+    Ok(())
+}
+
+/// The tower from llama.cpp's mmproj GGUF (`fixtures/gguf_mmproj.sh`) beside the model's GGUF:
+/// found there, the same image tokens as from safetensors, and the greedy tokens transformers
+/// gives; a model GGUF without vision refuses an explicit mmproj that does not fit it.
+#[test]
+fn an_mmproj_beside_a_gguf_model_takes_images() -> TestResult {
+    use hearth_engine::vision::Mmproj;
+    use hearth_engine::{
+        DTypeSpec, DeviceSpec, Engine, Event, GenerateRequest, LoadOptions, SamplingParams,
+    };
+    let g = golden()?;
+    let ggufs = common::fixtures().join("gguf/vision");
+    let mmproj = Mmproj::open(&ggufs.join("tiny-qwen3.5-vision-mmproj-f32.gguf"))?;
+    let cfg = mmproj.config()?;
+    assert_eq!(
+        (cfg.depth, cfg.hidden_size, cfg.out_hidden_size),
+        (2, 32, 64)
+    );
+    let tower = VisionTower::load(&cfg, &mmproj.weights(&Device::Cpu), "model.visual")?;
+    let processor = ImageProcessor::new(ProcessorConfig::load(&dir(), &cfg)?);
+    let image = processor.process(&Rgb::decode(
+        &std::fs::read(dir().join("image1.png"))?,
+        1 << 24,
+    )?)?;
+    let want: Vec<f32> = numbers(&g["images"][0]["image_embeds"])?;
+    let got = tower.forward(&image)?.flatten_all()?.to_vec1::<f32>()?;
+    let worst = got
+        .iter()
+        .zip(&want)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(worst <= 1e-4 * 6.7, "worst {worst}");
+
+    let opts = LoadOptions {
+        device: DeviceSpec::Cpu,
+        dtype: DTypeSpec::F32,
+        ..Default::default()
+    };
+    let engine = Engine::load(
+        ggufs
+            .join("tiny-qwen3.5-vision-f32.gguf")
+            .to_str()
+            .ok_or("path")?,
+        &opts,
+    )?;
+    assert!(
+        engine.info().images.is_some(),
+        "the mmproj beside the model is found"
+    );
+    let prompt = &g["prompts"][0];
+    let ids: Vec<u32> = numbers(&prompt["input_ids"])?;
+    let greedy: Vec<u32> = numbers(&prompt["greedy_f32"])?;
+    // The mmproj carries no pixel bounds: the engine takes Qwen3.5's (at least 65 536 pixels,
+    // 64 tokens); the golden prompt's image is the fixture processor's (35 tokens).
+    let bounded = engine.image(&std::fs::read(dir().join("image1.png"))?)?;
+    assert!(bounded.tokens(2) >= 64, "{:?}", bounded.grid);
+    let mut s = engine.generate(GenerateRequest {
+        sampling: SamplingParams::greedy(),
+        stop_token_ids: Some(vec![]),
+        images: vec![image],
+        ..GenerateRequest::new(ids, greedy.len())
+    })?;
+    let mut tokens = vec![];
+    while let Some(e) = s.blocking_next() {
+        match e {
+            Event::Token { id } => tokens.push(id),
+            Event::Error { message } => return Err(message.into()),
+            _ => {}
+        }
+    }
+    assert_eq!(tokens, greedy);
+
+    // A text model given an mmproj that does not fit it: an error naming the option.
+    let e = Engine::load(
+        common::fixtures()
+            .join("gguf/tiny-qwen3.5-f32.gguf")
+            .to_str()
+            .ok_or("path")?,
+        &LoadOptions {
+            mmproj: Some(ggufs.join("tiny-qwen3.5-vision-mmproj-f32.gguf")),
+            ..opts.clone()
+        },
+    )
+    .err()
+    .map(|e| e.to_string())
+    .unwrap_or_default();
+    assert!(e.contains("mmproj"), "{e}");
     Ok(())
 }

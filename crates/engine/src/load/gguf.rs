@@ -165,14 +165,14 @@ impl GgufFile {
         Ok(())
     }
 
-    fn meta(&self, key: &str) -> Result<&Value> {
+    pub(crate) fn meta(&self, key: &str) -> Result<&Value> {
         self.content
             .metadata
             .get(key)
             .ok_or_else(|| self.err(format!("metadata key `{key}` is missing")))
     }
 
-    fn meta_u32(&self, key: &str) -> Result<u32> {
+    pub(crate) fn meta_u32(&self, key: &str) -> Result<u32> {
         let v = self.meta(key)?;
         v.to_u32()
             .or_else(|_| v.to_u64().map(|n| n as u32))
@@ -180,13 +180,13 @@ impl GgufFile {
             .map_err(|_| self.err(format!("metadata key `{key}` is not an integer")))
     }
 
-    fn meta_f32(&self, key: &str) -> Result<f32> {
+    pub(crate) fn meta_f32(&self, key: &str) -> Result<f32> {
         self.meta(key)?
             .to_f32()
             .map_err(|_| self.err(format!("metadata key `{key}` is not a float")))
     }
 
-    fn meta_str(&self, key: &str) -> Result<&str> {
+    pub(crate) fn meta_str(&self, key: &str) -> Result<&str> {
         self.meta(key)?
             .to_string()
             .map(String::as_str)
@@ -214,14 +214,14 @@ impl GgufFile {
     }
 
     /// A count that must be positive (a layer, head or vocabulary count).
-    fn meta_count(&self, key: &str) -> Result<usize> {
+    pub(crate) fn meta_count(&self, key: &str) -> Result<usize> {
         match self.meta_u32(key)? {
             0 => Err(self.err(format!("metadata key `{key}` is 0"))),
             n => Ok(n as usize),
         }
     }
 
-    fn has(&self, key: &str) -> bool {
+    pub(crate) fn has(&self, key: &str) -> bool {
         self.content.metadata.contains_key(key)
     }
 
@@ -407,8 +407,29 @@ impl GgufFile {
             norm_weights_offset: false,
             weights_prefix: "model".into(),
             yarn: None,
-            // Images come with an mmproj file, which is not read yet: text positions only.
-            mrope: None,
+            // Qwen3.5's interleaved multimodal RoPE (llama.cpp's `imrope`), for images from
+            // an mmproj file.
+            mrope: match (family.is_hybrid(), self.meta(&k("rope.dimension_sections"))) {
+                (true, Ok(v)) => {
+                    let counts: Vec<usize> = v
+                        .to_vec()
+                        .map(|items| {
+                            items
+                                .iter()
+                                .filter_map(|n| {
+                                    n.to_i32().ok().or(n.to_u32().ok().map(|u| u as i32))
+                                })
+                                .map(|n| n.max(0) as usize)
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    match counts.as_slice() {
+                        [t, h, w, ..] => Some(([*t, *h, *w], true)),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            },
         };
         if let Some(y) = yarn {
             config.set_yarn(y);

@@ -51,16 +51,54 @@ impl VisionConfig {
         };
         let cfg: Self = serde_json::from_value(v.clone())
             .map_err(|e| EngineError::invalid("config.json", format!("vision_config: {e}")))?;
-        let heads_fit = cfg.num_heads > 0 && cfg.hidden_size.is_multiple_of(cfg.num_heads * 4);
-        let side = (cfg.num_position_embeddings as f64).sqrt() as usize;
-        if !heads_fit || side * side != cfg.num_position_embeddings || cfg.patch_size == 0 {
-            return Err(EngineError::invalid(
-                "config.json",
-                "vision_config: hidden_size must split into num_heads heads of a multiple of 4, \
-                 num_position_embeddings must be a square, patch_size above 0",
-            ));
-        }
+        cfg.check()
+            .map_err(|why| EngineError::invalid("config.json", format!("vision_config: {why}")))?;
         Ok(Some(cfg))
+    }
+
+    /// A tower of these widths (one RGB frame repeated twice per patch, rotary base 10 000),
+    /// as llama.cpp's mmproj files describe it.
+    #[allow(clippy::too_many_arguments)] // the widths a tower is made of: a struct would only rename them
+    pub fn new(
+        depth: usize,
+        hidden_size: usize,
+        intermediate_size: usize,
+        num_heads: usize,
+        num_position_embeddings: usize,
+        out_hidden_size: usize,
+        patch_size: usize,
+        spatial_merge_size: usize,
+    ) -> Self {
+        Self {
+            depth,
+            hidden_size,
+            intermediate_size,
+            num_heads,
+            num_position_embeddings,
+            out_hidden_size,
+            patch_size,
+            spatial_merge_size,
+            temporal_patch_size: 2,
+            in_channels: 3,
+            rope_parameters: None,
+        }
+    }
+
+    /// Whether the widths fit together; the error says how they do not.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        let heads_fit = self.num_heads > 0 && self.hidden_size.is_multiple_of(self.num_heads * 4);
+        let side = (self.num_position_embeddings as f64).sqrt() as usize;
+        if !heads_fit || side * side != self.num_position_embeddings || self.patch_size == 0 {
+            return Err(
+                "the width must split into heads of a multiple of 4, the position \
+                        embeddings must form a square, the patch side must be above 0"
+                    .into(),
+            );
+        }
+        if self.spatial_merge_size == 0 {
+            return Err("the merge window must be above 0".into());
+        }
+        Ok(())
     }
 
     /// Width of one attention head.

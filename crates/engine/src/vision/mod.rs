@@ -8,12 +8,14 @@
 //! [`mrope_positions`].
 
 mod config;
+mod mmproj;
 mod positions;
 mod processor;
 mod resize;
 mod tower;
 
 pub use config::{ProcessorConfig, VisionConfig};
+pub use mmproj::{Mmproj, MmprojWeights};
 pub use positions::{mrope_positions, MropePositions};
 pub use processor::{ImageInput, ImageProcessor, Rgb};
 pub use resize::{resize_rgb, smart_resize};
@@ -67,5 +69,21 @@ impl Vision {
             processor: ImageProcessor::new(ProcessorConfig::load(dir, &cfg)?),
             image_token,
         }))
+    }
+
+    /// The vision of llama.cpp's mmproj file `path`, for a model whose vocabulary has the
+    /// image token `image_token`.
+    pub fn from_mmproj(
+        path: &Path,
+        image_token: u32,
+        device: &candle_core::Device,
+    ) -> Result<Self> {
+        let mmproj = Mmproj::open(path)?;
+        let cfg = mmproj.config()?;
+        Ok(Self {
+            tower: VisionTower::load(&cfg, &mmproj.weights(device), "model.visual")?,
+            processor: ImageProcessor::new(mmproj.processor(&cfg)),
+            image_token,
+        })
     }
 }
