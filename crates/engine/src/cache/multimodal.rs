@@ -3,7 +3,6 @@
 //! positions of the prompt's tokens. The cache carries it, so that every chunk of the
 //! prompt, and every token after it, finds its embeddings and its positions.
 
-use crate::vision::MropePositions;
 use candle_core::Tensor;
 
 /// A row's position as multimodal RoPE reads it: time, row, column.
@@ -28,11 +27,12 @@ pub enum Rows {
 }
 
 impl Multimodal {
-    /// The prompt's positions and its images' embeddings, each with its first token's index.
-    pub fn new(positions: MropePositions, images: Vec<(usize, Tensor)>) -> Self {
+    /// The prompt's positions (the tokens past them continue at index + `delta`) and its
+    /// images' embeddings, each with its first token's index.
+    pub fn new(positions: Vec<Position3>, delta: i64, images: Vec<(usize, Tensor)>) -> Self {
         Self {
-            positions: positions.positions,
-            delta: positions.delta,
+            positions,
+            delta,
             images,
         }
     }

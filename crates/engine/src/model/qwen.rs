@@ -443,7 +443,8 @@ impl Qwen {
             from = start + e.dim(0)?;
             embeds.push((start, e.to_dtype(self.act_dtype)?.to_device(&self.device)?));
         }
-        cache.set_multimodal(Some(Arc::new(Multimodal::new(positions, embeds))));
+        let m = Multimodal::new(positions.positions, positions.delta, embeds);
+        cache.set_multimodal(Some(Arc::new(m)));
         Ok(())
     }
 
