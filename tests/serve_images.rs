@@ -149,5 +149,14 @@ async fn every_api_takes_an_image_and_answers_as_transformers() -> TestResult {
             .contains("text only"),
         "{e}"
     );
+    // A tool's screenshot (Claude Code reads an image file) is a note for a text model, not a
+    // refusal that would stop the agent.
+    let screenshot = json!({"model": "tiny", "max_tokens": 4, "messages": [
+        {"role": "user", "content": "Look at shot.png"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"file_path": "shot.png"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64}}]}]}]});
+    let (status, v) = post(&text_only.addr, "/v1/messages", screenshot).await?;
+    assert_eq!(status, 200, "{v}");
     Ok(())
 }

@@ -11,8 +11,33 @@ use hearth_engine::{ChatMessage, Engine};
 /// the object replacement character).
 pub const PLACEHOLDER: char = '\u{FFFC}';
 
-/// The images of one request, in order: the field each came from and its bytes.
-pub type Images = Vec<(String, Vec<u8>)>;
+/// An image of a request: the field it came from, its bytes, and whether a tool's result
+/// holds it (a screenshot a tool took: for a model without vision it becomes a note in the
+/// text, where an image the user sent is refused).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImagePart {
+    /// The request field (`messages[0].content[1].image_url`).
+    pub at: String,
+    /// The encoded image.
+    pub bytes: Vec<u8>,
+    /// Whether a tool result holds it.
+    pub from_tool: bool,
+}
+
+/// The images of one request, in order.
+pub type Images = Vec<ImagePart>;
+
+/// An image the user sent.
+pub fn part(at: String, bytes: Vec<u8>) -> ImagePart {
+    ImagePart {
+        at,
+        bytes,
+        from_tool: false,
+    }
+}
+
+/// What a model without vision reads in place of an image a tool returned.
+pub const NO_VISION_NOTE: &str = "[an image: this model reads text only]";
 
 /// The bytes of a `data:` URI (`data:image/png;base64,…`); an http(s) URL is refused (this
 /// server fetches nothing).
@@ -83,33 +108,40 @@ pub fn prepare(
     messages: &[ChatMessage],
     images: &Images,
 ) -> Result<(Vec<ChatMessage>, Vec<ImageInput>), ApiError> {
-    let Some((first, _)) = images.first() else {
+    if images.is_empty() {
         return Ok((messages.to_vec(), vec![]));
+    }
+    let replaced = |with: &str| {
+        let mut out = messages.to_vec();
+        for m in &mut out {
+            if let Some(c) = &mut m.content {
+                if c.contains(PLACEHOLDER) {
+                    *c = c.replace(PLACEHOLDER, with);
+                }
+            }
+        }
+        out
     };
     let Some(support) = &engine.info().images else {
-        return Err(ApiError::unsupported(
-            first,
-            format!(
-                "{} takes text only (no vision tower): images are refused",
-                engine.info().origin
-            ),
-        ));
+        // Tools' screenshots become a note; an image the user sent is refused.
+        return match images.iter().find(|i| !i.from_tool) {
+            None => Ok((replaced(NO_VISION_NOTE), vec![])),
+            Some(user) => Err(ApiError::unsupported(
+                &user.at,
+                format!(
+                    "{} takes text only (no vision tower): images are refused",
+                    engine.info().origin
+                ),
+            )),
+        };
     };
     let prepared = images
         .iter()
-        .map(|(at, bytes)| {
+        .map(|i| {
             engine
-                .image(bytes)
-                .map_err(|e| ApiError::invalid(at, e.to_string()))
+                .image(&i.bytes)
+                .map_err(|e| ApiError::invalid(&i.at, e.to_string()))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let mut out = messages.to_vec();
-    for m in &mut out {
-        if let Some(c) = &mut m.content {
-            if c.contains(PLACEHOLDER) {
-                *c = c.replace(PLACEHOLDER, &support.marker);
-            }
-        }
-    }
-    Ok((out, prepared))
+    Ok((replaced(&support.marker), prepared))
 }

@@ -2,7 +2,7 @@
 //! tools and parameters out, or an error that names the field at fault.
 
 use super::error::ApiError;
-use super::images::{data_uri, Images, PartsText};
+use super::images::{data_uri, part, Images, PartsText};
 use hearth_engine::constraint::Constraint;
 use hearth_engine::{ChatMessage, SamplingParams, ToolCall, ToolChoice};
 use serde::Deserialize;
@@ -346,7 +346,7 @@ fn content(
                             .and_then(|u| u.get("url").or(Some(u)))
                             .and_then(Value::as_str)
                             .ok_or_else(|| ApiError::invalid(&at, "needs a `url`"))?;
-                        images.push((at.clone(), data_uri(&at, url)?));
+                        images.push(part(at.clone(), data_uri(&at, url)?));
                         texts.image();
                     }
                     ("text", None) => {

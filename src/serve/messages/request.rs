@@ -3,7 +3,7 @@
 //! `tool_choice`, `stop_sequences` and `thinking`, turned into the call every API shares.
 
 use crate::serve::error::ApiError;
-use crate::serve::images::{base64, data_uri, Images, PartsText};
+use crate::serve::images::{base64, data_uri, part, ImagePart, Images, PartsText};
 use crate::serve::request::{
     json_schema, note_once, offered_choice, system_first, tool_names, typed, ChatCall, RawSampling,
 };
@@ -283,7 +283,7 @@ fn user_turn(
         match block_type(b) {
             "tool_result" => {}
             "image" => {
-                images.push((format!("{at}.source"), image_source(&at, b)?));
+                images.push(part(format!("{at}.source"), image_source(&at, b)?));
                 texts.get_or_insert_with(PartsText::default).image();
                 continue;
             }
@@ -312,12 +312,23 @@ fn user_turn(
         let mut result = match b.get("content") {
             None | Some(Value::Null) => String::new(),
             Some(Value::String(s)) => s.clone(),
-            Some(Value::Array(parts)) => parts
-                .iter()
-                .enumerate()
-                .map(|(k, p)| text_block(&format!("{at}.content[{k}]"), p))
-                .collect::<Result<Vec<_>, _>>()?
-                .join("\n"),
+            Some(Value::Array(parts)) => {
+                // Text and images (a tool's screenshot, Claude Code's Read of an image).
+                let mut text = PartsText::default();
+                for (k, p) in parts.iter().enumerate() {
+                    let at = format!("{at}.content[{k}]");
+                    if block_type(p) == "image" {
+                        images.push(ImagePart {
+                            from_tool: true,
+                            ..part(format!("{at}.source"), image_source(&at, p)?)
+                        });
+                        text.image();
+                    } else {
+                        text.text(&text_block(&at, p)?);
+                    }
+                }
+                text.finish()
+            }
             Some(_) => {
                 return Err(ApiError::invalid(
                     format!("{at}.content"),
@@ -662,7 +673,7 @@ mod tests {
         );
         let c = c.ok().unwrap_or_else(|| panic!("an image block is read"));
         assert_eq!(c.images.len(), 1);
-        assert_eq!(c.images[0].0, "messages[0].content[1].source");
+        assert_eq!(c.images[0].at, "messages[0].content[1].source");
         let text = c.messages[0].content.clone().unwrap_or_default();
         assert_eq!(text, format!("Look:{}", crate::serve::images::PLACEHOLDER));
         assert_eq!(

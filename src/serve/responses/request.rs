@@ -6,7 +6,7 @@
 
 use super::tools::{offered_tools, Offered};
 use crate::serve::error::ApiError;
-use crate::serve::images::{data_uri, Images, PartsText};
+use crate::serve::images::{data_uri, part, Images, PartsText};
 use crate::serve::request::{
     effort_thinking, json_schema, note_once, offered_choice, system_first, tool_names, typed,
     ChatCall, RawSampling,
@@ -217,7 +217,9 @@ fn items_into(
                         format!("no earlier function_call item has call_id `{call_id}`"),
                     ));
                 }
+                let before = images.len();
                 let output = content(&format!("{at}.output"), obj.get("output"), images)?;
+                images[before..].iter_mut().for_each(|i| i.from_tool = true);
                 let mut m = ChatMessage::tool(output);
                 m.extra
                     .insert("tool_call_id".into(), Value::String(call_id.into()));
@@ -273,7 +275,7 @@ fn content(at: &str, v: Option<&Value>, images: &mut Images) -> Result<String, A
                                 "needs an `image_url` (a data URI; file ids are not kept)",
                             )
                         })?;
-                        images.push((at.clone(), data_uri(&at, url)?));
+                        images.push(part(at.clone(), data_uri(&at, url)?));
                         texts.image();
                     }
                     ("input_text" | "output_text" | "text", None) => {
