@@ -8,9 +8,10 @@ use crate::model_args::{ModelArgs, SamplingArgs};
 use anyhow::{bail, Context};
 use hearth_agent::knowledge::FolderKnowledge;
 use hearth_agent::{Agent, LlmRequest, LocalLlm, ToolAgent};
+use hearth_engine::vision::ImageInput;
 use hearth_engine::{ChatInput, ChatMessage, ChatRequest, Engine, Event, SamplingParams};
 use std::io::{BufRead, IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -46,13 +47,17 @@ pub struct ChatArgs {
     /// ~/.local/share/hearth/agents.db).
     #[arg(long, value_name = "FILE", requires = "session")]
     pub db: Option<PathBuf>,
+    /// An image (PNG, JPEG, WebP, GIF) for the first message, for a model with a vision
+    /// tower; repeatable. `/image FILE` attaches one to the next message.
+    #[arg(long)]
+    pub image: Vec<PathBuf>,
     /// Most model calls per message in the tool loop.
     #[arg(long, default_value_t = 10)]
     pub max_iterations: usize,
 }
 
 const HELP: &str =
-    "commands: /reset, /system <text>, /think on|off, /exit (Ctrl-C stops an answer)";
+    "commands: /reset, /system <text>, /think on|off, /image <file>, /exit (Ctrl-C stops an answer)";
 
 fn parse_think(v: &str) -> anyhow::Result<bool> {
     match v {
@@ -66,10 +71,20 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
     args.sampling.check()?;
     let mut thinking = args.think.as_deref().map(parse_think).transpose()?;
     if !args.tools.is_empty() || args.knowledge.is_some() || args.session.is_some() {
+        if !args.image.is_empty() {
+            bail!("invalid --image: images go with a plain chat, not yet with --tools, --knowledge or --session");
+        }
         return agent_chat(args);
     }
     let engine = Engine::load(&args.model.model, &args.model.load_options()?)
         .with_context(|| format!("loading model `{}`", args.model.model))?;
+    // Images waiting for the next message, and those the history holds, in order.
+    let mut pending = args
+        .image
+        .iter()
+        .map(|p| read_image(&engine, p))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut images: Vec<ImageInput> = vec![];
     let sampling = args.sampling.apply(&engine.info().sampling);
 
     // Ctrl-C while answering stops the answer; at the prompt it ends the session.
@@ -130,8 +145,19 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
             let (name, rest) = cmd.split_once(' ').unwrap_or((cmd, ""));
             match name {
                 "exit" | "quit" => break,
+                "image" => match read_image(&engine, Path::new(rest.trim())) {
+                    Ok(image) => {
+                        pending.push(image);
+                        eprintln!("[image attached to the next message]");
+                    }
+                    Err(e) => {
+                        eprintln!("error: line {number}: {e:#}");
+                        failed.push(number);
+                    }
+                },
                 "reset" => {
                     history.clear();
+                    images.clear();
                     engine.drop_session(&format!("chat-{session}"))?;
                     session += 1;
                     eprintln!("[history cleared]");
@@ -171,9 +197,17 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
             answering: &answering,
             interrupted: &interrupted,
         };
-        if let Err(e) = turn.answer(&mut history, line) {
-            eprintln!("error: line {number}: {e:#}");
-            failed.push(number);
+        // The message's images stand where the model's prompt holds them: before its text.
+        let marker = engine.info().images.as_ref().map(|i| i.marker.clone());
+        let line = format!("{}{line}", marker.unwrap_or_default().repeat(pending.len()));
+        let all: Vec<ImageInput> = images.iter().chain(&pending).cloned().collect();
+        pending.clear();
+        match turn.answer(&mut history, &line, &all) {
+            Ok(kept) => images = all[all.len() - kept..].to_vec(),
+            Err(e) => {
+                eprintln!("error: line {number}: {e:#}");
+                failed.push(number);
+            }
         }
     }
     if !failed.is_empty() {
@@ -185,6 +219,14 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// An image file prepared for the model, or an error naming the file.
+fn read_image(engine: &Engine, path: &Path) -> anyhow::Result<ImageInput> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading image {}", path.display()))?;
+    engine
+        .image(&bytes)
+        .with_context(|| format!("image {}", path.display()))
 }
 
 /// One user message: what it is answered with and where the answer goes.
@@ -224,10 +266,18 @@ impl Turn<'_> {
 
     /// Drops the oldest turns (never the system message) until the prompt leaves room for an
     /// answer: `max_tokens`, or a quarter of the context when that is less.
-    fn fit(&self, history: &mut Vec<ChatMessage>, line: &str) -> anyhow::Result<()> {
+    fn fit(
+        &self,
+        history: &mut Vec<ChatMessage>,
+        line: &str,
+        images: &[ImageInput],
+    ) -> anyhow::Result<()> {
         let positions = self.engine.info().max_positions;
+        // Each image's tokens, counted for all of them (an upper bound once turns are dropped).
+        let merge = self.engine.info().images.as_ref().map_or(1, |i| i.merge);
+        let pictures: usize = images.iter().map(|i| i.tokens(merge)).sum();
         // A message too long by itself is refused before any history is given up for it.
-        let alone = self.prompt_tokens(&self.messages(&[], line))?;
+        let alone = self.prompt_tokens(&self.messages(&[], line))? + pictures;
         if alone >= positions {
             bail!(
                 "the message is {alone} tokens in the chat format, more than the model's {positions} positions (max_position_embeddings)"
@@ -236,7 +286,7 @@ impl Turn<'_> {
         let room = self.max_tokens.min(positions / 4);
         let mut dropped = 0;
         while !history.is_empty()
-            && self.prompt_tokens(&self.messages(history, line))? + room > positions
+            && self.prompt_tokens(&self.messages(history, line))? + pictures + room > positions
         {
             // A turn is a user message and every reply up to the next one.
             let next_user = history
@@ -257,10 +307,27 @@ impl Turn<'_> {
 
     /// Streams the answer to `line` and adds both to `history`; on an error the history is
     /// left as it was (less any turns trimmed to make room).
-    fn answer(&self, history: &mut Vec<ChatMessage>, line: &str) -> anyhow::Result<()> {
-        self.fit(history, line)?;
+    /// `images` are those the history and `line` hold, in order; returns how many of the
+    /// latest the history still holds after it was trimmed to fit.
+    fn answer(
+        &self,
+        history: &mut Vec<ChatMessage>,
+        line: &str,
+        images: &[ImageInput],
+    ) -> anyhow::Result<usize> {
+        self.fit(history, line, images)?;
+        let messages = self.messages(history, line);
+        let kept = match &self.engine.info().images {
+            Some(i) => messages
+                .iter()
+                .filter_map(|m| m.content.as_deref())
+                .map(|c| c.matches(i.marker.as_str()).count())
+                .sum::<usize>()
+                .min(images.len()),
+            None => 0,
+        };
         let mut stream = self.engine.chat(ChatRequest {
-            messages: self.messages(history, line),
+            messages,
             tools: None,
             max_tokens: self.max_tokens,
             sampling: Some(self.sampling.clone()),
@@ -269,7 +336,7 @@ impl Turn<'_> {
             session: Some(self.session.clone()),
             prefill: None,
             constraint: None,
-            images: Vec::new(),
+            images: images[images.len() - kept..].to_vec(),
         })?;
         self.answering.store(true, Ordering::SeqCst);
         self.interrupted.store(false, Ordering::SeqCst);
@@ -321,7 +388,7 @@ impl Turn<'_> {
             reply.reasoning_content = Some(reasoning.trim().to_string());
         }
         history.push(reply);
-        Ok(())
+        Ok(kept)
     }
 }
 

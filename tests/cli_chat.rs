@@ -254,3 +254,67 @@ fn a_card_name_resolves_to_its_hub_repo() {
         "{err}"
     );
 }
+
+/// `hearth chat --image` and `/image` on the tiny Qwen3.5 with a vision tower: the first
+/// message with the image gives transformers' greedy answer (the golden's); a second turn
+/// keeps the image in the history; a model without vision refuses the flag by its file.
+#[test]
+fn chat_takes_images_by_flag_and_command() {
+    let dir = common::fixtures().join("tiny-qwen3.5-vision");
+    let image = dir.join("image1.png");
+    let golden: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(common::fixtures().join("golden/tiny-qwen3.5-vision.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let greedy: Vec<u32> =
+        serde_json::from_value(golden["prompts"][0]["greedy_f32"].clone()).unwrap();
+    let tokenizer = hearth_engine::Tokenizer::from_file(&dir.join("tokenizer.json")).unwrap();
+    let want = tokenizer.decode(&greedy).unwrap();
+    let args = [
+        "chat",
+        "--model",
+        dir.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "8",
+        "--image",
+        image.to_str().unwrap(),
+    ];
+    let (ok, out, err) = hearth(&args, "What is this?\nAnd now?\n");
+    assert!(ok, "{err}");
+    // The model thinks: its reasoning goes to stderr when stdout is not a terminal.
+    assert!(
+        format!("{err}{out}").contains(want.trim()),
+        "{want:?} in {err} / {out}"
+    );
+    let with_command = format!("/image {}\nWhat is this?\n", image.display());
+    let (ok, out2, err2) = hearth(&args[..9], &with_command);
+    assert!(ok, "{err2}");
+    assert!(
+        err2.contains("[image attached to the next message]"),
+        "{err2}"
+    );
+    assert!(format!("{err2}{out2}").contains(want.trim()), "{err2}");
+
+    let text = common::tiny("qwen2");
+    let (ok, _, err) = hearth(
+        &[
+            "chat",
+            "--model",
+            text.to_str().unwrap(),
+            "--device",
+            "cpu",
+            "--image",
+            image.to_str().unwrap(),
+        ],
+        "Hi\n",
+    );
+    assert!(
+        !ok && err.contains("image1.png") && err.contains("text only"),
+        "{err}"
+    );
+}
