@@ -1,7 +1,8 @@
 """Drives `hearth serve`'s chat page in headless Chromium (Debian's, through its ChromeDriver):
 a prompt from the address streams its answer with the thinking folded, the model's name and
 tokens/s shown; then a prompt typed with tools offered and a call required shows the call.
-Saves a screenshot. Usage: page_browser.py BASE_URL SCREENSHOT.png"""
+With IMAGE (a model with vision): the image is picked, shown, and sent with a typed prompt.
+Saves a screenshot. Usage: page_browser.py BASE_URL SCREENSHOT.png [IMAGE]"""
 
 import json
 import sys
@@ -13,6 +14,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
 base_url, screenshot = sys.argv[1], sys.argv[2]
+image = sys.argv[3] if len(sys.argv) > 3 else None
 options = webdriver.ChromeOptions()
 options.binary_location = "/usr/bin/chromium"
 for flag in ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -37,7 +39,26 @@ def answers(n):
     return driver.find_elements(By.CSS_SELECTOR, ".turn.assistant")
 
 
-try:
+def image_flow():
+    driver.get(base_url + "/?max_tokens=8")
+    WebDriverWait(driver, 30).until(lambda d: d.find_element(By.ID, "model").text == "tiny")
+    driver.find_element(By.ID, "file").send_keys(image)
+    WebDriverWait(driver, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#attached img"))
+    check(len(driver.find_elements(By.CSS_SELECTOR, "#attached img")) == 1, "the picked image is shown")
+    box = driver.find_element(By.ID, "prompt")
+    box.send_keys("What is this?")
+    box.send_keys(Keys.ENTER)
+    turn = answers(1)[0]
+    check(not turn.find_elements(By.CSS_SELECTOR, ".error"), turn.text)
+    check(turn.get_attribute("data-tokens") == "8", turn.get_attribute("data-tokens"))
+    shown = driver.find_elements(By.CSS_SELECTOR, ".turn.user img")
+    check(len(shown) == 1 and int(shown[0].get_property("naturalWidth")) == 70,
+          "the user's turn shows the image (the page's policy lets data: images load)")
+    check(not driver.find_elements(By.CSS_SELECTOR, "#attached img"), "sent images leave the tray")
+    driver.save_screenshot(screenshot)
+
+
+def text_flow():
     driver.get(base_url + "/?prompt=Hello%20there&max_tokens=8")
     turn = answers(1)[0]
     check(driver.find_element(By.ID, "model").text == "tiny", driver.find_element(By.ID, "model").text)
@@ -69,6 +90,13 @@ try:
     check(isinstance(args.get("city"), str), args)
     check(not turn.find_elements(By.CSS_SELECTOR, ".error"), turn.text)
     driver.save_screenshot(screenshot)
+
+
+try:
+    if image:
+        image_flow()
+    else:
+        text_flow()
 finally:
     driver.quit()
 print(f"chat page: {checks} checks passed; screenshot {screenshot}")

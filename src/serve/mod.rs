@@ -390,7 +390,7 @@ async fn page() -> Response {
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
             (
                 header::CONTENT_SECURITY_POLICY,
-                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; frame-ancestors 'none'",
+                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data: blob:; frame-ancestors 'none'",
             ),
         ],
         include_str!("page.html"),
