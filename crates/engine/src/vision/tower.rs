@@ -57,6 +57,9 @@ struct Block {
     fc2: Linear,
 }
 
+/// Query rows whose scores are taken at once.
+const QUERY_BLOCK: usize = 512;
+
 /// The tower, in f32.
 #[derive(Debug, Clone)]
 pub struct VisionTower {
@@ -188,9 +191,17 @@ impl VisionTower {
         let k = candle_nn::rotary_emb::rope(&part(1)?, cos, sin)?;
         let v = part(2)?;
         let scale = 1.0 / (hd as f64).sqrt();
-        let scores = (q.matmul(&k.transpose(2, 3)?.contiguous()?)? * scale)?;
-        let attn = candle_nn::ops::softmax_last_dim(&scores)?;
-        let out = attn.matmul(&v)?; // [1, heads, n, hd]
+        let kt = k.transpose(2, 3)?.contiguous()?;
+        // Queries in blocks, so that a large image's scores are never all held at once (a
+        // 1920 × 1080 screenshot has 8160 patches: 4 GiB of scores a block, taken whole).
+        let mut parts = Vec::with_capacity(n.div_ceil(QUERY_BLOCK));
+        for start in (0..n).step_by(QUERY_BLOCK) {
+            let rows = QUERY_BLOCK.min(n - start);
+            let scores = (q.narrow(2, start, rows)?.matmul(&kt)? * scale)?;
+            let attn = candle_nn::ops::softmax_last_dim(&scores)?;
+            parts.push(attn.matmul(&v)?);
+        }
+        let out = Tensor::cat(&parts, 2)?; // [1, heads, n, hd]
         let out = out.squeeze(0)?.transpose(0, 1)?.reshape((n, heads * hd))?;
         let x = (x + b.proj.forward(&out)?)?;
         let y = b.fc1.forward(&b.norm2.forward(&x)?)?.gelu()?;
