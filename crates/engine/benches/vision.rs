@@ -14,7 +14,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if cfg!(debug_assertions) {
         eprintln!("vision: built with debug assertions; run it in release");
     }
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     let runs = match args.iter().position(|a| a == "--runs") {
         Some(i) => args.get(i + 1).ok_or("--runs needs a count")?.parse()?,
         None => 2,
