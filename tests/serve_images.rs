@@ -25,6 +25,18 @@ async fn post(addr: &str, path: &str, body: Value) -> Result<(u16, Value), reqwe
     Ok((status, r.json().await?))
 }
 
+/// A 400 that names the request's image part and says `why`.
+fn refused_at_the_part((status, e): (u16, Value), why: &str) {
+    assert_eq!(status, 400, "{e}");
+    assert_eq!(
+        e["error"]["param"],
+        json!("messages[0].content[1].image_url"),
+        "{e}"
+    );
+    let message = e["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains(why), "{why}: {e}");
+}
+
 fn png_b64() -> Result<String, std::io::Error> {
     let png = std::fs::read(vision_dir().join("image1.png"))?;
     Ok(base64::engine::general_purpose::STANDARD.encode(png))
@@ -111,20 +123,7 @@ async fn every_api_takes_an_image_and_answers_as_transformers() -> TestResult {
         ),
         ("data:image/png;base64,!!".to_string(), "base64"),
     ] {
-        let (status, e) = post(&addr, "/v1/chat/completions", part(&url)).await?;
-        assert_eq!(status, 400, "{url}: {e}");
-        assert_eq!(
-            e["error"]["param"],
-            json!("messages[0].content[1].image_url"),
-            "{e}"
-        );
-        assert!(
-            e["error"]["message"]
-                .as_str()
-                .unwrap_or_default()
-                .contains(why),
-            "{e}"
-        );
+        refused_at_the_part(post(&addr, "/v1/chat/completions", part(&url)).await?, why);
     }
     drop(served);
 
@@ -135,19 +134,9 @@ async fn every_api_takes_an_image_and_answers_as_transformers() -> TestResult {
         "--device",
         "cpu",
     ])?;
-    let (status, e) = post(&text_only.addr, "/v1/chat/completions", part(&uri)).await?;
-    assert_eq!(status, 400, "{e}");
-    assert_eq!(
-        e["error"]["param"],
-        json!("messages[0].content[1].image_url"),
-        "{e}"
-    );
-    assert!(
-        e["error"]["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("text only"),
-        "{e}"
+    refused_at_the_part(
+        post(&text_only.addr, "/v1/chat/completions", part(&uri)).await?,
+        "text only",
     );
     // A tool's screenshot (Claude Code reads an image file) is a note for a text model, not a
     // refusal that would stop the agent.

@@ -8,7 +8,7 @@ use hearth_engine::constraint::{tool_call_grammar, TagStyle, ToolSpec};
 use hearth_engine::ToolChoice;
 use hearth_engine::{
     Constraint, DTypeSpec, DeviceSpec, Engine, EngineError, Event, FinishReason, GenerateRequest,
-    Grammars, LoadOptions, SamplingParams, ToolFormat,
+    Grammars, LoadOptions, SamplingParams, Tokenizer, ToolFormat,
 };
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -278,6 +278,26 @@ fn keywords_the_grammar_cannot_hold_are_loosened_not_refused() -> TestResult {
     Ok(())
 }
 
+/// `text`'s tokens under `c`, one by one: how many are allowed before the first that is not,
+/// and whether `end` (the end of the answer) is allowed after them all.
+fn walk(
+    g: &Grammars,
+    tok: &Tokenizer,
+    end: u32,
+    c: &Constraint,
+    text: &str,
+) -> Result<(usize, bool), EngineError> {
+    let mut guide = g.guide(c)?;
+    let ids = tok.encode(text)?;
+    for (i, &id) in ids.iter().enumerate() {
+        if !guide.allows(id)? {
+            return Ok((i, false));
+        }
+        guide.consume(id)?;
+    }
+    Ok((ids.len(), guide.allows(end)?))
+}
+
 #[test]
 fn on_the_real_vocabulary_the_tags_are_tokens() -> TestResult {
     let Some(tok) = common::real_tokenizer("qwen2.5")? else {
@@ -288,17 +308,7 @@ fn on_the_real_vocabulary_the_tags_are_tokens() -> TestResult {
     assert_eq!(g.tag_style(), TagStyle::SpecialTokens);
     // The answer Qwen writes, token by token: every token allowed, then the end allowed.
     let good = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
-    let walk = |c: &Constraint, text: &str| -> Result<(usize, bool), EngineError> {
-        let mut guide = g.guide(c)?;
-        let ids = tok.encode(text)?;
-        for (i, &id) in ids.iter().enumerate() {
-            if !guide.allows(id)? {
-                return Ok((i, false));
-            }
-            guide.consume(id)?;
-        }
-        Ok((ids.len(), guide.allows(im_end)?))
-    };
+    let walk = |c: &Constraint, text: &str| walk(&g, &tok, im_end, c, text);
     let n = tok.encode(good)?.len();
     for choice in [
         ToolChoice::Auto,
@@ -430,26 +440,7 @@ fn on_the_real_vocabulary_the_tags_are_tokens() -> TestResult {
 
 /// Codex's `apply_patch` grammar (codex-rs `tool_apply_patch.lark`), as its Responses
 /// requests carry it in a custom tool's `format`.
-const APPLY_PATCH: &str = r#"start: begin_patch hunk+ end_patch
-begin_patch: "*** Begin Patch" LF
-end_patch: "*** End Patch" LF?
-
-hunk: add_hunk | delete_hunk | update_hunk
-add_hunk: "*** Add File: " filename LF add_line+
-delete_hunk: "*** Delete File: " filename LF
-update_hunk: "*** Update File: " filename LF change_move? change?
-
-filename: /(.+)/
-add_line: "+" /(.*)/ LF -> line
-
-change_move: "*** Move to: " filename LF
-change: (change_context | change_line)+ eof_line?
-change_context: ("@@" | "@@ " /(.+)/) LF
-change_line: ("+" | "-" | " ") /(.*)/ LF
-eof_line: "*** End of File" LF
-
-%import common.LF
-"#;
+const APPLY_PATCH: &str = include_str!("fixtures/apply_patch.lark");
 
 fn apply_patch_tool() -> Value {
     json!({"type": "function", "function": {
@@ -487,17 +478,7 @@ fn a_custom_tools_input_follows_its_lark_grammar() -> TestResult {
             ToolFormat::Json => json_call,
             ToolFormat::Xml => xml_call,
         };
-        let walk = |c: &Constraint, text: &str| -> Result<(usize, bool), EngineError> {
-            let mut guide = g.guide(c)?;
-            let ids = tok.encode(text)?;
-            for (i, &id) in ids.iter().enumerate() {
-                if !guide.allows(id)? {
-                    return Ok((i, false));
-                }
-                guide.consume(id)?;
-            }
-            Ok((ids.len(), guide.allows(im_end)?))
-        };
+        let walk = |c: &Constraint, text: &str| walk(&g, &tok, im_end, c, text);
         let mut tools = tools();
         tools.push(apply_patch_tool());
         for choice in [ToolChoice::Auto, ToolChoice::Named("apply_patch".into())] {

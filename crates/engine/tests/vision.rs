@@ -327,7 +327,7 @@ fn the_engine_batches_a_prompt_with_an_image_beside_text() -> TestResult {
     Ok(())
 }
 
-/// The tower from llama.cpp's mmproj GGUF (`fixtures/gguf_mmproj.sh`) beside the model's GGUF:
+/// The tower from llama.cpp's mmproj GGUF (`fixtures/gguf_hybrid.sh`) beside the model's GGUF:
 /// found there, the same image tokens as from safetensors, and the greedy tokens transformers
 /// gives; a model GGUF without vision refuses an explicit mmproj that does not fit it.
 #[test]

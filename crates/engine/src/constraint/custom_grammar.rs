@@ -608,26 +608,7 @@ mod tests {
     use llguidance::{Matcher, ParserFactory};
 
     /// Codex's `apply_patch` grammar (codex-rs, `tool_apply_patch.lark`).
-    pub(crate) const APPLY_PATCH: &str = r#"start: begin_patch hunk+ end_patch
-begin_patch: "*** Begin Patch" LF
-end_patch: "*** End Patch" LF?
-
-hunk: add_hunk | delete_hunk | update_hunk
-add_hunk: "*** Add File: " filename LF add_line+
-delete_hunk: "*** Delete File: " filename LF
-update_hunk: "*** Update File: " filename LF change_move? change?
-
-filename: /(.+)/
-add_line: "+" /(.*)/ LF -> line
-
-change_move: "*** Move to: " filename LF
-change: (change_context | change_line)+ eof_line?
-change_context: ("@@" | "@@ " /(.+)/) LF
-change_line: ("+" | "-" | " ") /(.*)/ LF
-eof_line: "*** End of File" LF
-
-%import common.LF
-"#;
+    const APPLY_PATCH: &str = include_str!("../../tests/fixtures/apply_patch.lark");
 
     /// Whether `grammar` (whose entry is `start`) takes `text` whole, byte by byte.
     fn takes(grammar: &str, text: &str) -> bool {

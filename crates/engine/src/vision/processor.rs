@@ -5,7 +5,7 @@
 use super::config::ProcessorConfig;
 use super::resize::{resize_rgb, smart_resize};
 use crate::error::{EngineError, Result};
-use std::hash::{Hash, Hasher};
+use std::borrow::Cow;
 
 /// An image ready for the tower: one row per patch, the patches of each merge window
 /// consecutive; each row channels × frames × patch rows × patch columns.
@@ -15,9 +15,6 @@ pub struct ImageInput {
     pub pixels: Vec<f32>,
     /// Frames, patch rows, patch columns (`image_grid_thw`).
     pub grid: [usize; 3],
-    /// A hash of the resized pixels: two prompts hold the same image where they hold the same
-    /// hash (the prefix cache keys an image by it).
-    pub hash: u64,
 }
 
 impl ImageInput {
@@ -43,6 +40,7 @@ impl Rgb {
     /// white, as the processor does. `max_pixels` bounds the decoded size (a corrupt or
     /// hostile header cannot make it allocate more). Errors name what is wrong.
     pub fn decode(bytes: &[u8], max_pixels: usize) -> Result<Self> {
+        use image::ImageDecoder;
         let bad = |why: String| EngineError::invalid("image", why);
         let reader = image::ImageReader::new(std::io::Cursor::new(bytes))
             .with_guessed_format()
@@ -50,9 +48,11 @@ impl Rgb {
         if reader.format().is_none() {
             return Err(bad("not a PNG, JPEG, WebP or GIF image".into()));
         }
-        let (w, h) = reader
-            .into_dimensions()
-            .map_err(|e| bad(format!("cannot read its size: {e}")))?;
+        // The size from the header, checked before any pixel is decoded.
+        let decoder = reader
+            .into_decoder()
+            .map_err(|e| bad(format!("cannot read its header: {e}")))?;
+        let (w, h) = decoder.dimensions();
         let (width, height) = (w as usize, h as usize);
         if width == 0 || height == 0 {
             return Err(bad(format!("a {width}×{height} image has no pixels")));
@@ -62,11 +62,7 @@ impl Rgb {
                 "a {width}×{height} image is over the limit of {max_pixels} pixels"
             )));
         }
-        let reader = image::ImageReader::new(std::io::Cursor::new(bytes))
-            .with_guessed_format()
-            .map_err(|e| bad(format!("cannot read it: {e}")))?;
-        let decoded = reader
-            .decode()
+        let decoded = image::DynamicImage::from_decoder(decoder)
             .map_err(|e| bad(format!("cannot decode it: {e}")))?;
         let data = if decoded.color().has_alpha() {
             let rgba = decoded.to_rgba8();
@@ -106,8 +102,9 @@ impl ImageProcessor {
         &self.cfg
     }
 
-    /// `image` resized to the processor's bounds (8-bit, row-major RGB) and its size.
-    pub fn resized(&self, image: &Rgb) -> Result<(Vec<u8>, usize, usize)> {
+    /// `image` resized to the processor's bounds (8-bit, row-major RGB; the image itself
+    /// where it already fits) and its size.
+    pub fn resized<'a>(&self, image: &'a Rgb) -> Result<(Cow<'a, [u8]>, usize, usize)> {
         let c = &self.cfg;
         let (h, w) = smart_resize(
             image.height,
@@ -117,8 +114,8 @@ impl ImageProcessor {
             c.max_pixels,
         )?;
         let data = match (h, w) == (image.height, image.width) {
-            true => image.data.clone(),
-            false => resize_rgb(&image.data, image.height, image.width, h, w),
+            true => Cow::Borrowed(image.data.as_slice()),
+            false => Cow::Owned(resize_rgb(&image.data, image.height, image.width, h, w)),
         };
         Ok((data, h, w))
     }
@@ -154,13 +151,9 @@ impl ImageProcessor {
                 }
             }
         }
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        (h, w).hash(&mut hasher);
-        data.hash(&mut hasher);
         Ok(ImageInput {
             pixels,
             grid: [1, gh, gw],
-            hash: hasher.finish(),
         })
     }
 }
