@@ -222,7 +222,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
 }
 
 /// An image file prepared for the model, or an error naming the file.
-fn read_image(engine: &Engine, path: &Path) -> anyhow::Result<ImageInput> {
+pub(crate) fn read_image(engine: &Engine, path: &Path) -> anyhow::Result<ImageInput> {
     let bytes = std::fs::read(path).with_context(|| format!("reading image {}", path.display()))?;
     engine
         .image(&bytes)

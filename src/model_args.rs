@@ -28,6 +28,10 @@ pub struct ModelArgs {
     /// `*mmproj*.gguf` beside a Qwen3.5 GGUF, if there is exactly one.
     #[arg(long)]
     pub mmproj: Option<std::path::PathBuf>,
+    /// The most pixels an image may have as decoded (larger ones are refused; default
+    /// 33554432, an 8K × 4K screenshot). Images are then resized to the model's bounds.
+    #[arg(long)]
+    pub max_image_pixels: Option<usize>,
     /// Chat format: model (its own template), chatml, internlm2, or a .jinja/.toml file.
     #[arg(long)]
     pub template: Option<String>,
@@ -116,6 +120,7 @@ impl ModelArgs {
             yarn: self.yarn()?,
             draft_model: self.draft_model.clone(),
             mmproj: self.mmproj.clone(),
+            max_image_pixels: self.max_image_pixels,
         })
     }
 

@@ -65,6 +65,7 @@ fn live(
         dtype: "auto".into(),
         offline: false,
         mmproj: None,
+        max_image_pixels: None,
         template: args.template.clone(),
         max_seqs: None,
         kv_cache_mb: None,

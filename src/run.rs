@@ -25,6 +25,10 @@ pub struct RunArgs {
     /// holds one regular expression (Rust `regex` syntax) that the whole output must match.
     #[arg(long, value_name = "FILE")]
     pub grammar: Option<PathBuf>,
+    /// An image (PNG, JPEG, WebP, GIF) for a model with a vision tower; repeatable. Each
+    /// stands where the prompt says `<__media__>`, else all stand before the prompt.
+    #[arg(long, value_name = "FILE")]
+    pub image: Vec<PathBuf>,
     /// The text to complete.
     pub prompt: String,
 }
@@ -57,6 +61,31 @@ impl RunArgs {
     }
 }
 
+/// llama.cpp's marker of where an image stands in a plain prompt.
+const MEDIA_MARKER: &str = "<__media__>";
+
+/// `prompt` with the model's image marker for each of `images` images: at each
+/// [`MEDIA_MARKER`] where the prompt has them (as many as images), else before it.
+fn with_markers(engine: &Engine, prompt: &str, images: usize) -> anyhow::Result<String> {
+    let marked = prompt.matches(MEDIA_MARKER).count();
+    if images == 0 {
+        return Ok(prompt.to_string());
+    }
+    let Some(support) = &engine.info().images else {
+        bail!(
+            "invalid --image: {} has no vision tower: it takes text only",
+            engine.info().origin
+        );
+    };
+    match marked {
+        0 => Ok(support.marker.repeat(images) + prompt),
+        n if n == images => Ok(prompt.replace(MEDIA_MARKER, &support.marker)),
+        n => bail!(
+            "invalid --image: the prompt marks {n} places with {MEDIA_MARKER} for {images} images"
+        ),
+    }
+}
+
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     if args.prompt.is_empty() {
         bail!("invalid prompt: empty prompt");
@@ -71,7 +100,15 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let engine = Engine::load(&args.model.model, &args.model.load_options()?)
         .with_context(|| format!("loading model `{}`", args.model.model))?;
     let sampling = args.sampling.apply(&engine.info().sampling);
-    let prompt = engine.tokenizer().encode(&args.prompt)?;
+    let images = args
+        .image
+        .iter()
+        .map(|p| crate::chat::read_image(&engine, p))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let text = with_markers(&engine, &args.prompt, images.len())?;
+    let prompt = engine
+        .with_image_tokens(engine.tokenizer().encode(&text)?, &images)
+        .context("--image")?;
     let (constraint, file) = match constraint {
         Some((c, path)) => (Some(c), Some(path)),
         None => (None, None),
@@ -80,6 +117,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .generate(GenerateRequest {
             sampling,
             constraint,
+            images,
             ..GenerateRequest::new(prompt, args.max_tokens)
         })
         .with_context(|| match file {

@@ -354,3 +354,70 @@ fn a_hybrid_checkpoint_passes_parity_and_its_gguf_runs() {
     assert!(ok && stderr.contains(" generated"), "{stderr}");
     assert_eq!(first, hearth(&args).1);
 }
+
+/// `hearth run --image`: the image stands where the prompt says `<__media__>` (the golden's
+/// chat prompt, rendered) and the completion is transformers' greedy answer; a count of
+/// markers that does not fit the images, and a model without vision, are refused by flag;
+/// a pixel limit below the image's size refuses it by file.
+#[test]
+fn run_takes_images_where_the_prompt_marks_them() {
+    let dir = common::fixtures().join("tiny-qwen3.5-vision");
+    let image = dir.join("image1.png");
+    let golden: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(common::fixtures().join("golden/tiny-qwen3.5-vision.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let prompt = &golden["prompts"][0];
+    let text = prompt["template_text"]
+        .as_str()
+        .unwrap()
+        .replace("<|vision_start|><|image_pad|><|vision_end|>", "<__media__>");
+    let greedy: Vec<u32> = serde_json::from_value(prompt["greedy_f32"].clone()).unwrap();
+    let tokenizer = hearth_engine::Tokenizer::from_file(&dir.join("tokenizer.json")).unwrap();
+    let want = tokenizer.decode(&greedy).unwrap();
+    let (m, img) = (dir.to_str().unwrap(), image.to_str().unwrap());
+    let n = greedy.len().to_string();
+    let args = [
+        "run",
+        "--model",
+        m,
+        "--device",
+        "cpu",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        &n,
+        "--image",
+        img,
+    ];
+    let (ok, out, err) = hearth(&[&args[..], &[text.as_str()]].concat());
+    assert!(ok, "{err}");
+    assert_eq!(out.trim_end_matches('\n'), want, "{err}");
+    let ids = prompt["input_ids"].as_array().map_or(0, |a| a.len());
+    assert!(err.contains(&format!("[{ids} prompt tokens")), "{err}");
+
+    let two = format!("{text}<__media__>");
+    let (ok, _, err) = hearth(&[&args[..], &[two.as_str()]].concat());
+    assert!(
+        !ok && err.contains("--image") && err.contains("2 places"),
+        "{err}"
+    );
+    let (ok, _, err) = hearth(&[&args[..], &["--max-image-pixels", "100", "hi"]].concat());
+    assert!(
+        !ok && err.contains("image1.png") && err.contains("100 pixels"),
+        "{err}"
+    );
+    let text_only = common::tiny("qwen2");
+    let (ok, _, err) = hearth(&[
+        "run",
+        "--model",
+        text_only.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--image",
+        img,
+        "hi",
+    ]);
+    assert!(!ok && err.contains("text only"), "{err}");
+}

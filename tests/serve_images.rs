@@ -83,6 +83,24 @@ async fn every_api_takes_an_image_and_answers_as_transformers() -> TestResult {
         m["content"].as_str().unwrap_or_default()
     );
     assert_eq!(text.trim(), want.trim(), "{chat}");
+    // The next turn of the conversation, the same screenshot in it: the cache of the first
+    // is reused through the image (known by its pixels).
+    let (status, next) = post(
+        &addr,
+        "/v1/chat/completions",
+        json!({"model": "tiny", "max_tokens": 4, "temperature": 0, "messages": [
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": uri}},
+                                         {"type": "text", "text": "What is this?"}]},
+            {"role": "assistant", "content": m["content"]},
+            {"role": "user", "content": "And now?"}]}),
+    )
+    .await?;
+    assert_eq!(status, 200, "{next}");
+    let image_end = 4 + 35;
+    let cached = next["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(cached > image_end, "{next}");
 
     let (status, msg) = post(
         &addr,
@@ -93,7 +111,18 @@ async fn every_api_takes_an_image_and_answers_as_transformers() -> TestResult {
     )
     .await?;
     assert_eq!(status, 200, "{msg}");
-    assert_eq!(msg["usage"]["input_tokens"], chat["usage"]["prompt_tokens"]);
+    // Anthropic counts the cached prompt apart: the same image, so most of it was.
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    let (fresh, cached) = (
+        n(&msg["usage"]["input_tokens"]),
+        n(&msg["usage"]["cache_read_input_tokens"]),
+    );
+    assert_eq!(
+        Some(fresh + cached),
+        chat["usage"]["prompt_tokens"].as_u64(),
+        "{msg}"
+    );
+    assert!(cached > image_end, "{msg}");
 
     let (status, resp) = post(
         &addr,
@@ -108,6 +137,8 @@ async fn every_api_takes_an_image_and_answers_as_transformers() -> TestResult {
         resp["usage"]["input_tokens"],
         chat["usage"]["prompt_tokens"]
     );
+    let cached = n(&resp["usage"]["input_tokens_details"]["cached_tokens"]);
+    assert!(cached > image_end, "{resp}");
 
     // Bad images: each a 400 naming its part.
     let part = |url: &str| {

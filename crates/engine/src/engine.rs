@@ -42,10 +42,6 @@ pub struct Engine {
 
 const MIB: f64 = (1 << 20) as f64;
 
-/// The most pixels a decoded image may have (a 8K × 4K screenshot): a corrupt or hostile
-/// header cannot make the decoder allocate more.
-const MAX_IMAGE_PIXELS: usize = 8192 * 4096;
-
 /// Logs what the KV cache takes per position and for one sequence of the whole context, and
 /// warns where that sequence would not fit the budget (it would then be refused when it
 /// grows past it).
@@ -367,7 +363,7 @@ impl Engine {
         };
         images
             .processor
-            .process(&Rgb::decode(bytes, MAX_IMAGE_PIXELS)?)
+            .process(&Rgb::decode(bytes, images.max_pixels)?)
     }
 
     fn no_vision(&self) -> EngineError {
@@ -380,9 +376,10 @@ impl Engine {
         )
     }
 
-    /// `ids` with each image token (one per image, where the rendered messages held a
-    /// marker) repeated as many times as its image has tokens.
-    fn with_image_tokens(&self, ids: Vec<u32>, images: &[ImageInput]) -> Result<Vec<u32>> {
+    /// `ids` with each image token (one per image, where the prompt's text held the
+    /// [`ImageSupport::marker`](crate::ImageSupport::marker)) repeated as many times as its
+    /// image has tokens: the prompt of a [`GenerateRequest`] with `images`.
+    pub fn with_image_tokens(&self, ids: Vec<u32>, images: &[ImageInput]) -> Result<Vec<u32>> {
         let Some(support) = &self.info.images else {
             return match images.is_empty() {
                 true => Ok(ids),

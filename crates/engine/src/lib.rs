@@ -44,7 +44,7 @@ pub use load::source::{HubOptions, ModelFiles};
 pub use load::weights::Weights;
 pub use loader::{
     load_model, DTypeSpec, ImageSupport, LoadOptions, LoadProgress, LoadedModel, ModelInfo,
-    YarnOptions,
+    YarnOptions, DEFAULT_MAX_IMAGE_PIXELS,
 };
 pub use model::Qwen;
 pub use sampling::{Sampler, SamplingParams};

@@ -108,7 +108,14 @@ pub struct LoadOptions {
     /// llama.cpp's vision projector (`mmproj`) GGUF for a GGUF model. Default: the one
     /// `*mmproj*.gguf` beside a Qwen3.5 model, if there is exactly one.
     pub mmproj: Option<std::path::PathBuf>,
+    /// The most pixels an image may have as decoded, before it is resized to the tower's
+    /// bounds (an image over it is refused; the decoder never allocates more). Default
+    /// [`DEFAULT_MAX_IMAGE_PIXELS`].
+    pub max_image_pixels: Option<usize>,
 }
+
+/// The most pixels a decoded image may have unless asked otherwise: an 8K × 4K screenshot.
+pub const DEFAULT_MAX_IMAGE_PIXELS: usize = 8192 * 4096;
 
 /// YaRN asked for at load (llama.cpp's `--rope-scaling yarn --rope-scale F --yarn-orig-ctx N`):
 /// unset fields take the checkpoint's YaRN, else the factor `ctx_size / original` and the
@@ -246,11 +253,13 @@ pub struct ImageSupport {
     pub marker: String,
     /// Side of the window of patches merged into one token.
     pub merge: usize,
+    /// The most pixels an image may have as decoded ([`LoadOptions::max_image_pixels`]).
+    pub max_pixels: usize,
 }
 
 impl ImageSupport {
     /// Where the vocabulary names the image token and the tokens around it.
-    fn new(v: &Vision, tokenizer: &Tokenizer) -> Option<Self> {
+    fn new(v: &Vision, tokenizer: &Tokenizer, max_pixels: usize) -> Option<Self> {
         let pad = tokenizer.inner().id_to_token(v.image_token)?;
         let (start, end) = (
             pad.replace("image_pad", "vision_start"),
@@ -265,6 +274,7 @@ impl ImageSupport {
             image_token: v.image_token,
             marker,
             merge: v.tower.config().spatial_merge_size,
+            max_pixels,
         })
     }
 }
@@ -419,6 +429,7 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
     let (k, v) = model.cache_types();
     let cache_label = format!("kv cache {}/{}", k.name(), v.name());
     let fingerprint = fingerprint(&checkpoint, &dtype_label, &cache_label, &device);
+    let max_image_pixels = opts.max_image_pixels.unwrap_or(DEFAULT_MAX_IMAGE_PIXELS);
     let info = ModelInfo {
         origin: checkpoint.origin(),
         family: cfg.family.name().into(),
@@ -436,7 +447,7 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
         fingerprint,
         images: model
             .vision()
-            .and_then(|v| ImageSupport::new(v, &tokenizer)),
+            .and_then(|v| ImageSupport::new(v, &tokenizer, max_image_pixels)),
     };
     tracing::info!(
         "loaded {} ({}, {:.0} M parameters, {}, {}) in {:.2}s",

@@ -207,6 +207,7 @@ fn hub_layout_in_the_cache_loads_offline() {
         yarn: None,
         draft_model: None,
         mmproj: None,
+        max_image_pixels: None,
     };
     let e = Engine::load("hearth/tiny-qwen2", &opts).unwrap();
     assert_eq!(e.info().origin, "hearth/tiny-qwen2@v1");

@@ -327,6 +327,78 @@ fn the_engine_batches_a_prompt_with_an_image_beside_text() -> TestResult {
     Ok(())
 }
 
+/// The prefix cache knows an image by its pixels: the same prompt with the same image runs
+/// again from past the image (and gives the same tokens), the same prompt with other pixels
+/// shares nothing from the image on, and a next turn of the conversation resumes after the
+/// image and answers as a fresh engine does.
+#[test]
+fn a_prompt_with_an_image_reuses_its_cache_by_the_pixels() -> TestResult {
+    use hearth_engine::vision::ImageInput;
+    use hearth_engine::{
+        DTypeSpec, DeviceSpec, Engine, Event, GenerateRequest, LoadOptions, SamplingParams,
+    };
+    let g = golden()?;
+    let opts = LoadOptions {
+        device: DeviceSpec::Cpu,
+        dtype: DTypeSpec::F32,
+        ..Default::default()
+    };
+    let path = dir();
+    let path = path.to_str().ok_or("path")?;
+    let engine = Engine::load(path, &opts)?;
+    let prompt = &g["prompts"][0];
+    let ids: Vec<u32> = numbers(&prompt["input_ids"])?;
+    let want: Vec<u32> = numbers(&prompt["greedy_f32"])?;
+    let image_at = ids.iter().position(|&t| t == 1019).ok_or("an image")?;
+    let image_end = image_at + ids.iter().filter(|&&t| t == 1019).count();
+    let image = engine.image(&std::fs::read(dir().join("image1.png"))?)?;
+    let mut pixels = image.pixels.clone();
+    pixels[0] += 0.5;
+    let other = ImageInput::new(pixels, image.grid);
+    assert_ne!(other.key, image.key);
+    // Tokens and prompt tokens found cached.
+    let run = |engine: &Engine, prompt: &[u32], image: &ImageInput, n: usize| {
+        let mut s = engine.generate(GenerateRequest {
+            sampling: SamplingParams::greedy(),
+            stop_token_ids: Some(vec![]),
+            images: vec![image.clone()],
+            ..GenerateRequest::new(prompt.to_vec(), n)
+        })?;
+        let (mut tokens, mut cached) = (vec![], None);
+        while let Some(e) = s.blocking_next() {
+            match e {
+                Event::Token { id } => tokens.push(id),
+                Event::Finished(summary) => cached = Some(summary.usage.cached_prompt_tokens),
+                Event::Error { message } => return Err(message.into()),
+                _ => {}
+            }
+        }
+        let cached = cached.ok_or("no summary")?;
+        Ok::<_, Box<dyn std::error::Error>>((tokens, cached))
+    };
+    assert_eq!(run(&engine, &ids, &image, want.len())?, (want.clone(), 0));
+    let (tokens, cached) = run(&engine, &ids, &image, want.len())?;
+    assert_eq!(tokens, want);
+    assert!(
+        cached > image_end,
+        "{cached} cached, the image ends at {image_end}"
+    );
+    let (_, cached) = run(&engine, &ids, &other, want.len())?;
+    assert!(cached <= image_at, "{cached} cached through another image");
+
+    // The next turn: the first answer, then a user message of text.
+    let mut next = ids.clone();
+    next.extend(&want);
+    next.extend([
+        1023, 198, 1022, 872, 198, 34, 316, 79, 1023, 198, 1022, 64, 198,
+    ]);
+    let (tokens, cached) = run(&engine, &next, &image, 8)?;
+    assert!(cached > image_end, "{cached} cached next turn");
+    let fresh = Engine::load(path, &opts)?;
+    assert_eq!(run(&fresh, &next, &image, 8)?, (tokens, 0));
+    Ok(())
+}
+
 /// The tower from llama.cpp's mmproj GGUF (`fixtures/gguf_hybrid.sh`) beside the model's GGUF:
 /// found there, the same image tokens as from safetensors, and the greedy tokens transformers
 /// gives; a model GGUF without vision refuses an explicit mmproj that does not fit it.

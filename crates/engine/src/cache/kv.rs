@@ -221,6 +221,8 @@ impl KvCache {
             }
             *dst = RecurrentState::prefix_of(from, len, src.len)?;
         }
+        // The images go along: a prompt that shares them reuses their embeddings.
+        self.multimodal = src.multimodal.clone();
         self.shared.clear();
         let mut at = 0;
         for (segment, used) in src.shared.iter().filter(|_| share) {

@@ -13,8 +13,18 @@ pub type Position3 = [u32; 3];
 pub struct Multimodal {
     positions: Vec<Position3>,
     delta: i64,
-    /// Each image's first token in the prompt and its tokens' embeddings `[n, hidden]`.
-    images: Vec<(usize, Tensor)>,
+    images: Vec<ImageRows>,
+}
+
+/// One image of a prompt as the language model takes it.
+#[derive(Debug, Clone)]
+pub struct ImageRows {
+    /// Its first token in the prompt.
+    pub first: usize,
+    /// Its tokens' embeddings `[n, hidden]`.
+    pub embeds: Tensor,
+    /// Its pixels' hash ([`crate::vision::ImageInput::key`]).
+    pub key: u64,
 }
 
 /// The positions of a run of rows.
@@ -28,8 +38,8 @@ pub enum Rows {
 
 impl Multimodal {
     /// The prompt's positions (the tokens past them continue at index + `delta`) and its
-    /// images' embeddings, each with its first token's index.
-    pub fn new(positions: Vec<Position3>, delta: i64, images: Vec<(usize, Tensor)>) -> Self {
+    /// images, in order.
+    pub fn new(positions: Vec<Position3>, delta: i64, images: Vec<ImageRows>) -> Self {
         Self {
             positions,
             delta,
@@ -65,7 +75,7 @@ impl Multimodal {
     ) -> candle_core::Result<Vec<(usize, Tensor)>> {
         let end = start + len;
         let mut out = vec![];
-        for (first, embeds) in &self.images {
+        for ImageRows { first, embeds, .. } in &self.images {
             let last = first + embeds.dim(0)?;
             let (from, to) = ((*first).max(start), last.min(end));
             if from < to {
@@ -75,8 +85,73 @@ impl Multimodal {
         Ok(out)
     }
 
-    /// Where the first image starts in the prompt: a shared prefix ends there at the latest.
-    pub fn first_image(&self) -> Option<usize> {
-        self.images.iter().map(|(first, _)| *first).min()
+    /// The prompt's images, in order.
+    pub fn images(&self) -> &[ImageRows] {
+        &self.images
+    }
+
+    /// The images' keys, in order.
+    pub fn keys(&self) -> Vec<u64> {
+        self.images.iter().map(|i| i.key).collect()
+    }
+}
+
+/// `tokens` as the prefix cache compares them: the run of image tokens of the `i`-th image
+/// becomes values drawn from `keys[i]` (above every vocabulary id, one per place in the run),
+/// so that two prompts share a prefix through an image only when it is the same image. An
+/// image token past the known images ends the keys: nothing after it can be matched.
+pub fn prefix_keys(tokens: &[u32], image_token: Option<u32>, keys: &[u64]) -> Vec<u32> {
+    let Some(image_token) = image_token else {
+        return tokens.to_vec();
+    };
+    let mut out = Vec::with_capacity(tokens.len());
+    let mut image = 0;
+    let mut place = 0u64;
+    for (i, &t) in tokens.iter().enumerate() {
+        if t != image_token {
+            out.push(t);
+            continue;
+        }
+        if i > 0 && tokens[i - 1] == image_token {
+            place += 1;
+        } else {
+            image += 1;
+            place = 0;
+        }
+        let Some(&key) = keys.get(image - 1) else {
+            break;
+        };
+        out.push(0x8000_0000 | (mix(key ^ place.wrapping_mul(0x9e37_79b9_7f4a_7c15)) as u32));
+    }
+    out
+}
+
+/// SplitMix64's finaliser: every bit of the key reaches the low 31 kept.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_image_matches_only_itself() {
+        let img = 9;
+        let prompt = [1, 2, img, img, img, 3, img, img, 4];
+        let a = prefix_keys(&prompt, Some(img), &[10, 20]);
+        let b = prefix_keys(&prompt, Some(img), &[10, 21]);
+        assert_eq!(a.len(), prompt.len());
+        assert_eq!(a[..6], b[..6], "the first image is the same");
+        assert_ne!(a[6], b[6], "the second is not");
+        assert_eq!(a[..2], prompt[..2]);
+        assert!(a[2..5].iter().all(|&k| k >= 0x8000_0000));
+        assert_ne!(a[2], a[3], "each place in the run has its own value");
+        // No keys known: nothing from the first image on.
+        assert_eq!(prefix_keys(&prompt, Some(img), &[]), vec![1, 2]);
+        assert_eq!(prefix_keys(&prompt, Some(img), &[10]).len(), 6);
+        assert_eq!(prefix_keys(&prompt, None, &[]), prompt.to_vec());
     }
 }

@@ -10,7 +10,7 @@ use super::mtp::Mtp;
 use super::rotary::Rotary;
 use crate::cache::cache_type::{CacheType, CacheTypes};
 use crate::cache::kv::KvCache;
-use crate::cache::multimodal::Multimodal;
+use crate::cache::multimodal::{ImageRows, Multimodal};
 use crate::cache::recurrent::StateShape;
 use crate::error::{EngineError, Result};
 use crate::load::config::QwenConfig;
@@ -414,7 +414,9 @@ impl Qwen {
     }
 
     /// Encodes `images` and gives `cache` their tokens' embeddings and the prompt's
-    /// positions: `prompt` holds each image as a run of image tokens, in order.
+    /// positions: `prompt` holds each image as a run of image tokens, in order. An image the
+    /// cache's earlier images hold already (the same pixels, as a shared prefix brings them)
+    /// is not encoded again.
     pub fn attach_images(
         &self,
         prompt: &[u32],
@@ -430,20 +432,38 @@ impl Qwen {
         let merge = v.tower.config().spatial_merge_size;
         let grids: Vec<[usize; 3]> = images.iter().map(|i| i.grid).collect();
         let positions = mrope_positions(prompt, v.image_token, &grids, merge)?;
-        let mut embeds = Vec::with_capacity(images.len());
+        let held = cache.multimodal().cloned();
+        let known = |key: u64, n: usize| {
+            held.as_ref()?
+                .images()
+                .iter()
+                .find(|i| i.key == key && i.embeds.dim(0).ok() == Some(n))
+                .map(|i| i.embeds.clone())
+        };
+        let mut rows = Vec::with_capacity(images.len());
         let mut from = 0;
         for image in images {
             // Checked by the positions: each image is a run of its tokens, in order.
-            let start = from
+            let first = from
                 + prompt[from..]
                     .iter()
                     .position(|&t| t == v.image_token)
                     .unwrap_or(0);
-            let e = self.on_pool(|| v.tower.forward(image))?;
-            from = start + e.dim(0)?;
-            embeds.push((start, e.to_dtype(self.act_dtype)?.to_device(&self.device)?));
+            let embeds = match known(image.key, image.tokens(merge)) {
+                Some(e) => e,
+                None => self
+                    .on_pool(|| v.tower.forward(image))?
+                    .to_dtype(self.act_dtype)?
+                    .to_device(&self.device)?,
+            };
+            from = first + embeds.dim(0)?;
+            rows.push(ImageRows {
+                first,
+                embeds,
+                key: image.key,
+            });
         }
-        let m = Multimodal::new(positions.positions, positions.delta, embeds);
+        let m = Multimodal::new(positions.positions, positions.delta, rows);
         cache.set_multimodal(Some(Arc::new(m)));
         Ok(())
     }

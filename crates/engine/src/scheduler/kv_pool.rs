@@ -3,6 +3,7 @@
 //! running sequences' — stay under a byte budget; idle ones are evicted least recently used.
 
 use crate::cache::kv::KvCache;
+use crate::cache::multimodal::prefix_keys;
 use crate::speculative::draft_model::DraftCache;
 use crate::speculative::mtp::MtpState;
 
@@ -17,6 +18,8 @@ pub(crate) struct Entry {
     pub released_by: Option<String>,
     /// The tokens whose keys and values `cache` holds, in order.
     pub tokens: Vec<u32>,
+    /// `tokens` as prefixes are matched ([`prefix_keys`]: each image by its pixels).
+    pub keys: Vec<u32>,
     pub cache: KvCache,
     /// Its state in the draft source, kept so that a prompt that starts with these tokens
     /// does not run them through the draft model or the prediction head again.
@@ -62,6 +65,8 @@ pub(crate) struct Seed {
 pub(crate) struct KvPool {
     entries: Vec<Entry>,
     clock: u64,
+    /// The token that stands for an image's tokens, where the model sees images.
+    image_token: Option<u32>,
 }
 
 /// Tokens `a` and `b` share at their start.
@@ -70,6 +75,20 @@ pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
 }
 
 impl KvPool {
+    /// An empty pool for a model whose prompts hold images as runs of `image_token`.
+    pub fn new(image_token: Option<u32>) -> Self {
+        Self {
+            image_token,
+            ..Self::default()
+        }
+    }
+
+    /// How `tokens`, held by `cache`, are matched as a prefix.
+    pub fn keys(&self, tokens: &[u32], cache: &KvCache) -> Vec<u32> {
+        let images = cache.multimodal().map(|m| m.keys()).unwrap_or_default();
+        prefix_keys(tokens, self.image_token, &images)
+    }
+
     /// Bytes the idle caches alone hold (the segments they share are counted apart).
     pub fn bytes(&self) -> usize {
         self.entries
@@ -108,29 +127,32 @@ impl KvPool {
         if tokens.is_empty() {
             return;
         }
+        let keys = self.keys(&tokens, &cache);
         match &session {
             Some(id) => {
                 self.remove(id);
             }
             None => {
                 let anonymous = |e: &Entry| e.session.is_none() && e.released_by.is_none();
-                // Held already where another cache holds these tokens and can resume after
-                // them (a recurrent state only at its checkpoints).
-                let holds = |e: &Entry, t: &[u32]| {
-                    e.tokens.starts_with(t) && e.cache.resumable(t.len()) == t.len()
+                // Held already where another cache holds these tokens (and images) and can
+                // resume after them (a recurrent state only at its checkpoints).
+                let whole = keys.len() == tokens.len();
+                let holds = |e: &Entry, k: &[u32]| {
+                    e.keys.starts_with(k) && e.cache.resumable(k.len()) == k.len()
                 };
                 if let Some(i) = self
                     .entries
                     .iter()
-                    .position(|e| anonymous(e) && holds(e, &tokens))
+                    .position(|e| whole && anonymous(e) && holds(e, &keys))
                 {
                     self.touch(i);
                     return;
                 }
                 self.entries.retain(|e| {
                     !(anonymous(e)
-                        && tokens.starts_with(&e.tokens)
-                        && cache.resumable(e.tokens.len()) == e.tokens.len())
+                        && e.keys.len() == e.tokens.len()
+                        && keys.starts_with(&e.keys)
+                        && cache.resumable(e.keys.len()) == e.keys.len())
                 });
             }
         }
@@ -139,6 +161,7 @@ impl KvPool {
             session,
             released_by: None,
             tokens,
+            keys,
             cache,
             drafter,
             last_used: self.clock,
@@ -186,13 +209,13 @@ impl KvPool {
         })
     }
 
-    /// The entry sharing the longest prefix with `prompt` that its cache can resume from (at
-    /// least [`MIN_SHARED_PREFIX`]), and that length.
-    pub fn longest_prefix(&self, prompt: &[u32]) -> Option<(usize, usize)> {
+    /// The entry sharing the longest prefix with a prompt of `keys` ([`Self::keys`]) that its
+    /// cache can resume from (at least [`MIN_SHARED_PREFIX`]), and that length.
+    pub fn longest_prefix(&self, keys: &[u32]) -> Option<(usize, usize)> {
         self.entries
             .iter()
             .enumerate()
-            .map(|(i, e)| (i, e.cache.resumable(common_prefix(&e.tokens, prompt))))
+            .map(|(i, e)| (i, e.cache.resumable(common_prefix(&e.keys, keys))))
             .filter(|&(_, n)| n >= MIN_SHARED_PREFIX)
             .max_by_key(|&(i, n)| (n, self.entries[i].last_used))
     }

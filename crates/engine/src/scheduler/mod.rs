@@ -24,6 +24,7 @@ pub(crate) use sequence::Job;
 
 use crate::cache::cache_type::CacheType;
 use crate::cache::kv::KvCache;
+use crate::cache::multimodal::prefix_keys;
 use crate::error::{EngineError, Result};
 use crate::generation::{Event, FinishReason, GenerateRequest, LanguageModel};
 use crate::speculative::draft_model::{DraftJob, DraftModel};
@@ -154,6 +155,7 @@ impl Scheduler {
         in_flight: Arc<AtomicUsize>,
     ) -> Self {
         let message_start = tokenizer.token_id("<|im_start|>");
+        let pool = KvPool::new(model.image_token());
         // Auto speculates on the CPU, whose kernels compute a verified row as decoding
         // computes it, bit for bit; GPU matrix products may sum several rows in another order
         // than one. (The engine refuses `Draft` without a draft model.)
@@ -181,7 +183,7 @@ impl Scheduler {
             waiting: VecDeque::new(),
             running: Vec::new(),
             preempted: VecDeque::new(),
-            pool: KvPool::default(),
+            pool,
             in_flight,
             peak_kv_bytes: 0,
             evictions: 0,
@@ -468,28 +470,22 @@ impl Scheduler {
                 .clone()
                 .unwrap_or_else(|| self.default_stop.clone());
             let prompt = &job.request.prompt;
-            // A prefix is shared up to the first image at most: image tokens are all one id,
-            // whatever the image.
-            let usable = match self.model.image_token() {
-                Some(t) => prompt.iter().position(|&p| p == t).unwrap_or(prompt.len()),
-                None => prompt.len(),
-            }
-            .min(prompt.len().saturating_sub(1));
-            let mut seed = self.seed(prompt, usable, session.as_deref());
-            // What it holds ends before any image: plain positions, whatever it held before.
-            seed.cache.set_multimodal(None);
-            if !job.request.images.is_empty() {
-                if let Err(e) = self.model.attach_images(
-                    &job.request.prompt,
-                    &job.request.images,
-                    &mut seed.cache,
-                ) {
-                    self.in_flight.fetch_sub(1, Ordering::Relaxed);
-                    let _ = job.events.send(Event::Error {
-                        message: e.to_string(),
-                    });
-                    continue;
-                }
+            // Image tokens are all one id: a prefix is matched through an image by its pixels.
+            let images: Vec<u64> = job.request.images.iter().map(|i| i.key).collect();
+            let keys = prefix_keys(prompt, self.model.image_token(), &images);
+            let usable = keys.len().min(prompt.len().saturating_sub(1));
+            let mut seed = self.seed(prompt, &keys, usable, session.as_deref());
+            if job.request.images.is_empty() {
+                seed.cache.set_multimodal(None);
+            } else if let Err(e) =
+                self.model
+                    .attach_images(&job.request.prompt, &job.request.images, &mut seed.cache)
+            {
+                self.in_flight.fetch_sub(1, Ordering::Relaxed);
+                let _ = job.events.send(Event::Error {
+                    message: e.to_string(),
+                });
+                continue;
             }
             seed.cache.expect(expected_len(&job.request));
             // A hybrid model's state is kept where each message starts: a later prompt that
@@ -540,9 +536,9 @@ impl Scheduler {
     /// cache holds (shared, or taken whole when it is a finished request's and all of it is
     /// a prefix of the prompt), else an empty one. At least one prompt token is always left
     /// to run: its logits choose the first new token.
-    fn seed(&mut self, prompt: &[u32], usable: usize, session: Option<&str>) -> Seed {
+    fn seed(&mut self, prompt: &[u32], keys: &[u32], usable: usize, session: Option<&str>) -> Seed {
         if let Some(mut e) = session.and_then(|id| self.pool.take_session(id)) {
-            let common = common_prefix(&e.tokens, prompt).min(usable);
+            let common = common_prefix(&e.keys, keys).min(usable);
             let kept = e.cache.truncate(common);
             e.tokens.truncate(kept);
             if kept < common {
@@ -558,7 +554,7 @@ impl Scheduler {
                 drafter: e.drafter,
             };
         }
-        if let Some(seed) = self.shared_prefix(prompt, usable) {
+        if let Some(seed) = self.shared_prefix(prompt, keys, usable) {
             return seed;
         }
         Seed {
@@ -572,16 +568,19 @@ impl Scheduler {
     /// `prompt`, if one shares at least [`MIN_SHARED_PREFIX`] tokens: the rows are held
     /// where they are ([`KvCache::share_prefix`]; a running cache's prefix is frozen first). Only caches that
     /// declare their size take part (test models without real caches do not).
-    fn shared_prefix(&mut self, prompt: &[u32], usable: usize) -> Option<Seed> {
+    fn shared_prefix(&mut self, prompt: &[u32], keys: &[u32], usable: usize) -> Option<Seed> {
         let idle = self
             .pool
-            .longest_prefix(prompt)
+            .longest_prefix(keys)
             .map(|(i, n)| (n.min(usable), i));
         let running = self
             .running
             .iter()
             .enumerate()
-            .map(|(j, s)| (common_prefix(&s.tokens, prompt).min(usable), j))
+            .map(|(j, s)| {
+                let held = self.pool.keys(&s.tokens, &s.cache);
+                (common_prefix(&held, keys).min(usable), j)
+            })
             .max_by_key(|&(n, _)| n);
         let (len, source) = match (idle, running) {
             (Some((n, i)), Some((m, _))) if n >= m => (n, Source::Pool(i)),

@@ -15,9 +15,33 @@ pub struct ImageInput {
     pub pixels: Vec<f32>,
     /// Frames, patch rows, patch columns (`image_grid_thw`).
     pub grid: [usize; 3],
+    /// A hash of the pixels and grid: the prefix cache knows an image by it, so a later
+    /// prompt with the same image reuses the rows it left.
+    pub key: u64,
 }
 
 impl ImageInput {
+    /// The tower's input of `pixels` on `grid`, keyed by their hash.
+    pub fn new(pixels: Vec<f32>, grid: [usize; 3]) -> Self {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        for g in grid {
+            h.update((g as u64).to_le_bytes());
+        }
+        for chunk in pixels.chunks(4096) {
+            let bytes: Vec<u8> = chunk.iter().flat_map(|v| v.to_le_bytes()).collect();
+            h.update(&bytes);
+        }
+        let digest = h.finalize();
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&digest[..8]);
+        Self {
+            pixels,
+            grid,
+            key: u64::from_le_bytes(first),
+        }
+    }
+
     /// How many tokens the image takes in the text: its patches over a merge window.
     pub fn tokens(&self, merge: usize) -> usize {
         self.grid.iter().product::<usize>() / (merge * merge)
@@ -151,9 +175,6 @@ impl ImageProcessor {
                 }
             }
         }
-        Ok(ImageInput {
-            pixels,
-            grid: [1, gh, gw],
-        })
+        Ok(ImageInput::new(pixels, [1, gh, gw]))
     }
 }
