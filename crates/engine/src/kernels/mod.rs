@@ -9,7 +9,8 @@
 //!   kernels; `tiles_q4k` (Q4_K and Q5_K), `tiles_q6k`: the K-quants'; `tile_layout`: what
 //!   they share (the tile's height, prefetching, the row-group driver).
 //! - [`quant_matmul`]: which kernel each block type takes at a level, and the parallel driver.
-//! - `dense`: f32/bf16/f16 weights.
+//! - `dense`: f32/bf16/f16 weights; [`packed`]: f32 weights packed in panels for products of
+//!   many rows (the vision tower).
 //! - `ops/`: the operations beside the products: `attention` (with rotary embedding and
 //!   SwiGLU) and `delta_rule` (the hybrids' Gated DeltaNet).
 
@@ -51,6 +52,7 @@ pub mod blocks;
 pub mod cpu;
 pub(crate) mod dense;
 pub mod ops;
+pub mod packed;
 mod portable;
 pub mod quant_matmul;
 pub mod quantize;

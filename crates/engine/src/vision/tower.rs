@@ -6,25 +6,74 @@
 use super::config::VisionConfig;
 use super::processor::ImageInput;
 use crate::error::{EngineError, Result};
+use crate::kernels::ops::full_attention::attend_all;
+use crate::kernels::ops::pointwise::bias_gelu;
+use crate::kernels::packed::PackedMatrix;
 use crate::load::weights::WeightSource;
 use candle_core::{DType, Device, Tensor};
 
 #[derive(Debug, Clone)]
 struct Linear {
-    weight: Tensor,
+    weight: Weight,
     bias: Tensor,
+}
+
+/// A linear layer's weight: packed in panels where the CPU runs the packed kernel (a
+/// tower's products have thousands of rows), else as loaded for candle's matmul.
+#[derive(Debug, Clone)]
+enum Weight {
+    Packed(PackedMatrix),
+    Plain(Tensor),
 }
 
 impl Linear {
     fn load(w: &dyn WeightSource, name: &str, out: usize, inp: usize) -> Result<Self> {
+        let weight = w.tensor(&format!("{name}.weight"), &[out, inp], DType::F32)?;
         Ok(Self {
-            weight: w.tensor(&format!("{name}.weight"), &[out, inp], DType::F32)?,
+            weight: Weight::new(weight)?,
             bias: w.tensor(&format!("{name}.bias"), &[out], DType::F32)?,
         })
     }
 
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        x.matmul(&self.weight.t()?)?.broadcast_add(&self.bias)
+        self.forward_gelu(x, false)
+    }
+
+    /// `x · Wᵀ + b`, through the tanh GELU where `gelu`.
+    fn forward_gelu(&self, x: &Tensor, gelu: bool) -> candle_core::Result<Tensor> {
+        match &self.weight {
+            Weight::Plain(w) => {
+                let y = x.matmul(&w.t()?)?.broadcast_add(&self.bias)?;
+                if gelu {
+                    y.gelu()
+                } else {
+                    Ok(y)
+                }
+            }
+            Weight::Packed(p) => {
+                let m = x.dim(0)?;
+                let x = x.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
+                let Some(mut y) = p.matmul_t(&x, m) else {
+                    candle_core::bail!("the packed product takes {} columns", p.cols())
+                };
+                bias_gelu(&mut y, &self.bias.to_vec1::<f32>()?, gelu);
+                Tensor::from_vec(y, (m, p.rows()), &Device::Cpu)
+            }
+        }
+    }
+}
+
+impl Weight {
+    fn new(w: Tensor) -> candle_core::Result<Self> {
+        if !w.device().is_cpu() || !PackedMatrix::runs_here() {
+            return Ok(Self::Plain(w));
+        }
+        let (n, k) = w.dims2()?;
+        Ok(Self::Packed(PackedMatrix::new(
+            &w.flatten_all()?.to_vec1()?,
+            n,
+            k,
+        )))
     }
 }
 
@@ -57,7 +106,7 @@ struct Block {
     fc2: Linear,
 }
 
-/// Query rows whose scores are taken at once.
+/// Query rows whose scores are taken at once by candle's ops.
 const QUERY_BLOCK: usize = 512;
 
 /// The tower, in f32.
@@ -95,7 +144,7 @@ impl VisionTower {
             DType::F32,
         )?;
         let patch = Linear {
-            weight: conv.reshape((d, cfg.patch_values()))?,
+            weight: Weight::new(conv.reshape((d, cfg.patch_values()))?)?,
             bias: w.tensor(&name("patch_embed.proj.bias"), &[d], DType::F32)?,
         };
         let positions = w
@@ -190,21 +239,17 @@ impl VisionTower {
         let q = candle_nn::rotary_emb::rope(&part(0)?, cos, sin)?;
         let k = candle_nn::rotary_emb::rope(&part(1)?, cos, sin)?;
         let v = part(2)?;
-        let scale = 1.0 / (hd as f64).sqrt();
-        let kt = k.transpose(2, 3)?.contiguous()?;
-        // Queries in blocks, so that a large image's scores are never all held at once (a
-        // 1920 × 1080 screenshot has 8160 patches: 4 GiB of scores a block, taken whole).
-        let mut parts = Vec::with_capacity(n.div_ceil(QUERY_BLOCK));
-        for start in (0..n).step_by(QUERY_BLOCK) {
-            let rows = QUERY_BLOCK.min(n - start);
-            let scores = (q.narrow(2, start, rows)?.matmul(&kt)? * scale)?;
-            let attn = candle_nn::ops::softmax_last_dim(&scores)?;
-            parts.push(attn.matmul(&v)?);
-        }
-        let out = Tensor::cat(&parts, 2)?; // [1, heads, n, hd]
-        let out = out.squeeze(0)?.transpose(0, 1)?.reshape((n, heads * hd))?;
+        let flat = |t: &Tensor| t.flatten_all()?.to_vec1::<f32>();
+        let out = match q.device().is_cpu() {
+            true => attend_all(&flat(&q)?, &flat(&k)?, &flat(&v)?, heads, n, hd),
+            false => None,
+        };
+        let out = match out {
+            Some(out) => Tensor::from_vec(out, (n, heads * hd), &self.device)?,
+            None => attention(&q, &k, &v)?,
+        };
         let x = (x + b.proj.forward(&out)?)?;
-        let y = b.fc1.forward(&b.norm2.forward(&x)?)?.gelu()?;
+        let y = b.fc1.forward_gelu(&b.norm2.forward(&x)?, true)?;
         Ok((&x + b.fc2.forward(&y)?)?)
     }
 
@@ -265,6 +310,24 @@ impl VisionTower {
         let angles = Tensor::from_vec(angles, (rows.len(), 2 * quarter), &self.device)?;
         Ok((angles.cos()?.contiguous()?, angles.sin()?.contiguous()?))
     }
+}
+
+/// `softmax(q·kᵀ/√d)·v` by candle's ops (`q`, `k`, `v`: `[1, heads, n, d]`): `[n, heads × d]`.
+fn attention(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
+    let (_, heads, n, hd) = q.dims4()?;
+    let scale = 1.0 / (hd as f64).sqrt();
+    let kt = k.transpose(2, 3)?.contiguous()?;
+    // Queries in blocks, so that a large image's scores are never all held at once (a
+    // 1920 × 1080 screenshot has 8160 patches: 4 GiB of scores a block, taken whole).
+    let mut parts = Vec::with_capacity(n.div_ceil(QUERY_BLOCK));
+    for start in (0..n).step_by(QUERY_BLOCK) {
+        let rows = QUERY_BLOCK.min(n - start);
+        let scores = (q.narrow(2, start, rows)?.matmul(&kt)? * scale)?;
+        let attn = candle_nn::ops::softmax_last_dim(&scores)?;
+        parts.push(attn.matmul(v)?);
+    }
+    let out = Tensor::cat(&parts, 2)?; // [1, heads, n, hd]
+    Ok(out.squeeze(0)?.transpose(0, 1)?.reshape((n, heads * hd))?)
 }
 
 /// Each patch row's place in the image (row, column), in the processor's order: merge

@@ -295,3 +295,76 @@ pub unsafe fn q8_0(w: &[u8], x: &Q8Row) -> f32 {
         )
     })
 }
+
+/// `rows` (≤ 8) rows of activations times one panel of packed weights over `depth` of the
+/// shared dimension: `out[r][c] (+)= Σ_d x[r][d] · w[d][c]` for `c < cols` (≤ 32), the rows
+/// `ldx` apart in `x`, `ldo` apart in `out`; added to what `out` holds where `accumulate`.
+/// ([`crate::kernels::packed`].)
+///
+/// # Safety
+/// AVX-512F; `x` holds `rows` rows of `depth` values `ldx` apart, `w` `depth × 32` values,
+/// and `out` `rows` rows of `cols` values `ldo` apart that no other thread touches.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn panel_product(
+    x: &[f32],
+    ldx: usize,
+    rows: usize,
+    depth: usize,
+    w: &[f32],
+    out: *mut f32,
+    ldo: usize,
+    cols: usize,
+    accumulate: bool,
+) {
+    match rows {
+        8 => panel_rows::<8>(x, ldx, depth, w, out, ldo, cols, accumulate),
+        7 => panel_rows::<7>(x, ldx, depth, w, out, ldo, cols, accumulate),
+        6 => panel_rows::<6>(x, ldx, depth, w, out, ldo, cols, accumulate),
+        5 => panel_rows::<5>(x, ldx, depth, w, out, ldo, cols, accumulate),
+        4 => panel_rows::<4>(x, ldx, depth, w, out, ldo, cols, accumulate),
+        3 => panel_rows::<3>(x, ldx, depth, w, out, ldo, cols, accumulate),
+        2 => panel_rows::<2>(x, ldx, depth, w, out, ldo, cols, accumulate),
+        _ => panel_rows::<1>(x, ldx, depth, w, out, ldo, cols, accumulate),
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn panel_rows<const R: usize>(
+    x: &[f32],
+    ldx: usize,
+    depth: usize,
+    w: &[f32],
+    out: *mut f32,
+    ldo: usize,
+    cols: usize,
+    accumulate: bool,
+) {
+    debug_assert!(x.len() >= (R - 1) * ldx + depth && w.len() >= depth * 32);
+    let (xp, wp) = (x.as_ptr(), w.as_ptr());
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
+    for d in 0..depth {
+        let w0 = _mm512_loadu_ps(wp.add(d * 32));
+        let w1 = _mm512_loadu_ps(wp.add(d * 32 + 16));
+        for (r, a) in acc.iter_mut().enumerate() {
+            let xb = _mm512_set1_ps(*xp.add(r * ldx + d));
+            a[0] = _mm512_fmadd_ps(xb, w0, a[0]);
+            a[1] = _mm512_fmadd_ps(xb, w1, a[1]);
+        }
+    }
+    // The columns this panel has: all 32, or the first `cols` of the last panel.
+    let mask = |c: usize| ((1u32 << c.min(16)) - 1) as u16;
+    let (lo, hi) = (mask(cols), mask(cols.saturating_sub(16)));
+    for (r, a) in acc.iter().enumerate() {
+        let o = out.add(r * ldo);
+        let (mut s0, mut s1) = (a[0], a[1]);
+        if accumulate {
+            s0 = _mm512_add_ps(s0, _mm512_maskz_loadu_ps(lo, o));
+            s1 = _mm512_add_ps(s1, _mm512_maskz_loadu_ps(hi, o.add(16)));
+        }
+        _mm512_mask_storeu_ps(o, lo, s0);
+        _mm512_mask_storeu_ps(o.add(16), hi, s1);
+    }
+}

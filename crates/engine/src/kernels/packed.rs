@@ -1,0 +1,176 @@
+//! `y = x · Wᵀ` on the CPU for many rows of f32 activations (a vision tower's thousands of
+//! patches), with the f32 weight packed once, at load, into panels of [`PANEL`] output
+//! columns: `[k][PANEL]` each, so that the inner loop reads the weight contiguously.
+//!
+//! Why not candle's matmul: its gemm runs 256-bit kernels on every x86 CPU (512-bit ones need
+//! a nightly compiler) and packs the weight again on every call. Here each task takes a block
+//! of rows and goes through the panels in slices of [`DEPTH`] weights, an 8 × 32 block of
+//! outputs summed in sixteen 512-bit registers (`kernels/x86/avx512.rs`). Where the CPU runs
+//! no AVX-512 the caller keeps candle's matmul.
+
+use super::cpu::{self, CpuLevel};
+use super::dense::SharedOut;
+use rayon::prelude::*;
+
+/// Output columns of one panel: two 512-bit vectors.
+pub const PANEL: usize = 32;
+
+/// Weights of a panel summed per pass over the block's rows (32 KiB of the panel, 8 KiB of
+/// each 8 rows of activations: both stay in the first levels of cache).
+const DEPTH: usize = 256;
+
+/// Rows of activations one pass of the kernel takes.
+pub const ROWS: usize = 8;
+
+/// A weight `[n, k]` in panels of [`PANEL`] rows of it, each stored `[k][PANEL]` (the last
+/// padded with zeros).
+#[derive(Debug, Clone)]
+pub struct PackedMatrix {
+    n: usize,
+    k: usize,
+    panels: Vec<f32>,
+}
+
+impl PackedMatrix {
+    /// Packs `w` (`[n, k]`, row-major).
+    pub fn new(w: &[f32], n: usize, k: usize) -> Self {
+        debug_assert_eq!(w.len(), n * k);
+        let count = n.div_ceil(PANEL);
+        let mut panels = vec![0f32; count * k * PANEL];
+        for (p, panel) in panels.chunks_mut(k * PANEL).enumerate() {
+            for c in 0..PANEL.min(n - p * PANEL) {
+                let row = &w[(p * PANEL + c) * k..][..k];
+                for (d, &v) in row.iter().enumerate() {
+                    panel[d * PANEL + c] = v;
+                }
+            }
+        }
+        Self { n, k, panels }
+    }
+
+    /// Output columns.
+    pub fn rows(&self) -> usize {
+        self.n
+    }
+
+    /// Input columns.
+    pub fn cols(&self) -> usize {
+        self.k
+    }
+
+    /// Whether this CPU runs the kernel (at the level [`cpu`] chose).
+    pub fn runs_here() -> bool {
+        cpu::active() >= CpuLevel::Avx512 && cfg!(target_arch = "x86_64")
+    }
+
+    /// `x · Wᵀ` for `x` of `m` rows (`[m, k]`): `[m, n]`; `None` where this CPU runs no
+    /// AVX-512 ([`Self::runs_here`]).
+    pub fn matmul_t(&self, x: &[f32], m: usize) -> Option<Vec<f32>> {
+        let mut out = Vec::new();
+        self.matmul_t_into(x, m, &mut out).then_some(out)
+    }
+
+    /// [`Self::matmul_t`] into `out` (its buffer reused); whether it ran.
+    pub fn matmul_t_into(&self, x: &[f32], m: usize, out: &mut Vec<f32>) -> bool {
+        if !Self::runs_here() || x.len() != m * self.k {
+            return false;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            self.run(x, m, out);
+            true
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn run(&self, x: &[f32], m: usize, out: &mut Vec<f32>) {
+        let (n, k) = (self.n, self.k);
+        // Blocks of rows per task: several a thread, to balance; at most 192 rows, whose
+        // slice of activations (192 KiB) stays in the second-level cache.
+        let threads = rayon::current_num_threads();
+        let block = m
+            .div_ceil(4 * threads)
+            .next_multiple_of(ROWS)
+            .clamp(ROWS, 192);
+        out.clear();
+        out.reserve(m * n);
+        let dst = SharedOut(out.as_mut_ptr());
+        (0..m.div_ceil(block))
+            .into_par_iter()
+            .with_max_len(1)
+            .for_each(|b| {
+                let (r0, r1) = (b * block, ((b + 1) * block).min(m));
+                for d0 in (0..k).step_by(DEPTH) {
+                    let depth = DEPTH.min(k - d0);
+                    for (p, panel) in self.panels.chunks(k * PANEL).enumerate() {
+                        let cols = PANEL.min(n - p * PANEL);
+                        let w = &panel[d0 * PANEL..(d0 + depth) * PANEL];
+                        for r in (r0..r1).step_by(ROWS) {
+                            let rows = ROWS.min(r1 - r);
+                            let xs = &x[r * k + d0..];
+                            let o = dst.at(r * n + p * PANEL);
+                            // SAFETY: `runs_here` checked AVX-512F; `xs` holds `rows` rows of
+                            // `k` from `d0` (the last `depth` long), `w` `depth` × 32
+                            // weights, and this task alone writes rows `r0..r1` of the
+                            // output (`cols` of each from `o`), read back after the first
+                            // slice has written them.
+                            unsafe {
+                                super::x86::avx512::panel_product(
+                                    xs,
+                                    k,
+                                    rows,
+                                    depth,
+                                    w,
+                                    o,
+                                    n,
+                                    cols,
+                                    d0 > 0,
+                                )
+                            }
+                        }
+                    }
+                }
+            });
+        // SAFETY: the tasks cover rows `0..m`, each writing all `n` columns of its rows.
+        unsafe { out.set_len(m * n) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packed_product_matches_the_plain_sums() {
+        // Uneven everything: rows not a multiple of 8, columns of 32, depth of 256.
+        let (m, k, n) = (37, 300, 70);
+        let x: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 7919) % 113) as f32 / 56.0 - 1.0)
+            .collect();
+        let w: Vec<f32> = (0..n * k)
+            .map(|i| ((i * 104729) % 97) as f32 / 48.0 - 1.0)
+            .collect();
+        let got = PackedMatrix::new(&w, n, k).matmul_t(&x, m);
+        let Some(got) = got else {
+            assert!(
+                !PackedMatrix::runs_here(),
+                "no product where the kernel runs"
+            );
+            return;
+        };
+        for i in 0..m {
+            for j in 0..n {
+                let want: f64 = (0..k)
+                    .map(|p| x[i * k + p] as f64 * w[j * k + p] as f64)
+                    .sum();
+                let g = got[i * n + j] as f64;
+                assert!(
+                    (g - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                    "[{i},{j}] {g} vs {want}"
+                );
+            }
+        }
+    }
+}
