@@ -73,6 +73,10 @@ pub struct AgentArgs {
     /// The model to ask the server at --llm-url for (default: the first it lists).
     #[arg(long, value_name = "NAME", requires = "llm_url")]
     pub llm_model: Option<String>,
+    /// An image (PNG, JPEG, WebP, GIF) for the task, for a model with a vision tower (a
+    /// model without one reads a note in its place); repeatable.
+    #[arg(long, value_name = "FILE")]
+    pub image: Vec<PathBuf>,
     /// The task.
     pub task: String,
 }
@@ -102,6 +106,14 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     if args.max_iterations == 0 {
         bail!("invalid --max-iterations: 0 (must be at least 1)");
     }
+    // The task's images travel in its text; the model backend takes them out.
+    let mut task = String::new();
+    for path in &args.image {
+        let span = hearth_agent::image::inline_file(path)
+            .map_err(|e| anyhow::anyhow!("invalid --image: {e}"))?;
+        task.push_str(&span);
+    }
+    task.push_str(&args.task);
     if args.session.as_deref().is_some_and(|s| s.trim().is_empty()) {
         bail!("invalid --session: empty name");
     }
@@ -180,7 +192,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     }
     if let Some(r) = &recorder {
         r.attach(&mut agent);
-        let mut header = RunHeader::of(&agent, &args.task, &session);
+        let mut header = RunHeader::of(&agent, &task, &session);
         // What `hearth replay --live` needs to build the same tools again.
         header
             .extra
@@ -195,7 +207,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         r.write(Entry::Run(Box::new(header)));
     }
 
-    let result = run_turn(&rt, &agent, &args.task, &session, args.json);
+    let result = run_turn(&rt, &agent, &task, &session, args.json);
     let run = result?;
     if let Some(r) = &recorder {
         r.write(Entry::End { run: run.clone() });
@@ -247,7 +259,11 @@ pub(crate) fn run_turn(
                     Ok(())
                 }
                 ToolAgentEvent::ToolResult { result } => {
-                    eprintln!("← {}: {}", result.name, result.for_model());
+                    // An image shows as its type and size, not its base64.
+                    let shown = hearth_agent::image::replace_images(&result.for_model(), |t, b| {
+                        format!("[{t}, {} bytes]", b.len())
+                    });
+                    eprintln!("← {}: {shown}", result.name);
                     Ok(())
                 }
                 ToolAgentEvent::ToolCallsComplete => Ok(()),

@@ -24,6 +24,7 @@ pub mod agent;
 pub mod aggregator;
 pub mod error;
 pub mod hooks;
+pub mod image;
 pub mod knowledge;
 pub mod llm;
 pub mod loop_policy;

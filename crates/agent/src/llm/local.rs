@@ -3,6 +3,9 @@
 
 use super::{Llm, LlmEvent, LlmRequest, LlmStream};
 use crate::error::{AgentError, Result};
+use crate::image;
+use hearth_chat::ChatMessage;
+use hearth_engine::vision::ImageInput;
 use hearth_engine::ToolChoice;
 use hearth_engine::{ChatRequest, Constraint, Engine, Event, FinishReason};
 use std::sync::Arc;
@@ -62,13 +65,47 @@ impl LocalLlm {
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
     }
+
+    /// `messages` with each image they hold ([`crate::image`]) as the model's image marker,
+    /// and the images in order; for a model without vision, or an image it cannot read, a
+    /// note in its place (a tool's screenshot must not stop the agent).
+    fn with_images(&self, messages: Vec<ChatMessage>) -> (Vec<ChatMessage>, Vec<ImageInput>) {
+        let support = self.engine.info().images.as_ref();
+        let mut images = vec![];
+        let messages = messages
+            .into_iter()
+            .map(|mut m| {
+                if let Some(text) = m.content.as_deref().filter(|t| image::has_images(t)) {
+                    let text = image::replace_images(text, |_, bytes| {
+                        let Some(support) = support else {
+                            return image::TEXT_ONLY_NOTE.to_string();
+                        };
+                        match self.engine.image(&bytes) {
+                            Ok(i) => {
+                                images.push(i);
+                                support.marker.clone()
+                            }
+                            Err(e) => {
+                                tracing::warn!("an image in the {} message: {e}", m.role);
+                                format!("[an image that could not be read: {e}]")
+                            }
+                        }
+                    });
+                    m.content = Some(text);
+                }
+                m
+            })
+            .collect();
+        (messages, images)
+    }
 }
 
 impl Llm for LocalLlm {
     fn chat(&self, r: LlmRequest) -> Result<LlmStream> {
         let constraint = self.tool_constraint(&r.tools);
+        let (messages, images) = self.with_images(r.messages);
         let stream = self.engine.chat(ChatRequest {
-            messages: r.messages,
+            messages,
             tools: if r.tools.is_empty() {
                 None
             } else {
@@ -81,7 +118,7 @@ impl Llm for LocalLlm {
             session: r.session,
             prefill: None,
             constraint,
-            images: Vec::new(),
+            images,
         })?;
         let events = futures::stream::unfold(Some(stream), |state| async move {
             let mut stream = state?;

@@ -5,6 +5,7 @@
 
 use super::{Llm, LlmEvent, LlmRequest, LlmStream};
 use crate::error::{AgentError, Result};
+use crate::image::{self, Piece};
 use futures::StreamExt;
 use hearth_chat::ChatMessage;
 use serde_json::{json, Map, Value};
@@ -256,7 +257,7 @@ fn openai_messages(messages: &[ChatMessage]) -> Vec<Value> {
         .map(|m| {
             let mut out = Map::new();
             out.insert("role".into(), json!(m.role));
-            out.insert("content".into(), json!(m.content));
+            out.insert("content".into(), content(m.content.as_deref()));
             for (k, v) in &m.extra {
                 out.insert(k.clone(), v.clone());
             }
@@ -294,6 +295,22 @@ fn openai_messages(messages: &[ChatMessage]) -> Vec<Value> {
             Value::Object(out)
         })
         .collect()
+}
+
+/// A message's content: its text, or where it holds images ([`crate::image`]) text and
+/// `image_url` parts in order.
+fn content(text: Option<&str>) -> Value {
+    let Some(text) = text.filter(|t| image::has_images(t)) else {
+        return json!(text);
+    };
+    let parts: Vec<Value> = image::pieces(text)
+        .into_iter()
+        .map(|p| match p {
+            Piece::Text(t) => json!({"type": "text", "text": t}),
+            Piece::Image { uri, .. } => json!({"type": "image_url", "image_url": {"url": uri}}),
+        })
+        .collect();
+    Value::Array(parts)
 }
 
 /// A tool call being streamed: its pieces arrive by `index`.

@@ -133,8 +133,9 @@ pub(super) async fn connect(
 }
 
 impl Connection {
-    /// Calls `name`; the text of its content, or its error (a tool error, the server gone, no
-    /// answer within `timeout`) as the model should read it.
+    /// Calls `name`; the text of its content (images in it as [`crate::image`] spans), or
+    /// its error (a tool error, the server gone, no answer within `timeout`) as the model
+    /// should read it.
     pub(super) async fn call(
         &self,
         name: &str,
@@ -151,9 +152,14 @@ impl Connection {
             .map_err(|e| format!("the call failed: {e}"))?;
         let mut texts: Vec<String> = vec![];
         for c in &result.content {
+            if let Some(i) = c.raw.as_image() {
+                // An image (a screenshot) travels in the text; the model backend takes it out.
+                texts.push(crate::image::inline_base64(&i.data, &i.mime_type));
+                continue;
+            }
             match c.raw.as_text() {
                 Some(t) => texts.push(t.text.clone()),
-                // Images, audio and resources: the model reads text only; say what came.
+                // Audio and resources: the model reads text and images only; say what came.
                 None => texts.push(format!(
                     "[{} content not shown]",
                     serde_json::to_value(&c.raw)

@@ -13,6 +13,8 @@ pub struct Workspace {
 }
 
 const MAX_READ: usize = 64 * 1024;
+/// The largest image `read_file` shows.
+const MAX_IMAGE: usize = 20 << 20;
 
 impl Workspace {
     /// The workspace at `root`, which must be a directory.
@@ -108,7 +110,7 @@ impl Tool for ReadFile {
         "read_file"
     }
     fn description(&self) -> &str {
-        "Read a text file in the workspace (at most 64 KiB)."
+        "Read a text file in the workspace (at most 64 KiB), or look at an image file (PNG, JPEG, WebP, GIF)."
     }
     fn parameters(&self) -> Value {
         json!({"type": "object", "properties": {"path": {"type": "string", "description": "File relative to the workspace"}}, "required": ["path"]})
@@ -126,11 +128,29 @@ impl Tool for ReadFile {
             .ok()
             .filter(|m| m.is_file())
             .map(|m| m.len());
-        // Never more than the limit and one byte (to tell that there is more) in memory,
-        // whatever the file's size.
+        // An image is shown whole (the model backend encodes it, or notes it for a model
+        // without vision), up to its own limit.
         let mut bytes = Vec::new();
         (&mut file)
-            .take(MAX_READ as u64 + 1)
+            .take(12)
+            .read_to_end(&mut bytes)
+            .await
+            .map_err(|e| format!("{arg}: {e}"))?;
+        if let Some(media_type) = crate::image::media_type(&bytes) {
+            (&mut file)
+                .take(MAX_IMAGE as u64 + 1 - bytes.len() as u64)
+                .read_to_end(&mut bytes)
+                .await
+                .map_err(|e| format!("{arg}: {e}"))?;
+            if bytes.len() > MAX_IMAGE {
+                return Err(format!("{arg}: an image over {MAX_IMAGE} bytes"));
+            }
+            return Ok(crate::image::inline(&bytes, media_type));
+        }
+        // Never more than the limit and one byte (to tell that there is more) in memory,
+        // whatever the file's size.
+        (&mut file)
+            .take((MAX_READ + 1 - bytes.len()) as u64)
             .read_to_end(&mut bytes)
             .await
             .map_err(|e| format!("{arg}: {e}"))?;
@@ -173,6 +193,16 @@ mod tests {
             assert!(err.contains("outside the workspace"), "{err}");
         }
         assert!(read.call(json!({"path": "missing.txt"})).await.is_err());
+        // An image comes back whole, as an image span the model backend takes out.
+        let png = [&[0x89, b'P', b'N', b'G'][..], &[7u8; 70_000][..]].concat();
+        std::fs::write(tmp.path().join("shot.png"), &png)?;
+        let shown = read.call(json!({"path": "shot.png"})).await?;
+        let pieces = crate::image::pieces(&shown);
+        assert!(
+            matches!(&pieces[..], [crate::image::Piece::Image { media_type: "image/png", bytes, .. }] if *bytes == png),
+            "{}",
+            &shown[..60]
+        );
         Ok(())
     }
 

@@ -5,8 +5,9 @@
 //! Why not candle's matmul: its gemm runs 256-bit kernels on every x86 CPU (512-bit ones need
 //! a nightly compiler) and packs the weight again on every call. Here each task takes a block
 //! of rows and goes through the panels in slices of [`DEPTH`] weights, an 8 × 32 block of
-//! outputs summed in sixteen 512-bit registers (`kernels/x86/avx512.rs`). Where the CPU runs
-//! no AVX-512 the caller keeps candle's matmul.
+//! outputs summed in sixteen 512-bit registers (`kernels/x86/avx512.rs`), or 3 × 32 in twelve
+//! 256-bit ones (`kernels/x86/avx2.rs`). Where the CPU runs neither (ARM, old x86) the
+//! caller keeps candle's matmul.
 
 use super::cpu::{self, CpuLevel};
 use super::dense::SharedOut;
@@ -18,9 +19,6 @@ pub const PANEL: usize = 32;
 /// Weights of a panel summed per pass over the block's rows (32 KiB of the panel, 8 KiB of
 /// each 8 rows of activations: both stay in the first levels of cache).
 const DEPTH: usize = 256;
-
-/// Rows of activations one pass of the kernel takes.
-pub const ROWS: usize = 8;
 
 /// A weight `[n, k]` in panels of [`PANEL`] rows of it, each stored `[k][PANEL]` (the last
 /// padded with zeros).
@@ -58,13 +56,13 @@ impl PackedMatrix {
         self.k
     }
 
-    /// Whether this CPU runs the kernel (at the level [`cpu`] chose).
+    /// Whether this CPU runs the kernel (AVX2 or AVX-512, at the level [`cpu`] chose).
     pub fn runs_here() -> bool {
-        cpu::active() >= CpuLevel::Avx512 && cfg!(target_arch = "x86_64")
+        cpu::active() >= CpuLevel::Avx2 && cfg!(target_arch = "x86_64")
     }
 
-    /// `x · Wᵀ` for `x` of `m` rows (`[m, k]`): `[m, n]`; `None` where this CPU runs no
-    /// AVX-512 ([`Self::runs_here`]).
+    /// `x · Wᵀ` for `x` of `m` rows (`[m, k]`): `[m, n]`; `None` where this CPU runs the
+    /// kernel at no level ([`Self::runs_here`]).
     pub fn matmul_t(&self, x: &[f32], m: usize) -> Option<Vec<f32>> {
         let mut out = Vec::new();
         self.matmul_t_into(x, m, &mut out).then_some(out)
@@ -77,23 +75,31 @@ impl PackedMatrix {
         }
         #[cfg(target_arch = "x86_64")]
         {
-            self.run(x, m, out);
+            self.run(cpu::active(), x, m, out);
             true
         }
         #[cfg(not(target_arch = "x86_64"))]
         false
     }
 
+    /// The product at `level` (AVX2 or above, one this CPU runs).
     #[cfg(target_arch = "x86_64")]
-    fn run(&self, x: &[f32], m: usize, out: &mut Vec<f32>) {
+    fn run(&self, level: CpuLevel, x: &[f32], m: usize, out: &mut Vec<f32>) {
+        use super::x86::{avx2, avx512};
         let (n, k) = (self.n, self.k);
+        // The rows one pass takes, and its body.
+        type Body = unsafe fn(&[f32], usize, usize, usize, &[f32], *mut f32, usize, usize, bool);
+        let (pass, body): (usize, Body) = match level {
+            CpuLevel::Avx512 => (8, avx512::panel_product),
+            _ => (3, avx2::panel_product),
+        };
         // Blocks of rows per task: several a thread, to balance; at most 192 rows, whose
         // slice of activations (192 KiB) stays in the second-level cache.
         let threads = rayon::current_num_threads();
         let block = m
             .div_ceil(4 * threads)
-            .next_multiple_of(ROWS)
-            .clamp(ROWS, 192);
+            .next_multiple_of(pass)
+            .clamp(pass, 192);
         out.clear();
         out.reserve(m * n);
         let dst = SharedOut(out.as_mut_ptr());
@@ -107,28 +113,16 @@ impl PackedMatrix {
                     for (p, panel) in self.panels.chunks(k * PANEL).enumerate() {
                         let cols = PANEL.min(n - p * PANEL);
                         let w = &panel[d0 * PANEL..(d0 + depth) * PANEL];
-                        for r in (r0..r1).step_by(ROWS) {
-                            let rows = ROWS.min(r1 - r);
+                        for r in (r0..r1).step_by(pass) {
+                            let rows = pass.min(r1 - r);
                             let xs = &x[r * k + d0..];
                             let o = dst.at(r * n + p * PANEL);
-                            // SAFETY: `runs_here` checked AVX-512F; `xs` holds `rows` rows of
-                            // `k` from `d0` (the last `depth` long), `w` `depth` × 32
+                            // SAFETY: `runs_here` checked the body's level; `xs` holds `rows`
+                            // rows of `k` from `d0` (the last `depth` long), `w` `depth` × 32
                             // weights, and this task alone writes rows `r0..r1` of the
                             // output (`cols` of each from `o`), read back after the first
                             // slice has written them.
-                            unsafe {
-                                super::x86::avx512::panel_product(
-                                    xs,
-                                    k,
-                                    rows,
-                                    depth,
-                                    w,
-                                    o,
-                                    n,
-                                    cols,
-                                    d0 > 0,
-                                )
-                            }
+                            unsafe { body(xs, k, rows, depth, w, o, n, cols, d0 > 0) }
                         }
                     }
                 }
@@ -144,7 +138,7 @@ mod tests {
 
     #[test]
     fn packed_product_matches_the_plain_sums() {
-        // Uneven everything: rows not a multiple of 8, columns of 32, depth of 256.
+        // Uneven everything: rows not a multiple of a pass, columns of 32, depth of 256.
         let (m, k, n) = (37, 300, 70);
         let x: Vec<f32> = (0..m * k)
             .map(|i| ((i * 7919) % 113) as f32 / 56.0 - 1.0)
@@ -152,25 +146,34 @@ mod tests {
         let w: Vec<f32> = (0..n * k)
             .map(|i| ((i * 104729) % 97) as f32 / 48.0 - 1.0)
             .collect();
-        let got = PackedMatrix::new(&w, n, k).matmul_t(&x, m);
-        let Some(got) = got else {
-            assert!(
+        let packed = PackedMatrix::new(&w, n, k);
+        let check = |got: &[f32]| {
+            for i in 0..m {
+                for j in 0..n {
+                    let want: f64 = (0..k)
+                        .map(|p| x[i * k + p] as f64 * w[j * k + p] as f64)
+                        .sum();
+                    let g = got[i * n + j] as f64;
+                    assert!(
+                        (g - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                        "[{i},{j}] {g} vs {want}"
+                    );
+                }
+            }
+        };
+        match packed.matmul_t(&x, m) {
+            Some(got) => check(&got),
+            None => assert!(
                 !PackedMatrix::runs_here(),
                 "no product where the kernel runs"
-            );
-            return;
-        };
-        for i in 0..m {
-            for j in 0..n {
-                let want: f64 = (0..k)
-                    .map(|p| x[i * k + p] as f64 * w[j * k + p] as f64)
-                    .sum();
-                let g = got[i * n + j] as f64;
-                assert!(
-                    (g - want).abs() <= 1e-4 * (1.0 + want.abs()),
-                    "[{i},{j}] {g} vs {want}"
-                );
-            }
+            ),
+        }
+        // Every body this CPU runs.
+        #[cfg(target_arch = "x86_64")]
+        for level in cpu::runnable().into_iter().filter(|&l| l >= CpuLevel::Avx2) {
+            let mut got = vec![];
+            packed.run(level, &x, m, &mut got);
+            check(&got);
         }
     }
 }

@@ -2,7 +2,7 @@
 //! to all patches of their image. Per head, the keys and the transposed values are packed
 //! once ([`PackedMatrix`]) and the queries go through in blocks: scores as one product, a
 //! softmax over each row, the weighted values as a second product. Where the CPU runs no
-//! AVX-512 the caller keeps candle's ops.
+//! packed kernel (below AVX2) the caller keeps candle's ops.
 
 use super::pointwise::softmax_rows;
 use crate::kernels::packed::PackedMatrix;
@@ -12,8 +12,8 @@ use crate::kernels::packed::PackedMatrix;
 const BLOCK: usize = 512;
 
 /// `softmax(q·kᵀ/√dim)·v` of `heads` heads over `n` positions, each of `q`, `k`, `v` head-major
-/// (`[heads, n, dim]`); returns `[n, heads × dim]`. `None` where this CPU runs no AVX-512
-/// ([`PackedMatrix::runs_here`]) or the lengths do not fit.
+/// (`[heads, n, dim]`); returns `[n, heads × dim]`. `None` where this CPU runs no packed
+/// kernel ([`PackedMatrix::runs_here`]) or the lengths do not fit.
 pub fn attend_all(
     q: &[f32],
     k: &[f32],

@@ -57,7 +57,11 @@ fn softmax_row_portable(row: &mut [f32], scale: f32) {
             *m = if v > *m { v } else { *m };
         }
     }
-    let top = tail.iter().chain(&lanes).fold(f32::NEG_INFINITY, |m, &v| m.max(v)) * scale;
+    let top = tail
+        .iter()
+        .chain(&lanes)
+        .fold(f32::NEG_INFINITY, |m, &v| m.max(v))
+        * scale;
     let mut sums = [0f32; L];
     for c in chunks.chunks_exact_mut(L) {
         for (s, v) in sums.iter_mut().zip(c) {

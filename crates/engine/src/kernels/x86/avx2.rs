@@ -502,3 +502,68 @@ blocks32_pass!(q8_0_pass, 34, |blk| load(blk.add(2)));
 one_and_rows!(q4_0_pass, q4_0, q4_0_rows);
 one_and_rows!(q5_0_pass, q5_0, q5_0_rows);
 one_and_rows!(q8_0_pass, q8_0, q8_0_rows);
+
+/// `rows` (≤ 3) rows of activations times one panel of packed weights over `depth` of the
+/// shared dimension, as [`super::avx512::panel_product`] computes it with 256-bit vectors:
+/// three rows of four vectors of sums fill twelve of the sixteen registers.
+///
+/// # Safety
+/// AVX2 and FMA; `x` holds `rows` rows of `depth` values `ldx` apart, `w` `depth × 32`
+/// values, and `out` `rows` rows of `cols` values `ldo` apart that no other thread touches.
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn panel_product(
+    x: &[f32],
+    ldx: usize,
+    rows: usize,
+    depth: usize,
+    w: &[f32],
+    out: *mut f32,
+    ldo: usize,
+    cols: usize,
+    accumulate: bool,
+) {
+    match rows {
+        3 => panel_rows::<3>(x, ldx, depth, w, out, ldo, cols, accumulate),
+        2 => panel_rows::<2>(x, ldx, depth, w, out, ldo, cols, accumulate),
+        _ => panel_rows::<1>(x, ldx, depth, w, out, ldo, cols, accumulate),
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn panel_rows<const R: usize>(
+    x: &[f32],
+    ldx: usize,
+    depth: usize,
+    w: &[f32],
+    out: *mut f32,
+    ldo: usize,
+    cols: usize,
+    accumulate: bool,
+) {
+    debug_assert!(x.len() >= (R - 1) * ldx + depth && w.len() >= depth * 32);
+    let (xp, wp) = (x.as_ptr(), w.as_ptr());
+    let mut acc = [[_mm256_setzero_ps(); 4]; R];
+    for d in 0..depth {
+        let ws = [0, 8, 16, 24].map(|c| _mm256_loadu_ps(wp.add(d * 32 + c)));
+        for (r, a) in acc.iter_mut().enumerate() {
+            let xb = _mm256_set1_ps(*xp.add(r * ldx + d));
+            for (a, w) in a.iter_mut().zip(ws) {
+                *a = _mm256_fmadd_ps(xb, w, *a);
+            }
+        }
+    }
+    let mut sums = [0f32; 32];
+    for (r, a) in acc.iter().enumerate() {
+        let o = out.add(r * ldo);
+        for (v, s) in a.iter().zip(sums.chunks_exact_mut(8)) {
+            _mm256_storeu_ps(s.as_mut_ptr(), *v);
+        }
+        // The last panel's columns past `cols` are padding: not written.
+        for (c, &s) in sums.iter().enumerate().take(cols) {
+            *o.add(c) = if accumulate { *o.add(c) + s } else { s };
+        }
+    }
+}
