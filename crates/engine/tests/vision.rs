@@ -179,12 +179,55 @@ fn bad_images_are_refused_by_name() {
 
 /// Prompts with one and two images: the model's logits within 1e-4 of their scale of
 /// transformers', and its greedy tokens equal, prefilled whole and in chunks that cut an
-/// image.
+/// image; Qwen3.5 dense and mixture-of-experts.
 #[test]
 fn prompts_with_images_give_transformers_logits_and_tokens() -> TestResult {
+    logits_and_tokens_match("tiny-qwen3.5-vision")
+}
+
+#[test]
+fn a_mixture_of_experts_with_images_gives_transformers_logits_and_tokens() -> TestResult {
+    logits_and_tokens_match("tiny-qwen3.5-moe-vision")?;
+    // And through the engine, as a user loads it.
+    use hearth_engine::{DTypeSpec, DeviceSpec, Engine, Event, GenerateRequest, LoadOptions};
+    let dir = common::fixtures().join("tiny-qwen3.5-moe-vision");
+    let g: Value = serde_json::from_str(&std::fs::read_to_string(
+        common::fixtures().join("golden/tiny-qwen3.5-moe-vision.json"),
+    )?)?;
+    let opts = LoadOptions {
+        device: DeviceSpec::Cpu,
+        dtype: DTypeSpec::F32,
+        ..Default::default()
+    };
+    let engine = Engine::load(dir.to_str().ok_or("path")?, &opts)?;
+    let prompt = &g["prompts"][0];
+    let want: Vec<u32> = numbers(&prompt["greedy_f32"])?;
+    let image = engine.image(&std::fs::read(dir.join("image1.png"))?)?;
+    let mut s = engine.generate(GenerateRequest {
+        sampling: hearth_engine::SamplingParams::greedy(),
+        stop_token_ids: Some(vec![]),
+        images: vec![image],
+        ..GenerateRequest::new(numbers(&prompt["input_ids"])?, want.len())
+    })?;
+    let mut tokens = vec![];
+    while let Some(e) = s.blocking_next() {
+        match e {
+            Event::Token { id } => tokens.push(id),
+            Event::Error { message } => return Err(message.into()),
+            _ => {}
+        }
+    }
+    assert_eq!(tokens, want);
+    Ok(())
+}
+
+fn logits_and_tokens_match(checkpoint: &str) -> TestResult {
     use hearth_engine::vision::Vision;
     use hearth_engine::{KvCache, Qwen, QwenConfig};
-    let g = golden()?;
+    let dir = || common::fixtures().join(checkpoint);
+    let g: Value = serde_json::from_str(&std::fs::read_to_string(
+        common::fixtures().join(format!("golden/{checkpoint}.json")),
+    )?)?;
     let cfg = QwenConfig::from_file(&dir().join("config.json"))?;
     assert!(
         cfg.mrope.is_some(),
