@@ -7,7 +7,7 @@
 use crate::model_args::{check_max_tokens, ModelArgs, SamplingArgs};
 use anyhow::{bail, Context};
 use hearth_agent::knowledge::FolderKnowledge;
-use hearth_agent::llm::OpenAiLlm;
+use hearth_agent::llm::{Backend, FallbackLlm, OpenAiLlm};
 use hearth_agent::record::{Entry, Recorder, RunHeader};
 use hearth_agent::tool_agent::{RunOptions, StopReason, ToolAgentRun};
 use hearth_agent::{Agent, Llm, LlmRequest, LocalLlm, SessionStore, ToolAgent, ToolAgentEvent};
@@ -73,6 +73,20 @@ pub struct AgentArgs {
     /// The model to ask the server at --llm-url for (default: the first it lists).
     #[arg(long, value_name = "NAME", requires = "llm_url")]
     pub llm_model: Option<String>,
+    /// A server of OpenAI's API that answers when the model before it fails (an error, or
+    /// no answer within --llm-timeout); repeatable, asked in order. A failed one is skipped
+    /// for 30 s, doubling while it keeps failing, then asked again.
+    #[arg(long, value_name = "URL")]
+    pub llm_fallback: Vec<String>,
+    /// Seconds each model may take to its answer's first token before the next is asked
+    /// (with --llm-fallback).
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 300,
+        requires = "llm_fallback"
+    )]
+    pub llm_timeout: u64,
     /// An image (PNG, JPEG, WebP, GIF) for the task, for a model with a vision tower (a
     /// model without one reads a note in its place); repeatable.
     #[arg(long, value_name = "FILE")]
@@ -95,6 +109,46 @@ fn remote_llm(
         .with_max_tokens(max_tokens);
     rt.block_on(llm.discover_model())
         .map_err(|e| anyhow::anyhow!("--llm-url: {e}"))
+}
+
+/// `llm`, then each --llm-fallback server, as one model: the first that answers in time.
+fn with_fallbacks(
+    rt: &tokio::runtime::Runtime,
+    llm: Arc<dyn Llm>,
+    args: &AgentArgs,
+) -> anyhow::Result<Arc<dyn Llm>> {
+    if args.llm_fallback.is_empty() {
+        return Ok(llm);
+    }
+    let timeout = std::time::Duration::from_secs(args.llm_timeout.max(1));
+    let mut backends = vec![Backend::new(llm).with_timeout(timeout)];
+    for url in &args.llm_fallback {
+        let remote = OpenAiLlm::new(url, "")
+            .map_err(|e| anyhow::anyhow!("invalid --llm-fallback: {e}"))?
+            .with_max_tokens(args.max_tokens);
+        // A fallback that is down now may be up when it is needed: its model is asked for
+        // now if it answers, else the requests name none.
+        let discovered = rt.block_on(async {
+            tokio::time::timeout(std::time::Duration::from_secs(5), remote.discover_model()).await
+        });
+        let remote = match discovered {
+            Ok(Ok(r)) => r,
+            _ => {
+                tracing::warn!(
+                    "--llm-fallback {url}: no model list now; its requests name no model"
+                );
+                OpenAiLlm::new(url, "")
+                    .map_err(|e| anyhow::anyhow!("invalid --llm-fallback: {e}"))?
+                    .with_max_tokens(args.max_tokens)
+            }
+        };
+        backends.push(
+            Backend::new(Arc::new(remote))
+                .named(url.clone())
+                .with_timeout(timeout),
+        );
+    }
+    Ok(Arc::new(FallbackLlm::new(backends)?))
 }
 
 pub fn run(args: AgentArgs) -> anyhow::Result<()> {
@@ -171,6 +225,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             )
         }
     };
+    let llm = with_fallbacks(&rt, llm, &args)?;
     // Tool use is most reliable greedy; flags still override.
     let sampling = args.sampling.apply(&SamplingParams::greedy());
     let mut agent = ToolAgent::new(llm, tools);
@@ -436,6 +491,7 @@ mod tests {
             tool_calls: vec![],
             iterations: 3,
             error,
+            backend: None,
         }
     }
 

@@ -172,6 +172,9 @@ pub enum Entry {
         completion_tokens: usize,
         /// Milliseconds from the request to the end of the answer.
         duration_ms: u64,
+        /// The backend that answered, where the model chooses among several.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
     },
     /// The model failed on request `step`.
     ModelError {
@@ -369,7 +372,9 @@ impl Llm for RecordingLlm {
                     prompt_tokens,
                     cached_prompt_tokens,
                     completion_tokens,
+                    model,
                 }) => recorder.write(Entry::ModelResponse {
+                    model: model.clone(),
                     step,
                     text: std::mem::take(&mut text),
                     reasoning: std::mem::take(&mut reasoning),

@@ -51,6 +51,7 @@ impl Llm for ReplayLlm {
                 prompt_tokens,
                 cached_prompt_tokens,
                 completion_tokens,
+                model,
                 ..
             }) => {
                 let mut events: Vec<Result<LlmEvent>> = vec![];
@@ -63,6 +64,7 @@ impl Llm for ReplayLlm {
                     prompt_tokens,
                     cached_prompt_tokens,
                     completion_tokens,
+                    model,
                 }));
                 events
             }

@@ -59,6 +59,10 @@ pub struct ToolAgentRun {
     /// What failed, with [`StopReason::Error`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The backend that gave the last answer, where the model chooses among several
+    /// ([`crate::llm::FallbackLlm`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
 }
 
 /// What a run reports as it goes (in JSON, tagged by `type`).
@@ -355,8 +359,11 @@ impl ToolAgent {
                 self.llm_agent.memory.add(session, i);
             }
             let mut out = AgentMessage::new(self.llm_agent.name.clone(), run.answer.clone());
-            out.extra_info =
-                Some(json!({"stop_reason": run.stop_reason, "iterations": run.iterations}));
+            let mut info = json!({"stop_reason": run.stop_reason, "iterations": run.iterations});
+            if let Some(b) = &run.backend {
+                info["backend"] = json!(b);
+            }
+            out.extra_info = Some(info);
             self.llm_agent.memory.add(session, out.clone());
             for h in &hooks {
                 out = h.after_agent(&self.llm_agent.name, out, session);
@@ -419,6 +426,7 @@ impl ToolAgent {
             self.llm_agent.llm.end_session(&self.kv_session(session));
             run
         };
+        let mut backend = None;
         for iteration in 1..=self.max_iterations {
             let messages = self.llm_agent.aggregator.aggregate(
                 &msgs,
@@ -439,7 +447,10 @@ impl ToolAgent {
                 ..self.llm_agent.request.clone()
             };
             let text = match self.stream_answer(request, &emit).await {
-                Ok(t) => t,
+                Ok((t, model)) => {
+                    backend = model.or(backend);
+                    t
+                }
                 Err(e) => {
                     return finish(ToolAgentRun {
                         answer: last_text,
@@ -447,6 +458,7 @@ impl ToolAgent {
                         tool_calls: results,
                         iterations: iteration,
                         error: Some(e.to_string()),
+                        backend,
                     })
                 }
             };
@@ -500,6 +512,7 @@ impl ToolAgent {
                     tool_calls: results,
                     iterations: iteration,
                     error: None,
+                    backend,
                 });
             }
             last_text = parsed.text.clone();
@@ -538,6 +551,7 @@ impl ToolAgent {
             tool_calls: results,
             iterations: self.max_iterations,
             error: None,
+            backend,
         })
     }
 
@@ -546,8 +560,9 @@ impl ToolAgent {
         &self,
         request: LlmRequest,
         emit: &(dyn Fn(ToolAgentEvent) + Sync),
-    ) -> Result<String> {
+    ) -> Result<(String, Option<String>)> {
         let mut stream = self.llm_agent.llm.chat(request)?;
+        let mut backend = None;
         let (mut text, mut shown) = (String::new(), 0usize);
         let names = self.executor.tools.names();
         // The answer's calls so far and where the text stood when the last one was whole: a
@@ -585,7 +600,7 @@ impl ToolAgent {
                     }
                 }
                 LlmEvent::Reasoning(t) => emit(ToolAgentEvent::Reasoning { text: t }),
-                LlmEvent::Done { .. } => {}
+                LlmEvent::Done { model, .. } => backend = model,
             }
         }
         // A held-back tail that turned out to be plain text is released.
@@ -594,7 +609,7 @@ impl ToolAgent {
                 text: text[shown..].to_string(),
             });
         }
-        Ok(text)
+        Ok((text, backend))
     }
 }
 

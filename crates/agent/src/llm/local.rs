@@ -146,6 +146,7 @@ impl Llm for LocalLlm {
                             prompt_tokens: s.usage.prompt_tokens,
                             cached_prompt_tokens: s.usage.cached_prompt_tokens,
                             completion_tokens: s.usage.completion_tokens,
+                            model: None,
                         };
                         return Some((Ok(done), None));
                     }

@@ -3,11 +3,13 @@
 //! any OpenAI-compatible server; [`ScriptedLlm`] answers from a script, for tests of agent
 //! logic.
 
+mod fallback;
 #[cfg(feature = "local")]
 mod local;
 mod openai;
 mod scripted;
 
+pub use fallback::{Backend, FallbackLlm};
 #[cfg(feature = "local")]
 pub use local::LocalLlm;
 pub use openai::OpenAiLlm;
@@ -55,6 +57,9 @@ pub enum LlmEvent {
         cached_prompt_tokens: usize,
         /// Tokens of the answer.
         completion_tokens: usize,
+        /// The backend that answered, where the model chooses among several
+        /// ([`FallbackLlm`]); `None` otherwise.
+        model: Option<String>,
     },
 }
 
@@ -93,6 +98,8 @@ pub struct LlmOutput {
     pub cached_prompt_tokens: usize,
     /// Tokens of the answer.
     pub completion_tokens: usize,
+    /// The backend that answered, where the model chooses among several.
+    pub model: Option<String>,
 }
 
 /// Runs a request to the end.
@@ -108,7 +115,9 @@ pub async fn complete(llm: &dyn Llm, request: LlmRequest) -> Result<LlmOutput> {
                 prompt_tokens,
                 cached_prompt_tokens,
                 completion_tokens,
+                model,
             } => {
+                out.model = model;
                 out.finish = finish;
                 out.prompt_tokens = prompt_tokens;
                 out.cached_prompt_tokens = cached_prompt_tokens;

@@ -480,6 +480,7 @@ fn finish(
         prompt_tokens: usage.get("prompt").copied().unwrap_or(0),
         cached_prompt_tokens: usage.get("cached").copied().unwrap_or(0),
         completion_tokens: usage.get("completion").copied().unwrap_or(0),
+        model: None,
     }));
 }
 

@@ -57,6 +57,7 @@ impl Llm for ScriptedLlm {
             prompt_tokens: 0,
             cached_prompt_tokens: 0,
             completion_tokens: answer.chars().count(),
+            model: None,
         }));
         Ok(Box::pin(futures::stream::iter(events)))
     }
