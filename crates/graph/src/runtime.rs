@@ -30,6 +30,9 @@ pub struct RequestContext {
     pub image: Option<String>,
     /// Restore the session's saved slices first.
     pub resume_session: bool,
+    /// This request's budgets, over `_internal.budgets` and the runtime's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budgets: Option<Budgets>,
 }
 
 /// What a trace step did.
@@ -145,8 +148,10 @@ pub trait RuntimeHooks: Send + Sync {
     async fn after_execution(&self, _state: &State, _result: &ExecutionResult) {}
 }
 
-/// Subgraph budgets (agent-contracts' defaults).
-#[derive(Debug, Clone, Copy)]
+/// Subgraph budgets (agent-contracts' defaults). A run takes the request's, else those in
+/// `_internal.budgets` (each field that is there), else the runtime's, and writes the ones it
+/// ran under back to `_internal.budgets`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Budgets {
     /// Deepest subgraph nesting.
     pub max_depth: usize,
@@ -165,6 +170,30 @@ impl Default for Budgets {
         }
     }
 }
+
+impl Budgets {
+    /// These budgets with each field `value` (`_internal.budgets`) holds in place of its own,
+    /// as agent-contracts reads them: a number, or a string of one.
+    pub fn overridden_by(self, value: Option<&Value>) -> Self {
+        let field = |name: &str, own: usize| -> usize {
+            let v = value.and_then(|v| v.get(name));
+            v.and_then(Value::as_u64)
+                .or_else(|| {
+                    v.and_then(Value::as_str)
+                        .and_then(|s| s.trim().parse().ok())
+                })
+                .map_or(own, |n| n as usize)
+        };
+        Self {
+            max_depth: field("max_depth", self.max_depth),
+            max_steps: field("max_steps", self.max_steps),
+            max_reentry: field("max_reentry", self.max_reentry),
+        }
+    }
+}
+
+/// The most entries `_internal.decision_trace` keeps (the latest), across a session's runs.
+const TRACE_KEPT: usize = 200;
 
 /// Runs a registry's graph for requests, keeping sessions in a store.
 pub struct Runtime {
@@ -196,6 +225,7 @@ enum Flow {
 }
 
 struct Run<'a> {
+    budgets: Budgets,
     steps: usize,
     stack: Vec<String>,
     entries: HashMap<String, usize>,
@@ -309,7 +339,12 @@ impl Runtime {
         for h in &self.hooks {
             state = h.prepare_state(state, &request).await;
         }
+        let budgets = request
+            .budgets
+            .unwrap_or_else(|| self.budgets.overridden_by(state.get(INTERNAL, "budgets")));
+        state.set(INTERNAL, "budgets", json!(budgets));
         let mut run = Run {
+            budgets,
             steps: 0,
             stack: vec![],
             entries: HashMap::new(),
@@ -320,6 +355,7 @@ impl Runtime {
             Flow::Local | Flow::Global(None) => None,
             Flow::Global(Some(reason)) => Some(reason),
         };
+        record_trace(&mut state, &run.trace, termination.as_deref());
         let result = ExecutionResult {
             session_id: request.session_id.clone(),
             response_type: state.response_type(),
@@ -348,9 +384,15 @@ impl Runtime {
             let sup = self.supervisors.get(name).ok_or_else(|| {
                 GraphError::Invalid(format!("supervisor `{name}` does not exist"))
             })?;
-            let mut previous: Option<String> = None;
-            for _ in 0..sup.max_iterations {
-                if run.steps >= self.budgets.max_steps {
+            // The last decision (a resumed session's too) is the fallback's previous node.
+            let mut previous: Option<String> = state
+                .get(INTERNAL, "decision")
+                .and_then(Value::as_str)
+                .filter(|d| *d != "done" && !d.starts_with("call_subgraph::"))
+                .map(str::to_owned);
+            let iteration_key = format!("{name}_iteration");
+            for iteration in 0..sup.max_iterations {
+                if run.steps >= run.budgets.max_steps {
                     self.stop(run, depth, name, true);
                     return Ok(Flow::Global(Some("max_steps_exceeded".into())));
                 }
@@ -358,11 +400,14 @@ impl Runtime {
                 run.emit(
                     StreamEventType::Progress,
                     None,
-                    json!({"step": run.steps, "max_steps": self.budgets.max_steps}),
+                    json!({"step": run.steps, "max_steps": run.budgets.max_steps}),
                 );
                 let trace = sup
                     .decide_with_trace(state, &self.registry, previous.as_deref())
                     .await;
+                // As agent-contracts' supervisor writes them.
+                state.set(INTERNAL, "decision", json!(trace.selected_node));
+                state.set(INTERNAL, &iteration_key, json!(iteration + 1));
                 match trace.decision.clone() {
                     Decision::Done => {
                         run.trace.push(TraceStep {
@@ -402,10 +447,10 @@ impl Runtime {
                             Some("allowlist_violation")
                         } else if run.stack.contains(&id) {
                             Some("cycle_detected")
-                        } else if depth + 1 > self.budgets.max_depth {
+                        } else if depth + 1 > run.budgets.max_depth {
                             Some("max_depth_exceeded")
                         } else if run.entries.get(&id).copied().unwrap_or(0)
-                            >= self.budgets.max_reentry
+                            >= run.budgets.max_reentry
                         {
                             Some("max_reentry_exceeded")
                         } else {
@@ -449,6 +494,7 @@ impl Runtime {
                 target: None,
                 decision: None,
             });
+            state.set(INTERNAL, "decision", json!("done"));
             Ok(Flow::Global(Some("max_iterations".into())))
         })
     }
@@ -514,4 +560,37 @@ impl Runtime {
         }
         Ok(())
     }
+}
+
+/// The run's steps appended to `_internal.decision_trace` (agent-contracts' items: step,
+/// depth, supervisor, decision_kind, target, reason, termination_reason; the latest
+/// [`TRACE_KEPT`] kept) and its termination in `_internal.termination_reason`, so that both
+/// are saved with the session.
+fn record_trace(state: &mut State, trace: &[TraceStep], termination: Option<&str>) {
+    let mut items = match state.get(INTERNAL, "decision_trace") {
+        Some(Value::Array(a)) => a.clone(),
+        _ => vec![],
+    };
+    let last_stop = trace
+        .iter()
+        .rposition(|t| matches!(t.kind, StepKind::StopGlobal | StepKind::Fallback));
+    for (i, t) in trace.iter().enumerate() {
+        let kind = serde_json::to_value(&t.kind).unwrap_or(Value::Null);
+        items.push(json!({
+            "step": t.step,
+            "depth": t.depth,
+            "supervisor": t.supervisor,
+            "decision_kind": kind,
+            "target": t.target,
+            "reason": t.decision.as_ref().and_then(|d| d.llm_reasoning.clone()),
+            "termination_reason": if Some(i) == last_stop { termination } else { None },
+        }));
+    }
+    let from = items.len().saturating_sub(TRACE_KEPT);
+    state.set(
+        INTERNAL,
+        "decision_trace",
+        Value::Array(items.split_off(from)),
+    );
+    state.set(INTERNAL, "termination_reason", json!(termination));
 }

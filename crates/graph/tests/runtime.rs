@@ -425,3 +425,80 @@ async fn services_are_injected_by_name() {
     let r = rt.execute(request("go")).await.unwrap();
     assert_eq!(r.response_data, Some(json!(["scarf"])));
 }
+
+/// Budgets per request: the request's over `_internal.budgets` (a resumed session's, numbers
+/// or strings as agent-contracts reads them) over the runtime's, written back normalised; the
+/// supervisor's decision and iteration, the decision trace (agent-contracts' items) and the
+/// termination reason are saved with the session.
+#[tokio::test]
+async fn budgets_come_per_request_and_the_trace_is_saved_with_the_session() {
+    let store = Arc::new(MemoryStore::default());
+    let mut r = Registry::new();
+    r.add_valid_slice("secrets");
+    r.add_node(node(
+        "busy",
+        "main",
+        &["response"],
+        json!({"response": {"n": 1}}),
+        None,
+    ))
+    .unwrap();
+    let mut rt = Runtime::new(r, store.clone()).unwrap();
+    rt.supervisors.get_mut("main").unwrap().max_iterations = 1000;
+    let saved = |store: &MemoryStore| {
+        use hearth_graph::SessionStore;
+        store.load("s").unwrap().unwrap_or_default()["_internal"].clone()
+    };
+
+    // The runtime's 40 steps, cut to 3 by the request.
+    let mut req = request("go");
+    req.budgets = Some(hearth_graph::runtime::Budgets {
+        max_steps: 3,
+        ..Default::default()
+    });
+    let res = rt.execute(req).await.unwrap();
+    assert_eq!(
+        (res.termination.as_deref(), res.steps),
+        (Some("max_steps_exceeded"), 3)
+    );
+    let internal = saved(&store);
+    assert_eq!(
+        internal["budgets"],
+        json!({"max_depth": 2, "max_steps": 3, "max_reentry": 2})
+    );
+    assert_eq!(internal["decision"], json!("busy"));
+    assert_eq!(internal["main_iteration"], json!(3));
+    assert_eq!(internal["termination_reason"], json!("max_steps_exceeded"));
+    let trace = internal["decision_trace"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(trace.len(), 4, "{trace:?}");
+    assert_eq!(trace[0]["decision_kind"], json!("NODE"));
+    assert_eq!(trace[0]["target"], json!("busy"));
+    assert_eq!(trace[3]["decision_kind"], json!("STOP_GLOBAL"));
+    assert_eq!(trace[3]["termination_reason"], json!("max_steps_exceeded"));
+
+    // A resumed session whose `_internal.budgets` says 5 (as a string): 5 steps, and the trace
+    // grows by this run's.
+    use hearth_graph::SessionStore;
+    let mut slices = store.load("s").unwrap().unwrap_or_default();
+    slices["_internal"]["budgets"] = json!({"max_steps": "5"});
+    store.save("s", &slices).unwrap();
+    let mut req = request("go");
+    req.resume_session = true;
+    let res = rt.execute(req).await.unwrap();
+    assert_eq!(
+        (res.termination.as_deref(), res.steps),
+        (Some("max_steps_exceeded"), 5)
+    );
+    let internal = saved(&store);
+    assert_eq!(internal["budgets"]["max_steps"], json!(5));
+    assert_eq!(
+        internal["decision_trace"].as_array().map(Vec::len),
+        Some(4 + 6)
+    );
+    // Without either, the runtime's.
+    let res = rt.execute(request("go")).await.unwrap();
+    assert_eq!(res.steps, 40);
+}
