@@ -23,6 +23,7 @@
 pub mod agent;
 pub mod aggregator;
 pub mod error;
+pub mod event_bus;
 pub mod hooks;
 pub mod image;
 pub mod knowledge;
@@ -43,6 +44,7 @@ pub mod tools;
 pub use agent::{Agent, AgentList, AgentMap, LlmAgent, Sequential};
 pub use aggregator::{Aggregator, DefaultAggregator, FewShotAggregator, ToolAggregator};
 pub use error::{AgentError, Result};
+pub use event_bus::EventBus;
 pub use hooks::{Hook, HookHandle, Hooks};
 #[cfg(feature = "local")]
 pub use llm::LocalLlm;

@@ -311,3 +311,43 @@ async fn calls_to_unknown_tools_in_bare_json_are_corrected() {
         .text()
         .contains("plain words"));
 }
+
+/// An event bus: two subscribers each get the run's every event in order; one that goes away
+/// holds no one up and is forgotten.
+#[tokio::test]
+async fn an_event_bus_gives_every_subscriber_the_run() {
+    use hearth_agent::EventBus;
+    let (a, _) = agent(vec![calc_call("6 * 7"), "6 * 7 = 42.".into()]);
+    let bus = EventBus::new();
+    let (mut first, mut second, gone) = (bus.subscribe(), bus.subscribe(), bus.subscribe());
+    drop(gone);
+    let tx = bus.sender();
+    let run = a
+        .run("What is 6 * 7?", "s", RunOptions::default(), Some(&tx))
+        .await
+        .unwrap();
+    assert_eq!(run.answer, "6 * 7 = 42.");
+    drop(tx);
+    let kinds = |e: &ToolAgentEvent| match e {
+        ToolAgentEvent::TextDelta { .. } => "text",
+        ToolAgentEvent::Reasoning { .. } => "reasoning",
+        ToolAgentEvent::ToolCallsStart { .. } => "start",
+        ToolAgentEvent::ToolResult { .. } => "result",
+        ToolAgentEvent::ToolCallsComplete => "complete",
+        ToolAgentEvent::Done { .. } => "done",
+    };
+    let mut seen = [vec![], vec![]];
+    for (rx, seen) in [&mut first, &mut second].into_iter().zip(&mut seen) {
+        while let Some(e) = rx.recv().await {
+            let done = matches!(e, ToolAgentEvent::Done { .. });
+            seen.push(kinds(&e));
+            if done {
+                break;
+            }
+        }
+    }
+    assert_eq!(seen[0], seen[1]);
+    seen[0].dedup(); // the answer's text comes in several deltas
+    assert_eq!(seen[0], ["start", "result", "complete", "text", "done"]);
+    assert_eq!(bus.subscribers(), 2, "the one gone is forgotten");
+}
