@@ -4,7 +4,7 @@
 //!
 //! Why not candle's matmul: its gemm runs 256-bit kernels on every x86 CPU (512-bit ones need
 //! a nightly compiler) and packs the weight again on every call. Here each task takes a block
-//! of rows and goes through the panels in slices of [`DEPTH`] weights, an 8 × 32 block of
+//! of rows and goes through the panels in slices of `DEPTH` (256) weights, an 8 × 32 block of
 //! outputs summed in sixteen 512-bit registers (`kernels/x86/avx512.rs`), or 3 × 32 in twelve
 //! 256-bit ones (`kernels/x86/avx2.rs`). Where the CPU runs neither (ARM, old x86) the
 //! caller keeps candle's matmul.
