@@ -10,14 +10,13 @@
 //! caller keeps candle's matmul.
 
 use super::cpu::{self, CpuLevel};
-use super::dense::SharedOut;
-use rayon::prelude::*;
 
 /// Output columns of one panel: two 512-bit vectors.
 pub const PANEL: usize = 32;
 
 /// Weights of a panel summed per pass over the block's rows (32 KiB of the panel, 8 KiB of
 /// each 8 rows of activations: both stay in the first levels of cache).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const DEPTH: usize = 256;
 
 /// A weight `[n, k]` in panels of [`PANEL`] rows of it, each stored `[k][PANEL]` (the last
@@ -79,13 +78,18 @@ impl PackedMatrix {
             true
         }
         #[cfg(not(target_arch = "x86_64"))]
-        false
+        {
+            let _ = (out, &self.panels);
+            false
+        }
     }
 
     /// The product at `level` (AVX2 or above, one this CPU runs).
     #[cfg(target_arch = "x86_64")]
     fn run(&self, level: CpuLevel, x: &[f32], m: usize, out: &mut Vec<f32>) {
+        use super::dense::SharedOut;
         use super::x86::{avx2, avx512};
+        use rayon::prelude::*;
         let (n, k) = (self.n, self.k);
         // The rows one pass takes, and its body.
         type Body = unsafe fn(&[f32], usize, usize, usize, &[f32], *mut f32, usize, usize, bool);
