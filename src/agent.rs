@@ -87,6 +87,12 @@ pub struct AgentArgs {
         requires = "llm_fallback"
     )]
     pub llm_timeout: u64,
+    /// The user the agent works for, passed to its tools with each call (with the session).
+    #[arg(long)]
+    pub user: Option<String>,
+    /// The tenant whose data the tools may touch, passed with each call.
+    #[arg(long)]
+    pub tenant: Option<String>,
     /// An image (PNG, JPEG, WebP, GIF) for the task, for a model with a vision tower (a
     /// model without one reads a note in its place); repeatable.
     #[arg(long, value_name = "FILE")]
@@ -262,7 +268,16 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         r.write(Entry::Run(Box::new(header)));
     }
 
-    let result = run_turn(&rt, &agent, &task, &session, args.json);
+    // Who the tools work for: they read it from their call's context.
+    let options = RunOptions {
+        context: hearth_agent::ToolContext {
+            user: args.user.clone(),
+            tenant: args.tenant.clone(),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let result = run_turn(&rt, &agent, &task, &session, args.json, options);
     let run = result?;
     if let Some(r) = &recorder {
         r.write(Entry::End { run: run.clone() });
@@ -292,6 +307,7 @@ pub(crate) fn run_turn(
     task: &str,
     session: &str,
     json: bool,
+    options: RunOptions,
 ) -> hearth_agent::Result<ToolAgentRun> {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let printer = std::thread::spawn(move || {
@@ -335,7 +351,7 @@ pub(crate) fn run_turn(
             let _ = out.flush();
         }
     });
-    let result = rt.block_on(agent.run(task, session, RunOptions::default(), Some(&tx)));
+    let result = rt.block_on(agent.run(task, session, options, Some(&tx)));
     drop(tx);
     let _ = printer.join();
     result

@@ -492,7 +492,7 @@ fn agent_chat(args: ChatArgs) -> anyhow::Result<()> {
             }
             continue;
         }
-        match run_turn(&rt, &agent, line, &session, false) {
+        match run_turn(&rt, &agent, line, &session, false, Default::default()) {
             Ok(run) => {
                 if let Some(e) = &run.error {
                     eprintln!("error: line {number}: {e}");

@@ -41,7 +41,7 @@ enum Command {
     /// Chat with a model in the terminal (or through piped stdin).
     Chat(chat::ChatArgs),
     /// Run a task through the tool loop (calculator, time, files, python).
-    Agent(agent::AgentArgs),
+    Agent(Box<agent::AgentArgs>),
     /// Serve the model over OpenAI's API (chat completions, completions, models).
     Serve(serve::ServeArgs),
     /// Run a recorded agent run again and report the first step that differs.
@@ -86,7 +86,7 @@ fn main() -> std::process::ExitCode {
         Command::Run(args) => run::run(args),
         Command::Chat(args) => chat::run(args),
         Command::Template(args) => template::run(args),
-        Command::Agent(args) => agent::run(args),
+        Command::Agent(args) => agent::run(*args),
         Command::Replay(args) => replay::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Models => models::run(),

@@ -4,6 +4,7 @@
 
 use crate::message::AgentMessage;
 use crate::tool::ToolResult;
+use crate::tool_context::ToolContext;
 use hearth_chat::ToolCall;
 use std::sync::{Arc, Mutex, Weak};
 
@@ -33,6 +34,17 @@ pub trait Hook: Send + Sync {
     /// Called after a tool ran, before the model sees the result; may replace it.
     fn after_action(&self, _agent: &str, result: ToolResult, _session: &str) -> ToolResult {
         result
+    }
+
+    /// [`Self::before_action`] with the call's whole context (user, tenant, deadline, …);
+    /// by default that.
+    fn before_action_in(&self, call: ToolCall, context: &ToolContext) -> ToolCall {
+        self.before_action(&context.agent, call, &context.session)
+    }
+
+    /// [`Self::after_action`] with the call's whole context; by default that.
+    fn after_action_in(&self, result: ToolResult, context: &ToolContext) -> ToolResult {
+        self.after_action(&context.agent, result, &context.session)
     }
 }
 

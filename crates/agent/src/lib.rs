@@ -39,6 +39,7 @@ pub mod schema;
 pub mod store;
 pub mod tool;
 pub mod tool_agent;
+pub mod tool_context;
 pub mod tools;
 
 pub use agent::{Agent, AgentList, AgentMap, LlmAgent, Sequential};
@@ -57,6 +58,7 @@ pub use tool::{Tool, ToolRegistry, ToolResult, ToolSource};
 pub use tool_agent::{
     StopReason, ToolAgent, ToolAgentEvent, ToolAgentRun, ToolChoice, ToolExecutor,
 };
+pub use tool_context::{Cancel, ToolContext};
 
 /// The engine types agents speak in.
 pub use hearth_chat::{ChatMessage, SamplingParams, ToolCall};

@@ -4,6 +4,7 @@
 
 use crate::message::ActionStatusCode;
 use crate::schema;
+use crate::tool_context::ToolContext;
 use async_trait::async_trait;
 use hearth_chat::ToolCall;
 use serde::{Deserialize, Serialize};
@@ -23,6 +24,12 @@ pub trait Tool: Send + Sync {
     fn parameters(&self) -> Value;
     /// Runs the tool; `Err` is the tool's own error message.
     async fn call(&self, arguments: Value) -> Result<String, String>;
+    /// Runs the tool for the caller `context` describes (session, user, tenant, deadline,
+    /// cancellation); a tool that needs to know implements this, the others only
+    /// [`Self::call`].
+    async fn call_in(&self, arguments: Value, _context: &ToolContext) -> Result<String, String> {
+        self.call(arguments).await
+    }
 }
 
 /// The JSON schema of `T`, without the `$schema`/`title` noise, for [`Tool::parameters`].
@@ -216,6 +223,12 @@ impl ToolRegistry {
     /// Runs one call. Unknown tools, bad arguments, timeouts, errors and panics all become
     /// results with a status and a message.
     pub async fn execute(&self, call: &ToolCall) -> ToolResult {
+        self.execute_in(call, &ToolContext::default()).await
+    }
+
+    /// Runs one call for `context`'s caller ([`Tool::call_in`]), ended at its deadline (or
+    /// the registry's timeout, the earlier) or when it is cancelled.
+    pub async fn execute_in(&self, call: &ToolCall, context: &ToolContext) -> ToolResult {
         let start = Instant::now();
         let name = call.function.name.clone();
         let mut result = ToolResult {
@@ -259,15 +272,45 @@ impl ToolRegistry {
         if let Err(e) = schema::validate(&args, &tool.parameters()) {
             return fail(result, ActionStatusCode::ArgsError, e);
         }
-        let task = tokio::spawn(async move { tool.call(args).await });
+        if context.cancel.is_cancelled() {
+            return fail(
+                result,
+                ActionStatusCode::ApiError,
+                format!("`{name}` was not run: the run was cancelled"),
+            );
+        }
+        let left = context
+            .deadline
+            .map(|d| d.saturating_duration_since(start))
+            .filter(|&d| d < self.timeout);
+        let limit = left.unwrap_or(self.timeout);
+        let owned = context.clone();
+        let task = tokio::spawn(async move { tool.call_in(args, &owned).await });
         let abort = task.abort_handle();
-        match tokio::time::timeout(self.timeout, task).await {
+        let cancel = context.cancel.clone();
+        let ran = tokio::select! {
+            r = tokio::time::timeout(limit, task) => Some(r),
+            () = cancel.cancelled() => None,
+        };
+        let Some(ran) = ran else {
+            abort.abort();
+            return fail(
+                result,
+                ActionStatusCode::ApiError,
+                format!("`{name}` was cancelled"),
+            );
+        };
+        match ran {
             Err(_) => {
                 abort.abort();
+                let why = match left {
+                    Some(_) => "the run's deadline passed".to_string(),
+                    None => format!("timed out after {:?}", self.timeout),
+                };
                 fail(
                     result,
                     ActionStatusCode::ApiError,
-                    format!("`{name}` timed out after {:?}", self.timeout),
+                    format!("`{name}` {why}"),
                 )
             }
             Ok(Err(join)) if join.is_panic() => {

@@ -18,6 +18,7 @@ use crate::loop_policy::{attempted_call, LoopPolicy};
 use crate::message::AgentMessage;
 use crate::parser::{OutputParser, ParseStatus, ParsedOutput, QwenToolParser, QwenXmlToolParser};
 use crate::tool::{Tool, ToolRegistry, ToolResult};
+use crate::tool_context::ToolContext;
 use async_trait::async_trait;
 use futures::StreamExt;
 use hearth_chat::{ChatMessage, ToolCall};
@@ -123,6 +124,9 @@ pub struct RunOptions {
     pub extra_tools: Vec<Arc<dyn Tool>>,
     /// Which tools the model may call.
     pub tool_choice: ToolChoice,
+    /// Who the run's tool calls are for (user, tenant, deadline, cancellation, extras); the
+    /// run fills in the session and the agent.
+    pub context: ToolContext,
 }
 
 /// Runs the calls of a turn: the tools offered on every run, and what to do with calls to
@@ -173,25 +177,24 @@ impl ToolExecutor {
         registry: &ToolRegistry,
         mut calls: Vec<ToolCall>,
         round: usize,
-        ctx: (&str, &str, &[Arc<dyn Hook>]),
+        (context, hooks): (&ToolContext, &[Arc<dyn Hook>]),
         emit: &(dyn Fn(ToolAgentEvent) + Sync),
     ) -> (Vec<ToolCall>, Vec<ToolResult>) {
-        let (agent, session, hooks) = ctx;
         for (i, c) in calls.iter_mut().enumerate() {
             c.id.get_or_insert_with(|| format!("call_{}_{}", round, i + 1));
             for h in hooks {
-                *c = h.before_action(agent, c.clone(), session);
+                *c = h.before_action_in(c.clone(), context);
             }
         }
         emit(ToolAgentEvent::ToolCallsStart {
             calls: calls.clone(),
         });
         let outs: Vec<ToolResult> =
-            futures::future::join_all(calls.iter().map(|c| registry.execute(c))).await;
+            futures::future::join_all(calls.iter().map(|c| registry.execute_in(c, context))).await;
         let mut results = Vec::with_capacity(outs.len());
         for mut r in outs {
             for h in hooks {
-                r = h.after_action(agent, r, session);
+                r = h.after_action_in(r, context);
             }
             emit(ToolAgentEvent::ToolResult { result: r.clone() });
             results.push(r);
@@ -427,6 +430,11 @@ impl ToolAgent {
             run
         };
         let mut backend = None;
+        let context = ToolContext {
+            session: session.to_string(),
+            agent: self.llm_agent.name.clone(),
+            ..options.context.clone()
+        };
         for iteration in 1..=self.max_iterations {
             let messages = self.llm_agent.aggregator.aggregate(
                 &msgs,
@@ -526,10 +534,9 @@ impl ToolAgent {
                 tell(&mut msgs, self.executor.policy.repeated_calls());
                 continue;
             }
-            let ctx = (self.llm_agent.name.as_str(), session, hooks);
             let (calls, outs) = self
                 .executor
-                .execute(&registry, calls, iteration, ctx, &emit)
+                .execute(&registry, calls, iteration, (&context, hooks), &emit)
                 .await;
             // The turn as it ran: only the calls made, with their ids.
             let mut ran = parsed.clone();

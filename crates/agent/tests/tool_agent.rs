@@ -193,6 +193,7 @@ async fn tool_choice_and_tools_for_one_call() {
     let opts = RunOptions {
         tool_choice: ToolChoice::Named("current_time".into()),
         extra_tools: vec![extra],
+        ..Default::default()
     };
     a.run("time?", "s", opts, None).await.unwrap();
     let names: Vec<String> = llm.requests()[1]
@@ -350,4 +351,105 @@ async fn an_event_bus_gives_every_subscriber_the_run() {
     seen[0].dedup(); // the answer's text comes in several deltas
     assert_eq!(seen[0], ["start", "result", "complete", "text", "done"]);
     assert_eq!(bus.subscribers(), 2, "the one gone is forgotten");
+}
+
+/// A tool that reads its caller: who it runs for (session, agent, user, tenant), and one that
+/// waits until it is stopped.
+struct Whoami;
+
+#[async_trait::async_trait]
+impl Tool for Whoami {
+    fn name(&self) -> &str {
+        "whoami"
+    }
+    fn description(&self) -> &str {
+        "Who the call is for; waits for `wait` seconds first."
+    }
+    fn parameters(&self) -> serde_json::Value {
+        serde_json::json!({"type": "object", "properties": {"wait": {"type": "number"}}})
+    }
+    async fn call(&self, args: serde_json::Value) -> Result<String, String> {
+        self.call_in(args, &Default::default()).await
+    }
+    async fn call_in(
+        &self,
+        args: serde_json::Value,
+        c: &hearth_agent::ToolContext,
+    ) -> Result<String, String> {
+        let wait = args["wait"].as_f64().unwrap_or(0.0);
+        tokio::time::sleep(std::time::Duration::from_secs_f64(wait)).await;
+        Ok(format!(
+            "{} {} {} {}",
+            c.session,
+            c.agent,
+            c.user.as_deref().unwrap_or("-"),
+            c.tenant.as_deref().unwrap_or("-")
+        ))
+    }
+}
+
+/// The run passes its tools the caller's context (and the action hooks see it); the context's
+/// deadline ends a call before the registry's timeout, and its cancellation ends one at once.
+#[tokio::test]
+async fn tools_and_hooks_see_who_the_call_is_for() {
+    use hearth_agent::tool::ToolRegistry;
+    use hearth_agent::{Hook, ToolCall, ToolContext};
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+    struct Seen(Mutex<Vec<String>>);
+    impl Hook for Seen {
+        fn before_action_in(&self, call: ToolCall, c: &ToolContext) -> ToolCall {
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("{}@{:?}", call.function.name, c.tenant));
+            call
+        }
+    }
+    let call = |wait: f64| {
+        format!("<tool_call>\n{{\"name\": \"whoami\", \"arguments\": {{\"wait\": {wait}}}}}\n</tool_call>")
+    };
+    let llm = ScriptedLlm::new(vec![call(0.0), "done.".into()]);
+    let mut tools = ToolRegistry::new();
+    tools.add(Arc::new(Whoami));
+    let a = ToolAgent::new(Arc::new(llm), tools);
+    let seen = Arc::new(Seen(Mutex::new(vec![])));
+    a.llm_agent.hooks.add(seen.clone());
+    let options = RunOptions {
+        context: ToolContext {
+            user: Some("ada".into()),
+            tenant: Some("acme".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let run = a.run("who?", "s1", options, None).await.unwrap();
+    assert_eq!(run.tool_calls[0].content, "s1 assistant ada acme");
+    assert_eq!(*seen.0.lock().unwrap(), ["whoami@Some(\"acme\")"]);
+
+    // The registry's timeout is 30 s; the context's deadline, 200 ms.
+    let mut reg = ToolRegistry::new();
+    reg.add(Arc::new(Whoami));
+    let slow = ToolCall::new("whoami", serde_json::json!({"wait": 5}));
+    let context = ToolContext {
+        deadline: Some(Instant::now() + Duration::from_millis(200)),
+        ..Default::default()
+    };
+    let started = Instant::now();
+    let r = reg.execute_in(&slow, &context).await;
+    assert!(!r.ok() && r.content.contains("deadline"), "{}", r.content);
+    assert!(started.elapsed() < Duration::from_secs(2));
+    // Cancelled while it runs: it ends then; cancelled before: it does not run.
+    let context = ToolContext::default();
+    let cancel = context.cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        cancel.cancel();
+    });
+    let started = Instant::now();
+    let r = reg.execute_in(&slow, &context).await;
+    assert!(!r.ok() && r.content.contains("cancelled"), "{}", r.content);
+    assert!(started.elapsed() < Duration::from_secs(2));
+    let r = reg.execute_in(&slow, &context).await;
+    assert!(r.content.contains("was not run"), "{}", r.content);
 }
