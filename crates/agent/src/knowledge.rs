@@ -4,6 +4,7 @@
 
 use crate::error::{AgentError, Result};
 use crate::tool_agent::Knowledge;
+use crate::tool_context::ToolContext;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -12,6 +13,10 @@ const K1: f64 = 1.2;
 const B: f64 = 0.75;
 /// Passages are paragraphs merged up to about this many bytes.
 const PASSAGE_BYTES: usize = 600;
+/// The folder whose subfolders are tenants' own: `tenants/<tenant>/…` is read by that tenant
+/// only ([`FolderKnowledge::search_for`]).
+const TENANTS: &str = "tenants";
+
 /// Files larger than this are skipped (logs, dumps): they would drown the rest.
 const MAX_FILE_BYTES: u64 = 2 << 20;
 
@@ -161,6 +166,24 @@ impl FolderKnowledge {
     /// The best `k` passages for `query` with their scores, best first; passages sharing no
     /// word with the query are never returned.
     pub fn search(&self, query: &str, k: usize) -> Vec<(&Passage, f64)> {
+        self.ranked(query, k, |_| true)
+    }
+
+    /// [`Self::search`] over what `tenant` may read: the files under `tenants/<tenant>/`
+    /// and those outside `tenants/` (shared); no tenant reads only the shared ones.
+    pub fn search_for(&self, query: &str, k: usize, tenant: Option<&str>) -> Vec<(&Passage, f64)> {
+        let own = tenant.map(|t| Path::new(TENANTS).join(t));
+        self.ranked(query, k, |p| {
+            !p.file.starts_with(TENANTS) || own.as_ref().is_some_and(|o| p.file.starts_with(o))
+        })
+    }
+
+    fn ranked(
+        &self,
+        query: &str,
+        k: usize,
+        readable: impl Fn(&Passage) -> bool,
+    ) -> Vec<(&Passage, f64)> {
         let mut query_terms: Vec<String> = words(query).collect();
         query_terms.sort();
         query_terms.dedup();
@@ -182,7 +205,7 @@ impl FolderKnowledge {
                     .sum::<f64>();
                 (i, score)
             })
-            .filter(|(_, s)| *s > 0.0)
+            .filter(|&(i, s)| s > 0.0 && readable(&self.passages[i]))
             .collect();
         scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         let best = scored.first().map_or(0.0, |(_, s)| *s);
@@ -202,6 +225,13 @@ impl Knowledge for FolderKnowledge {
             .map(|(p, _)| format!("({}) {}", p.file.display(), p.text))
             .collect()
     }
+
+    fn retrieve_in(&self, query: &str, k: usize, context: &ToolContext) -> Vec<String> {
+        self.search_for(query, k, context.tenant.as_deref())
+            .into_iter()
+            .map(|(p, _)| format!("({}) {}", p.file.display(), p.text))
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -209,6 +239,46 @@ mod tests {
     type TestResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
     use super::*;
+
+    #[test]
+    fn a_tenant_reads_its_own_passages_and_the_shared_ones() -> TestResult {
+        let tmp = tempfile::tempdir()?;
+        std::fs::create_dir_all(tmp.path().join("tenants/acme"))?;
+        std::fs::create_dir_all(tmp.path().join("tenants/globex"))?;
+        std::fs::write(tmp.path().join("policy.txt"), "Refunds take five days.")?;
+        std::fs::write(
+            tmp.path().join("tenants/acme/a.txt"),
+            "Acme refunds go to Alice.",
+        )?;
+        std::fs::write(
+            tmp.path().join("tenants/globex/g.txt"),
+            "Globex refunds go to Gus.",
+        )?;
+        let k = FolderKnowledge::open(tmp.path())?;
+        let files = |tenant: Option<&str>| -> Vec<String> {
+            let mut f: Vec<String> = k
+                .search_for("refunds", 5, tenant)
+                .iter()
+                .map(|(p, _)| p.file.display().to_string())
+                .collect();
+            f.sort();
+            f
+        };
+        assert_eq!(files(Some("acme")), ["policy.txt", "tenants/acme/a.txt"]);
+        assert_eq!(
+            files(Some("globex")),
+            ["policy.txt", "tenants/globex/g.txt"]
+        );
+        assert_eq!(files(None), ["policy.txt"]);
+        let context = ToolContext {
+            tenant: Some("acme".into()),
+            ..Default::default()
+        };
+        let snippets = k.retrieve_in("refunds", 5, &context);
+        assert!(snippets.iter().any(|s| s.contains("Alice")), "{snippets:?}");
+        assert!(!snippets.iter().any(|s| s.contains("Gus")), "{snippets:?}");
+        Ok(())
+    }
 
     #[test]
     fn the_passage_with_the_rare_words_ranks_first() -> TestResult {

@@ -103,6 +103,11 @@ pub enum ToolAgentEvent {
 pub trait Knowledge: Send + Sync {
     /// Up to `k` snippets for `query`, best first.
     fn retrieve(&self, query: &str, k: usize) -> Vec<String>;
+    /// Up to `k` snippets for `query` that `context`'s caller may read (its tenant's and
+    /// the shared ones); by default [`Self::retrieve`].
+    fn retrieve_in(&self, query: &str, k: usize, _context: &ToolContext) -> Vec<String> {
+        self.retrieve(query, k)
+    }
 }
 
 /// Knowledge passages added to the prompt per message.
@@ -406,8 +411,13 @@ impl ToolAgent {
             stop.get_or_insert_with(Vec::new).extend(words);
         }
         let mut msgs = history;
+        let context = ToolContext {
+            session: session.to_string(),
+            agent: self.llm_agent.name.clone(),
+            ..options.context.clone()
+        };
         if let Some(k) = &self.knowledge {
-            let snippets = k.retrieve(task, KNOWLEDGE_PASSAGES);
+            let snippets = k.retrieve_in(task, KNOWLEDGE_PASSAGES, &context);
             if !snippets.is_empty() {
                 msgs.push(note(format!(
                     "Relevant knowledge:\n- {}",
@@ -430,11 +440,6 @@ impl ToolAgent {
             run
         };
         let mut backend = None;
-        let context = ToolContext {
-            session: session.to_string(),
-            agent: self.llm_agent.name.clone(),
-            ..options.context.clone()
-        };
         for iteration in 1..=self.max_iterations {
             let messages = self.llm_agent.aggregator.aggregate(
                 &msgs,
