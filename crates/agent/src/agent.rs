@@ -65,11 +65,9 @@ pub trait Agent: Send + Sync {
         Ok(output)
     }
 
-    /// For synchronous callers (builds a runtime; not from inside one).
-    fn call_blocking(&self, inputs: Vec<AgentMessage>, session: &str) -> Result<AgentMessage>
-    where
-        Self: Sized,
-    {
+    /// For synchronous callers (builds a runtime; not from inside one); also on a
+    /// `dyn Agent`.
+    fn call_blocking(&self, inputs: Vec<AgentMessage>, session: &str) -> Result<AgentMessage> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -403,6 +401,15 @@ mod tests {
                 .map(|m| AgentMessage::new(m.sender.clone(), m.text().to_uppercase()))
                 .collect()
         }
+    }
+
+    #[test]
+    fn a_boxed_agent_answers_a_synchronous_caller() -> TestResult {
+        let llm = Arc::new(ScriptedLlm::new(["sync"]));
+        let agent: Box<dyn Agent> = Box::new(LlmAgent::new("bot", llm, None));
+        let out = agent.call_blocking(vec!["hi".into()], "s")?;
+        assert_eq!(out.text(), "sync");
+        Ok(())
     }
 
     #[tokio::test]
