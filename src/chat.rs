@@ -71,9 +71,6 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
     args.sampling.check()?;
     let mut thinking = args.think.as_deref().map(parse_think).transpose()?;
     if !args.tools.is_empty() || args.knowledge.is_some() || args.session.is_some() {
-        if !args.image.is_empty() {
-            bail!("invalid --image: images go with a plain chat, not yet with --tools, --knowledge or --session");
-        }
         return agent_chat(args);
     }
     let engine = Engine::load(&args.model.model, &args.model.load_options()?)
@@ -392,7 +389,7 @@ impl Turn<'_> {
     }
 }
 
-const AGENT_HELP: &str = "commands: /reset, /system <text>, /exit";
+const AGENT_HELP: &str = "commands: /reset, /system <text>, /image <file>, /exit";
 
 /// The chat as a multi-turn agent: every line is a turn of the tool loop.
 fn agent_chat(args: ChatArgs) -> anyhow::Result<()> {
@@ -451,6 +448,14 @@ fn agent_chat(args: ChatArgs) -> anyhow::Result<()> {
             agent.executor.tools.names().join(", ")
         );
     }
+    // Images for the next message travel in its text ([`hearth_agent::image`]).
+    let mut pending = String::new();
+    for path in &args.image {
+        pending.push_str(
+            &hearth_agent::image::inline_file(path)
+                .map_err(|e| anyhow::anyhow!("invalid --image: {e}"))?,
+        );
+    }
     let mut input = std::io::stdin().lock();
     let (mut raw, mut number, mut failed) = (Vec::new(), 0usize, Vec::<usize>::new());
     loop {
@@ -487,12 +492,23 @@ fn agent_chat(args: ChatArgs) -> anyhow::Result<()> {
                     agent.set_persona(rest.trim().to_string());
                     eprintln!("[system message set]");
                 }
+                "image" => match hearth_agent::image::inline_file(Path::new(rest.trim())) {
+                    Ok(span) => {
+                        pending.push_str(&span);
+                        eprintln!("[image attached to the next message]");
+                    }
+                    Err(e) => {
+                        eprintln!("error: line {number}: {e}");
+                        failed.push(number);
+                    }
+                },
                 "help" => eprintln!("{AGENT_HELP}"),
                 other => eprintln!("unknown command /{other}; {AGENT_HELP}"),
             }
             continue;
         }
-        match run_turn(&rt, &agent, line, &session, false, Default::default()) {
+        let line = std::mem::take(&mut pending) + line;
+        match run_turn(&rt, &agent, &line, &session, false, Default::default()) {
             Ok(run) => {
                 if let Some(e) = &run.error {
                     eprintln!("error: line {number}: {e}");

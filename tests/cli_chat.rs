@@ -318,3 +318,42 @@ fn chat_takes_images_by_flag_and_command() {
         "{err}"
     );
 }
+
+/// `hearth chat --tools` takes images too: `--image` for the first message, `/image FILE` for
+/// the next; a file that is no image is an error on its line (and the exit status says so).
+#[test]
+fn an_agent_chat_takes_images() {
+    let dir = common::fixtures().join("tiny-qwen3.5-vision");
+    let (png, json) = (dir.join("image1.png"), dir.join("config.json"));
+    let stdin = format!(
+        "What is this?\n/image {}\n/image {}\nAnd this?\n",
+        json.display(),
+        png.display()
+    );
+    let (ok, _out, err) = hearth(
+        &[
+            "chat",
+            "--model",
+            dir.to_str().unwrap(),
+            "--device",
+            "cpu",
+            "--tools",
+            "",
+            "--max-tokens",
+            "2",
+            "--image",
+            png.to_str().unwrap(),
+        ],
+        &stdin,
+    );
+    assert!(!ok, "line 2 failed: {err}");
+    assert!(
+        err.contains("error: line 2") && err.contains("config.json"),
+        "{err}"
+    );
+    assert!(
+        err.contains("[image attached to the next message]"),
+        "{err}"
+    );
+    assert_eq!(err.matches("[stop:").count(), 2, "both messages ran: {err}");
+}
