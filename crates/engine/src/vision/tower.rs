@@ -9,6 +9,7 @@ use crate::error::{EngineError, Result};
 use crate::kernels::ops::full_attention::attend_all;
 use crate::kernels::ops::pointwise::bias_gelu;
 use crate::kernels::packed::PackedMatrix;
+use crate::model::linear::with_cpu_f32;
 use crate::load::weights::WeightSource;
 use candle_core::{DType, Device, Tensor};
 
@@ -52,11 +53,16 @@ impl Linear {
             }
             Weight::Packed(p) => {
                 let m = x.dim(0)?;
-                let x = x.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
-                let Some(mut y) = p.matmul_t(&x, m) else {
+                let x = x.contiguous()?;
+                // The rows read where they are, not copied out.
+                let y = with_cpu_f32(&x, |rows| p.matmul_t(rows, m))?.flatten();
+                let Some(mut y) = y else {
                     candle_core::bail!("the packed product takes {} columns", p.cols())
                 };
-                bias_gelu(&mut y, &self.bias.to_vec1::<f32>()?, gelu);
+                let added = with_cpu_f32(&self.bias, |b| bias_gelu(&mut y, b, gelu))?;
+                if added.is_none() {
+                    candle_core::bail!("the bias is not f32 on the CPU");
+                }
                 Tensor::from_vec(y, (m, p.rows()), &Device::Cpu)
             }
         }
