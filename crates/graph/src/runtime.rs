@@ -384,12 +384,7 @@ impl Runtime {
             let sup = self.supervisors.get(name).ok_or_else(|| {
                 GraphError::Invalid(format!("supervisor `{name}` does not exist"))
             })?;
-            // The last decision (a resumed session's too) is the fallback's previous node.
-            let mut previous: Option<String> = state
-                .get(INTERNAL, "decision")
-                .and_then(Value::as_str)
-                .filter(|d| *d != "done" && !d.starts_with("call_subgraph::"))
-                .map(str::to_owned);
+            let mut previous: Option<String> = None;
             let iteration_key = format!("{name}_iteration");
             for iteration in 0..sup.max_iterations {
                 if run.steps >= run.budgets.max_steps {
@@ -405,8 +400,13 @@ impl Runtime {
                 let trace = sup
                     .decide_with_trace(state, &self.registry, previous.as_deref())
                     .await;
-                // As agent-contracts' supervisor writes them.
-                state.set(INTERNAL, "decision", json!(trace.selected_node));
+                // As agent-contracts' supervisor writes them: the last node decided (which
+                // a supervisor falls back to when no rule matches, a resumed session's
+                // too) or done. A subgraph call is not written: the subgraph's supervisor
+                // would fall back to calling itself.
+                if !matches!(trace.decision, Decision::Subgraph(_)) {
+                    state.set(INTERNAL, "decision", json!(trace.selected_node));
+                }
                 state.set(INTERNAL, &iteration_key, json!(iteration + 1));
                 match trace.decision.clone() {
                     Decision::Done => {
@@ -475,9 +475,14 @@ impl Runtime {
                             None,
                             json!({"message": format!("entering subgraph {id}")}),
                         );
+                        // The subgraph's supervisor starts without a last decision (it would
+                        // fall back to the parent's node); the parent's is back after it.
+                        let parent = state.get(INTERNAL, "decision").cloned();
+                        state.set(INTERNAL, "decision", Value::Null);
                         let flow = self
                             .supervise(&sg.entrypoint.clone(), depth + 1, state, run)
                             .await?;
+                        state.set(INTERNAL, "decision", parent.unwrap_or(Value::Null));
                         run.stack.pop();
                         if let Flow::Global(r) = flow {
                             return Ok(Flow::Global(r));

@@ -502,3 +502,41 @@ async fn budgets_come_per_request_and_the_trace_is_saved_with_the_session() {
     let res = rt.execute(request("go")).await.unwrap();
     assert_eq!(res.steps, 40);
 }
+
+/// A subgraph whose rules match nothing returns at once (its supervisor does not fall back to
+/// the parent's last node); entered again and again, the third entry is over `max_reentry`.
+#[tokio::test]
+async fn a_subgraph_entered_too_often_ends_the_run() {
+    let mut rt = runtime(
+        vec![
+            node("router", "main", &["_internal"], call("inner"), Some("go")),
+            node(
+                "never",
+                "inner_sup",
+                &["response"],
+                json!({"response": {"n": 1}}),
+                Some("zzz"),
+            ),
+        ],
+        vec![sg("inner", "inner_sup", &["never"])],
+    );
+    rt.supervisors
+        .get_mut("main")
+        .unwrap()
+        .subgraphs
+        .insert("inner".into());
+    let r = rt.execute(request("go")).await.unwrap();
+    assert_eq!(r.termination.as_deref(), Some("max_reentry_exceeded"));
+    // Inside, only the supervisor's `done`: no node of the parent ran there.
+    assert!(r
+        .trace
+        .iter()
+        .filter(|t| t.depth == 1)
+        .all(|t| matches!(t.kind, StepKind::StopLocal)));
+    let entered = r
+        .trace
+        .iter()
+        .filter(|t| matches!(t.kind, StepKind::Subgraph))
+        .count();
+    assert_eq!(entered, 3, "two entries, the third refused");
+}
