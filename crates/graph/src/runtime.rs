@@ -215,6 +215,8 @@ pub struct Runtime {
     pub config: NodeConfig,
     /// Subgraph and step limits.
     pub budgets: Budgets,
+    /// Whether the missing dependencies were reported (once per runtime).
+    reported: std::sync::atomic::AtomicBool,
 }
 
 enum Flow {
@@ -273,7 +275,33 @@ impl Runtime {
             hooks: vec![],
             config: NodeConfig::default(),
             budgets: Budgets::default(),
+            reported: Default::default(),
         })
+    }
+
+    /// What the nodes declare they need and `config` lacks: an LLM (`requires_llm`) or a
+    /// service, one line per node and need. The first run logs them as warnings (as
+    /// agent-contracts does when a node first runs).
+    pub fn missing_dependencies(&self) -> Vec<String> {
+        let mut out = vec![];
+        for c in self.registry.contracts() {
+            let name = &c.name;
+            if c.requires_llm && self.config.llm.is_none() {
+                out.push(format!(
+                    "node `{name}` requires an LLM, and none is configured"
+                ));
+            }
+            for s in c
+                .services
+                .iter()
+                .filter(|s| !self.config.services.contains_key(*s))
+            {
+                out.push(format!(
+                    "node `{name}` requires service `{s}`, which is not provided"
+                ));
+            }
+        }
+        out
     }
 
     /// Runs one request to the end, without events.
@@ -312,6 +340,14 @@ impl Runtime {
         request: RequestContext,
         events: Option<&UnboundedSender<StreamEvent>>,
     ) -> Result<ExecutionResult> {
+        if !self
+            .reported
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            for m in self.missing_dependencies() {
+                tracing::warn!("{m}");
+            }
+        }
         let mut state = State::new();
         if request.resume_session {
             if let Some(saved) = self.store.load(&request.session_id)? {

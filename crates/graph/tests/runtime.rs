@@ -540,3 +540,29 @@ async fn a_subgraph_entered_too_often_ends_the_run() {
         .count();
     assert_eq!(entered, 3, "two entries, the third refused");
 }
+
+/// A node that declares it needs an LLM or a service the runtime lacks is named.
+#[test]
+fn missing_llms_and_services_are_named() {
+    let mut c = NodeContract::new("writer", "main");
+    c.reads = vec!["request".into()];
+    c.writes = vec!["response".into()];
+    c.requires_llm = true;
+    c.services = vec!["db".into()];
+    c.trigger_conditions = vec![TriggerCondition::default()];
+    let mut rt = runtime(
+        vec![Arc::new(Fixed {
+            contract: c,
+            outputs: json!({}),
+            error: None,
+        })],
+        vec![],
+    );
+    let missing = rt.missing_dependencies();
+    assert_eq!(missing.len(), 2, "{missing:?}");
+    assert!(missing[0].contains("writer") && missing[0].contains("LLM"));
+    assert!(missing[1].contains("`db`"));
+    rt.config.services.insert("db".into(), Arc::new(1u8));
+    rt.config.llm = Some(Arc::new(hearth_agent::ScriptedLlm::new(["x"])));
+    assert!(rt.missing_dependencies().is_empty());
+}
