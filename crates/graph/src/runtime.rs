@@ -563,7 +563,17 @@ impl Runtime {
             .ok_or_else(|| GraphError::Invalid(format!("node `{name}` has no implementation")))?
             .clone();
         let contract = node.contract().clone();
-        run.emit(StreamEventType::NodeStart, Some(name), json!({}));
+        // A status line per node, as agent-contracts' streaming gives: its description, else
+        // what runs.
+        let message = match contract.description.trim() {
+            "" => format!("Executing {name}..."),
+            d => d.to_string(),
+        };
+        run.emit(
+            StreamEventType::NodeStart,
+            Some(name),
+            json!({ "message": message }),
+        );
         let inputs = NodeInputs::new(&contract, state, self.policy);
         let outcome = node.execute(&inputs, &self.config).await;
         if let Some(v) = inputs.violation() {

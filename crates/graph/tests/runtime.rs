@@ -322,6 +322,10 @@ async fn streaming_events_serialise_as_sse() {
     let mut kinds = vec![];
     let mut last_sse = String::new();
     while let Some(e) = rx.recv().await {
+        if e.kind == StreamEventType::NodeStart {
+            // Each node's status line.
+            assert_eq!(e.data["message"], json!("Executing hello..."));
+        }
         kinds.push(e.kind);
         last_sse = e.to_sse();
     }
