@@ -4,6 +4,7 @@
 use crate::contract::{NodeContract, SubgraphContract};
 use crate::error::{GraphError, Result};
 use crate::registry::Registry;
+use crate::state::IoPolicy;
 use crate::supervisor::{return_to_sender, Supervisor};
 use serde::Deserialize;
 use std::path::Path;
@@ -29,6 +30,10 @@ pub struct ContractFile {
     /// How the file's supervisors route (`[supervisor]`).
     #[serde(default)]
     pub supervisor: SupervisorSettings,
+    /// What undeclared reads and writes do (`[io]`: `strict`, `warn`, `drop_undeclared_writes`,
+    /// agent-contracts' `io:` settings and defaults); for [`crate::Runtime::policy`].
+    #[serde(default)]
+    pub io: IoPolicy,
 }
 
 /// Explicit routing, before the rules.
@@ -133,6 +138,28 @@ trigger_conditions = [{ priority = 1 }]
 [[nodes]]
 name = "b"
 "#;
+
+    #[test]
+    fn the_io_table_sets_the_policy_with_agent_contracts_defaults() -> TestResult {
+        let f: ContractFile = toml::from_str("[io]\nstrict = true\n")?;
+        assert_eq!(
+            f.io,
+            IoPolicy {
+                strict: true,
+                warn: true,
+                drop_undeclared_writes: true
+            }
+        );
+        let f: ContractFile =
+            serde_yaml_ng::from_str("io:\n  warn: false\n  drop_undeclared_writes: false\n")?;
+        assert!(!f.io.strict && !f.io.warn && !f.io.drop_undeclared_writes);
+        assert_eq!(
+            toml::from_str::<ContractFile>(FILE)?.io,
+            IoPolicy::default()
+        );
+        assert!(toml::from_str::<ContractFile>("[io]\nloud = true\n").is_err());
+        Ok(())
+    }
 
     #[tokio::test]
     async fn the_supervisor_table_sets_terminal_types_and_explicit_routing() -> TestResult {

@@ -15,6 +15,7 @@ pub const BUILT_IN_SLICES: &[&str] = &[REQUEST, RESPONSE, INTERNAL];
 
 /// What happens on reads and writes a contract did not declare.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct IoPolicy {
     /// Fail with a contract violation.
     pub strict: bool,
