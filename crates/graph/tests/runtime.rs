@@ -570,3 +570,30 @@ fn missing_llms_and_services_are_named() {
     rt.config.llm = Some(Arc::new(hearth_agent::ScriptedLlm::new(["x"])));
     assert!(rt.missing_dependencies().is_empty());
 }
+
+/// A terminal node ends the whole run after it, whatever its response and whatever would
+/// match next.
+#[tokio::test]
+async fn a_terminal_node_ends_the_run() {
+    let mut r = Registry::new();
+    r.add_valid_slice("secrets");
+    let mut c = NodeContract::new("last", "main");
+    c.reads = vec!["request".into()];
+    c.writes = vec!["response".into()];
+    c.is_terminal = true;
+    c.trigger_conditions = vec![TriggerCondition {
+        priority: 10,
+        ..Default::default()
+    }];
+    r.add_node(Arc::new(Fixed {
+        contract: c,
+        outputs: json!({"response": {"n": 1}}),
+        error: None,
+    }))
+    .unwrap();
+    let rt = Runtime::new(r, Arc::new(MemoryStore::default())).unwrap();
+    let res = rt.execute(request("go")).await.unwrap();
+    assert_eq!((res.termination.as_deref(), res.steps), (None, 1));
+    let kinds: Vec<String> = res.trace.iter().map(|t| format!("{:?}", t.kind)).collect();
+    assert_eq!(kinds, ["Node", "StopGlobal"]);
+}
