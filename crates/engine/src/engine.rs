@@ -30,6 +30,9 @@ pub use crate::loader::{
 /// A handle to a model served by its worker thread; once it is dropped, the worker finishes its requests and exits.
 pub struct Engine {
     commands: std::sync::mpsc::Sender<Command>,
+    /// Requests with images go here first: their images are encoded on a thread of their
+    /// own, then the request goes on to the scheduler (CPU models with vision).
+    image_jobs: Option<std::sync::mpsc::Sender<Box<Job>>>,
     tokenizer: Tokenizer,
     info: ModelInfo,
     chat: Option<Arc<ChatFormat>>,
@@ -208,6 +211,10 @@ impl Engine {
     ) -> Self {
         let (tx, rx) = std::sync::mpsc::channel::<Command>();
         let in_flight = Arc::new(AtomicUsize::new(0));
+        let image_jobs = model
+            .image_encoder()
+            .filter(|_| model.device().is_cpu())
+            .and_then(|e| encode_ahead(e, tx.clone(), in_flight.clone()));
         let scheduler = Scheduler::new(
             model,
             draft,
@@ -225,6 +232,7 @@ impl Engine {
             .unwrap_or_else(|e| tracing::error!("cannot start the engine thread: {e}"));
         Self {
             commands: tx,
+            image_jobs,
             tokenizer,
             info,
             chat: chat.map(Arc::new),
@@ -315,18 +323,18 @@ impl Engine {
         let (events, rx) = mpsc::unbounded_channel();
         let ended = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let prompt_tokens = request.prompt.len();
-        let job = Job {
+        let job = Box::new(Job {
             request,
             guide,
             events,
             ended: ended.clone(),
             arrived: Instant::now(),
+        });
+        let sent = match &self.image_jobs {
+            Some(images) if !job.request.images.is_empty() => images.send(job).is_ok(),
+            _ => self.commands.send(Command::Generate(job)).is_ok(),
         };
-        if self
-            .commands
-            .send(Command::Generate(Box::new(job)))
-            .is_err()
-        {
+        if !sent {
             self.in_flight.fetch_sub(1, Ordering::Relaxed);
             return Err(EngineError::WorkerGone);
         }
@@ -545,5 +553,54 @@ impl Engine {
         self.commands
             .send(Command::DropSession(id.into()))
             .map_err(|_| EngineError::WorkerGone)
+    }
+}
+
+/// Starts the thread that encodes requests' images before they queue: each request's images
+/// through `encoder` (kept for the scheduler's [`LanguageModel::attach_images`]), then the
+/// request to the scheduler; a request whose caller is gone, or whose image fails, ends
+/// there. `None` where the thread cannot start (the scheduler then encodes).
+fn encode_ahead(
+    encoder: crate::vision::ImageEncoder,
+    commands: std::sync::mpsc::Sender<Command>,
+    in_flight: Arc<AtomicUsize>,
+) -> Option<std::sync::mpsc::Sender<Box<Job>>> {
+    let (tx, rx) = std::sync::mpsc::channel::<Box<Job>>();
+    let run = move || {
+        while let Ok(job) = rx.recv() {
+            let failed = match job.events.is_closed() {
+                true => Some(None),
+                false => job
+                    .request
+                    .images
+                    .iter()
+                    .find_map(|image| encoder.encode(image).err())
+                    .map(Some),
+            };
+            let handed = match failed {
+                None => commands.send(Command::Generate(job)).is_ok(),
+                Some(error) => {
+                    if let Some(e) = error {
+                        let _ = job.events.send(crate::generation::Event::Error {
+                            message: e.to_string(),
+                        });
+                    }
+                    false
+                }
+            };
+            if !handed {
+                in_flight.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    };
+    match std::thread::Builder::new()
+        .name("hearth-images".into())
+        .spawn(run)
+    {
+        Ok(_) => Some(tx),
+        Err(e) => {
+            tracing::warn!("cannot start the image thread ({e}); images are encoded in turn");
+            None
+        }
     }
 }

@@ -59,6 +59,11 @@ pub trait LanguageModel: Send {
     fn image_token(&self) -> Option<u32> {
         None
     }
+    /// The vision tower as the engine may run it ahead of the scheduler (its encoded images
+    /// kept for [`Self::attach_images`]), where the model sees images.
+    fn image_encoder(&self) -> Option<crate::vision::ImageEncoder> {
+        None
+    }
     /// Encodes `images` and gives `cache` what they add to `prompt` (see
     /// [`crate::model::Qwen::attach_images`]); a model without vision refuses them.
     fn attach_images(
@@ -166,6 +171,9 @@ impl LanguageModel for crate::model::Qwen {
     }
     fn image_token(&self) -> Option<u32> {
         self.vision().map(|v| v.image_token)
+    }
+    fn image_encoder(&self) -> Option<crate::vision::ImageEncoder> {
+        self.vision().map(|v| v.encoder.clone())
     }
     fn attach_images(
         &self,

@@ -273,7 +273,7 @@ impl ImageSupport {
             processor: v.processor.clone(),
             image_token: v.image_token,
             marker,
-            merge: v.tower.config().spatial_merge_size,
+            merge: v.tower().config().spatial_merge_size,
             max_pixels,
         })
     }
@@ -331,7 +331,7 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
                             tracing::info!(
                                 "{}: vision tower of {} blocks loaded (images in)",
                                 files.config.display(),
-                                v.tower.config().depth
+                                v.tower().config().depth
                             );
                             model.set_vision(v)?;
                         }
@@ -486,7 +486,7 @@ fn attach_mmproj(
         bad("the model's vocabulary has no <|image_pad|> token for images".into())
     })?;
     let vision = Vision::from_mmproj(path, image_token, device).map_err(|e| bad(e.to_string()))?;
-    let depth = vision.tower.config().depth;
+    let depth = vision.tower().config().depth;
     model.set_vision(vision).map_err(|e| bad(e.to_string()))?;
     Ok(depth)
 }

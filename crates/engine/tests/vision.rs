@@ -367,6 +367,19 @@ fn the_engine_batches_a_prompt_with_an_image_beside_text() -> TestResult {
         .map(|e| e.to_string())
         .unwrap_or_default();
     assert!(e.contains("images"), "{e}");
+    // An image the tower cannot take (its pixels do not fill its grid) fails its own request
+    // as it is encoded, ahead of the queue; the engine goes on.
+    let broken = hearth_engine::vision::ImageInput::new(vec![0.0; 10], [1, 2, 2]);
+    let mut one = ids[..ids.iter().position(|&t| t == 1019).ok_or("image")?].to_vec();
+    one.extend([1019, 1018, 872]);
+    let e = tokens(&mut engine.generate(request(one, vec![broken]))?)
+        .err()
+        .unwrap_or_default();
+    assert!(e.contains("does not fit this tower"), "{e}");
+    assert_eq!(
+        tokens(&mut engine.generate(request(text.clone(), vec![]))?)?,
+        alone
+    );
     Ok(())
 }
 

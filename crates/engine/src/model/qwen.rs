@@ -394,7 +394,7 @@ impl Qwen {
 
     /// Gives the model its vision tower; its output must be the model's width.
     pub fn set_vision(&mut self, vision: Vision) -> Result<()> {
-        let out = vision.tower.config().out_hidden_size;
+        let out = vision.tower().config().out_hidden_size;
         if out != self.cfg.hidden_size {
             return Err(EngineError::invalid(
                 "vision",
@@ -429,7 +429,7 @@ impl Qwen {
                 "this model has no vision tower: it takes text only",
             ));
         };
-        let merge = v.tower.config().spatial_merge_size;
+        let merge = v.tower().config().spatial_merge_size;
         let grids: Vec<[usize; 3]> = images.iter().map(|i| i.grid).collect();
         let positions = mrope_positions(prompt, v.image_token, &grids, merge)?;
         let held = cache.multimodal().cloned();
@@ -451,8 +451,9 @@ impl Qwen {
                     .unwrap_or(0);
             let embeds = match known(image.key, image.tokens(merge)) {
                 Some(e) => e,
+                // Encoded ahead by the engine where it could, else here.
                 None => self
-                    .on_pool(|| v.tower.forward(image))?
+                    .on_pool(|| v.encoder.encode(image))?
                     .to_dtype(self.act_dtype)?
                     .to_device(&self.device)?,
             };

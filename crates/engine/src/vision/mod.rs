@@ -8,6 +8,7 @@
 //! [`mrope_positions`].
 
 mod config;
+mod encoder;
 mod mmproj;
 mod positions;
 mod processor;
@@ -15,6 +16,7 @@ mod resize;
 mod tower;
 
 pub use config::{ProcessorConfig, VisionConfig};
+pub use encoder::ImageEncoder;
 pub use mmproj::{Mmproj, MmprojWeights};
 pub use positions::{mrope_positions, MropePositions};
 pub use processor::{ImageInput, ImageProcessor, Rgb};
@@ -30,8 +32,8 @@ use std::path::Path;
 /// one of an image's tokens in the text (`<|image_pad|>`).
 #[derive(Debug, Clone)]
 pub struct Vision {
-    /// The tower.
-    pub tower: VisionTower,
+    /// The tower, and the images it encoded last.
+    pub encoder: ImageEncoder,
     /// Its image processor.
     pub processor: ImageProcessor,
     /// `image_token_id` of config.json.
@@ -39,6 +41,11 @@ pub struct Vision {
 }
 
 impl Vision {
+    /// The tower.
+    pub fn tower(&self) -> &VisionTower {
+        self.encoder.tower()
+    }
+
     /// The vision of a `…ForConditionalGeneration` checkpoint in `dir` whose config.json is
     /// `config`: `None` where the config has no `vision_config` or the weights no tower
     /// (`{prefix}.patch_embed.proj.weight`).
@@ -65,7 +72,7 @@ impl Vision {
                 )
             })? as u32;
         Ok(Some(Self {
-            tower: VisionTower::load(&cfg, weights, prefix)?,
+            encoder: ImageEncoder::new(VisionTower::load(&cfg, weights, prefix)?),
             processor: ImageProcessor::new(ProcessorConfig::load(dir, &cfg)?),
             image_token,
         }))
@@ -81,7 +88,11 @@ impl Vision {
         let mmproj = Mmproj::open(path)?;
         let cfg = mmproj.config()?;
         Ok(Self {
-            tower: VisionTower::load(&cfg, &mmproj.weights(device), "model.visual")?,
+            encoder: ImageEncoder::new(VisionTower::load(
+                &cfg,
+                &mmproj.weights(device),
+                "model.visual",
+            )?),
             processor: ImageProcessor::new(mmproj.processor(&cfg)),
             image_token,
         })
