@@ -18,7 +18,11 @@ fn hearth_bytes(args: &[&str], stdin: &[u8]) -> (bool, String, String) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    // A child that fails before reading its input (a bad flag) closes the pipe: what it
+    // printed and its status say what happened.
+    if let Err(e) = child.stdin.take().unwrap().write_all(stdin) {
+        assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "{e}");
+    }
     let out = child.wait_with_output().unwrap();
     (
         out.status.success(),
