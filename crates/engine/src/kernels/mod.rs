@@ -88,3 +88,19 @@ impl Default for KernelOptions {
         }
     }
 }
+
+/// `f` on the values of `t` as one f32 slice, without a copy; `None` unless `t` is f32 and
+/// contiguous on the CPU (what the kernels read a tensor as).
+pub(crate) fn with_cpu_f32<R>(
+    t: &candle_core::Tensor,
+    f: impl FnOnce(&[f32]) -> R,
+) -> candle_core::Result<Option<R>> {
+    if t.dtype() != candle_core::DType::F32 {
+        return Ok(None);
+    }
+    let (s, l) = t.storage_and_layout();
+    let (candle_core::Storage::Cpu(s), Some((start, end))) = (&*s, l.contiguous_offsets()) else {
+        return Ok(None);
+    };
+    Ok(Some(f(&s.as_slice::<f32>()?[start..end])))
+}

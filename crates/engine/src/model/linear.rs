@@ -14,6 +14,7 @@
 
 use crate::kernels::dense::{matmul_t, WeightRows};
 use crate::kernels::tiles::{self, TileMatrix};
+pub(crate) use crate::kernels::with_cpu_f32;
 use crate::kernels::{cpu, BlockType, KernelOptions, QuantMatrix};
 use crate::load::weights::{tensor_bytes, Matrix};
 use candle_core::quantized::ggml_file::qtensor_from_ggml;
@@ -418,19 +419,6 @@ fn with_dense_rows<R>(
         _ => return Ok(None),
     };
     Ok(Some(f(rows, n)))
-}
-
-/// `f` on the values of `t` as one f32 slice, without a copy; `None` unless `t` is f32 and
-/// contiguous on the CPU.
-pub(crate) fn with_cpu_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<Option<R>> {
-    if t.dtype() != DType::F32 {
-        return Ok(None);
-    }
-    let (s, l) = t.storage_and_layout();
-    let (Storage::Cpu(s), Some((start, end))) = (&*s, l.contiguous_offsets()) else {
-        return Ok(None);
-    };
-    Ok(Some(f(&s.as_slice::<f32>()?[start..end])))
 }
 
 /// Runs `product` on the rows of `x` (f32, on the CPU) as one slice and shapes its result like

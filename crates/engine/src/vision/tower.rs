@@ -9,8 +9,8 @@ use crate::error::{EngineError, Result};
 use crate::kernels::ops::full_attention::attend_all;
 use crate::kernels::ops::pointwise::bias_gelu;
 use crate::kernels::packed::PackedMatrix;
+use crate::kernels::with_cpu_f32;
 use crate::load::weights::WeightSource;
-use crate::model::linear::with_cpu_f32;
 use candle_core::{DType, Device, Tensor};
 
 #[derive(Debug, Clone)]
