@@ -166,25 +166,14 @@ impl Llm for FallbackLlm {
                                 tracing::info!("LLM backend {} answered", b.name);
                             }
                             let name = b.name.clone();
-                            let tagged =
-                                futures::stream::iter([Ok(first)])
-                                    .chain(rest)
-                                    .map(move |event| match event {
-                                        Ok(LlmEvent::Done {
-                                            finish,
-                                            prompt_tokens,
-                                            cached_prompt_tokens,
-                                            completion_tokens,
-                                            model,
-                                        }) => Ok(LlmEvent::Done {
-                                            finish,
-                                            prompt_tokens,
-                                            cached_prompt_tokens,
-                                            completion_tokens,
-                                            model: model.or_else(|| Some(name.clone())),
-                                        }),
-                                        other => other,
-                                    });
+                            let tagged = futures::stream::iter([Ok(first)]).chain(rest).map(
+                                move |mut event| {
+                                    if let Ok(LlmEvent::Done { model, .. }) = &mut event {
+                                        model.get_or_insert_with(|| name.clone());
+                                    }
+                                    event
+                                },
+                            );
                             return tagged.boxed();
                         }
                         Err(e) => {

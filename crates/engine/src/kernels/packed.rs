@@ -19,6 +19,25 @@ pub const PANEL: usize = 32;
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const DEPTH: usize = 256;
 
+/// One pass of a kernel body: `rows` rows of activations (`ldx` apart from `x`) times one
+/// panel's `depth` weights (`w`: `depth × PANEL`), summed into the first `cols` outputs of
+/// each row (`ldo` apart from `out`), added to what is there where `accumulate`. The caller
+/// guarantees `x` holds `rows` rows of `depth` values and that no other thread touches those
+/// outputs.
+#[derive(Clone, Copy)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) struct PanelPass<'a> {
+    pub x: &'a [f32],
+    pub ldx: usize,
+    pub rows: usize,
+    pub depth: usize,
+    pub w: &'a [f32],
+    pub out: *mut f32,
+    pub ldo: usize,
+    pub cols: usize,
+    pub accumulate: bool,
+}
+
 /// A weight `[n, k]` in panels of [`PANEL`] rows of it, each stored `[k][PANEL]` (the last
 /// padded with zeros).
 #[derive(Debug, Clone)]
@@ -92,8 +111,8 @@ impl PackedMatrix {
         use rayon::prelude::*;
         let (n, k) = (self.n, self.k);
         // The rows one pass takes, and its body.
-        type Body = unsafe fn(&[f32], usize, usize, usize, &[f32], *mut f32, usize, usize, bool);
-        let (pass, body): (usize, Body) = match level {
+        type Body = unsafe fn(&PanelPass<'_>);
+        let (per_pass, body): (usize, Body) = match level {
             CpuLevel::Avx512 => (8, avx512::panel_product),
             _ => (3, avx2::panel_product),
         };
@@ -102,8 +121,8 @@ impl PackedMatrix {
         let threads = rayon::current_num_threads();
         let block = m
             .div_ceil(4 * threads)
-            .next_multiple_of(pass)
-            .clamp(pass, 192);
+            .next_multiple_of(per_pass)
+            .clamp(per_pass, 192);
         out.clear();
         out.reserve(m * n);
         let dst = SharedOut(out.as_mut_ptr());
@@ -117,16 +136,24 @@ impl PackedMatrix {
                     for (p, panel) in self.panels.chunks(k * PANEL).enumerate() {
                         let cols = PANEL.min(n - p * PANEL);
                         let w = &panel[d0 * PANEL..(d0 + depth) * PANEL];
-                        for r in (r0..r1).step_by(pass) {
-                            let rows = pass.min(r1 - r);
-                            let xs = &x[r * k + d0..];
-                            let o = dst.at(r * n + p * PANEL);
-                            // SAFETY: `runs_here` checked the body's level; `xs` holds `rows`
+                        for r in (r0..r1).step_by(per_pass) {
+                            let pass = PanelPass {
+                                x: &x[r * k + d0..],
+                                ldx: k,
+                                rows: per_pass.min(r1 - r),
+                                depth,
+                                w,
+                                out: dst.at(r * n + p * PANEL),
+                                ldo: n,
+                                cols,
+                                accumulate: d0 > 0,
+                            };
+                            // SAFETY: `runs_here` checked the body's level; `x` holds the
                             // rows of `k` from `d0` (the last `depth` long), `w` `depth` × 32
                             // weights, and this task alone writes rows `r0..r1` of the
-                            // output (`cols` of each from `o`), read back after the first
-                            // slice has written them.
-                            unsafe { body(xs, k, rows, depth, w, o, n, cols, d0 > 0) }
+                            // output (`cols` of each), read back after the first slice has
+                            // written them.
+                            unsafe { body(&pass) }
                         }
                     }
                 }

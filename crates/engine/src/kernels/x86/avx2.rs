@@ -4,6 +4,7 @@
 //! widening each block once, and give each row exactly what its one-row kernel gives.
 
 use crate::kernels::blocks::*;
+use crate::kernels::packed::PanelPass;
 use std::arch::x86_64::*;
 
 #[inline]
@@ -503,46 +504,34 @@ one_and_rows!(q4_0_pass, q4_0, q4_0_rows);
 one_and_rows!(q5_0_pass, q5_0, q5_0_rows);
 one_and_rows!(q8_0_pass, q8_0, q8_0_rows);
 
-/// `rows` (≤ 3) rows of activations times one panel of packed weights over `depth` of the
-/// shared dimension, as [`super::avx512::panel_product`] computes it with 256-bit vectors:
-/// three rows of four vectors of sums fill twelve of the sixteen registers.
+/// One [`PanelPass`] of up to 3 rows, as [`super::avx512::panel_product`] computes it with
+/// 256-bit vectors: three rows of four vectors of sums fill twelve of the sixteen registers.
 ///
 /// # Safety
-/// AVX2 and FMA; `x` holds `rows` rows of `depth` values `ldx` apart, `w` `depth × 32`
-/// values, and `out` `rows` rows of `cols` values `ldo` apart that no other thread touches.
+/// AVX2 and FMA, and `pass` as [`PanelPass`] says.
 #[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn panel_product(
-    x: &[f32],
-    ldx: usize,
-    rows: usize,
-    depth: usize,
-    w: &[f32],
-    out: *mut f32,
-    ldo: usize,
-    cols: usize,
-    accumulate: bool,
-) {
-    match rows {
-        3 => panel_rows::<3>(x, ldx, depth, w, out, ldo, cols, accumulate),
-        2 => panel_rows::<2>(x, ldx, depth, w, out, ldo, cols, accumulate),
-        _ => panel_rows::<1>(x, ldx, depth, w, out, ldo, cols, accumulate),
+pub(crate) unsafe fn panel_product(pass: &PanelPass<'_>) {
+    match pass.rows {
+        3 => panel_rows::<3>(pass),
+        2 => panel_rows::<2>(pass),
+        _ => panel_rows::<1>(pass),
     }
 }
 
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn panel_rows<const R: usize>(
-    x: &[f32],
-    ldx: usize,
-    depth: usize,
-    w: &[f32],
-    out: *mut f32,
-    ldo: usize,
-    cols: usize,
-    accumulate: bool,
-) {
+unsafe fn panel_rows<const R: usize>(pass: &PanelPass<'_>) {
+    let PanelPass {
+        x,
+        ldx,
+        depth,
+        w,
+        out,
+        ldo,
+        cols,
+        accumulate,
+        ..
+    } = *pass;
     debug_assert!(x.len() >= (R - 1) * ldx + depth && w.len() >= depth * 32);
     let (xp, wp) = (x.as_ptr(), w.as_ptr());
     let mut acc = [[_mm256_setzero_ps(); 4]; R];

@@ -5,6 +5,7 @@
 //! mask register.
 
 use crate::kernels::blocks::*;
+use crate::kernels::packed::PanelPass;
 use std::arch::x86_64::*;
 
 /// `Σ d_w·d_x·dot(u, y)` over a row of blocks minus `offset·Σ d_w·d_x·Σy`, where
@@ -296,52 +297,39 @@ pub unsafe fn q8_0(w: &[u8], x: &Q8Row) -> f32 {
     })
 }
 
-/// `rows` (≤ 8) rows of activations times one panel of packed weights over `depth` of the
-/// shared dimension: `out[r][c] (+)= Σ_d x[r][d] · w[d][c]` for `c < cols` (≤ 32), the rows
-/// `ldx` apart in `x`, `ldo` apart in `out`; added to what `out` holds where `accumulate`.
-/// ([`crate::kernels::packed`].)
+/// One [`PanelPass`] of up to 8 rows, an 8 × 32 block of sums in sixteen registers
+/// ([`crate::kernels::packed`]).
 ///
 /// # Safety
-/// AVX-512F; `x` holds `rows` rows of `depth` values `ldx` apart, `w` `depth × 32` values,
-/// and `out` `rows` rows of `cols` values `ldo` apart that no other thread touches.
+/// AVX-512F, and `pass` as [`PanelPass`] says.
 #[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn panel_product(
-    x: &[f32],
-    ldx: usize,
-    rows: usize,
-    depth: usize,
-    w: &[f32],
-    out: *mut f32,
-    ldo: usize,
-    cols: usize,
-    accumulate: bool,
-) {
-    match rows {
-        8 => panel_rows::<8>(x, ldx, depth, w, out, ldo, cols, accumulate),
-        7 => panel_rows::<7>(x, ldx, depth, w, out, ldo, cols, accumulate),
-        6 => panel_rows::<6>(x, ldx, depth, w, out, ldo, cols, accumulate),
-        5 => panel_rows::<5>(x, ldx, depth, w, out, ldo, cols, accumulate),
-        4 => panel_rows::<4>(x, ldx, depth, w, out, ldo, cols, accumulate),
-        3 => panel_rows::<3>(x, ldx, depth, w, out, ldo, cols, accumulate),
-        2 => panel_rows::<2>(x, ldx, depth, w, out, ldo, cols, accumulate),
-        _ => panel_rows::<1>(x, ldx, depth, w, out, ldo, cols, accumulate),
+pub(crate) unsafe fn panel_product(pass: &PanelPass<'_>) {
+    match pass.rows {
+        8 => panel_rows::<8>(pass),
+        7 => panel_rows::<7>(pass),
+        6 => panel_rows::<6>(pass),
+        5 => panel_rows::<5>(pass),
+        4 => panel_rows::<4>(pass),
+        3 => panel_rows::<3>(pass),
+        2 => panel_rows::<2>(pass),
+        _ => panel_rows::<1>(pass),
     }
 }
 
 #[inline]
 #[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn panel_rows<const R: usize>(
-    x: &[f32],
-    ldx: usize,
-    depth: usize,
-    w: &[f32],
-    out: *mut f32,
-    ldo: usize,
-    cols: usize,
-    accumulate: bool,
-) {
+unsafe fn panel_rows<const R: usize>(pass: &PanelPass<'_>) {
+    let PanelPass {
+        x,
+        ldx,
+        depth,
+        w,
+        out,
+        ldo,
+        cols,
+        accumulate,
+        ..
+    } = *pass;
     debug_assert!(x.len() >= (R - 1) * ldx + depth && w.len() >= depth * 32);
     let (xp, wp) = (x.as_ptr(), w.as_ptr());
     let mut acc = [[_mm512_setzero_ps(); 2]; R];
