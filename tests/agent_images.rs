@@ -15,22 +15,15 @@ use std::sync::Arc;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
-fn vision_dir() -> std::path::PathBuf {
-    common::fixtures().join("tiny-qwen3.5-vision")
-}
+use common::vision_dir;
 
-/// The golden prompt's message (its image, then its text), and transformers' greedy answer.
+/// The golden prompt's message (its image, then its text), transformers' greedy answer, its
+/// length and the prompt's tokens.
 fn golden() -> Result<(ChatMessage, String, usize, usize), Box<dyn std::error::Error>> {
-    let g: Value = serde_json::from_str(&std::fs::read_to_string(
-        common::fixtures().join("golden/tiny-qwen3.5-vision.json"),
-    )?)?;
-    let prompt = &g["prompts"][0];
-    let greedy: Vec<u32> = serde_json::from_value(prompt["greedy_f32"].clone())?;
-    let tokenizer = hearth_engine::Tokenizer::from_file(&vision_dir().join("tokenizer.json"))?;
-    let want = tokenizer.decode(&greedy)?;
+    let g = common::vision_golden()?;
     let text = image::inline_file(&vision_dir().join("image1.png"))? + "What is this?";
-    let ids = prompt["input_ids"].as_array().map_or(0, Vec::len);
-    Ok((ChatMessage::user(text), want, greedy.len(), ids))
+    let ids = g.prompt["input_ids"].as_array().map_or(0, Vec::len);
+    Ok((ChatMessage::user(text), g.text, g.greedy.len(), ids))
 }
 
 fn request(message: ChatMessage, max_tokens: usize) -> LlmRequest {

@@ -264,17 +264,9 @@ fn a_card_name_resolves_to_its_hub_repo() {
 /// keeps the image in the history; a model without vision refuses the flag by its file.
 #[test]
 fn chat_takes_images_by_flag_and_command() {
-    let dir = common::fixtures().join("tiny-qwen3.5-vision");
+    let dir = common::vision_dir();
     let image = dir.join("image1.png");
-    let golden: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(common::fixtures().join("golden/tiny-qwen3.5-vision.json"))
-            .unwrap(),
-    )
-    .unwrap();
-    let greedy: Vec<u32> =
-        serde_json::from_value(golden["prompts"][0]["greedy_f32"].clone()).unwrap();
-    let tokenizer = hearth_engine::Tokenizer::from_file(&dir.join("tokenizer.json")).unwrap();
-    let want = tokenizer.decode(&greedy).unwrap();
+    let want = common::vision_golden().unwrap().text;
     let args = [
         "chat",
         "--model",
@@ -327,7 +319,7 @@ fn chat_takes_images_by_flag_and_command() {
 /// the next; a file that is no image is an error on its line (and the exit status says so).
 #[test]
 fn an_agent_chat_takes_images() {
-    let dir = common::fixtures().join("tiny-qwen3.5-vision");
+    let dir = common::vision_dir();
     let (png, json) = (dir.join("image1.png"), dir.join("config.json"));
     let stdin = format!(
         "What is this?\n/image {}\n/image {}\nAnd this?\n",

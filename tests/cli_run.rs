@@ -361,21 +361,14 @@ fn a_hybrid_checkpoint_passes_parity_and_its_gguf_runs() {
 /// a pixel limit below the image's size refuses it by file.
 #[test]
 fn run_takes_images_where_the_prompt_marks_them() {
-    let dir = common::fixtures().join("tiny-qwen3.5-vision");
+    let dir = common::vision_dir();
     let image = dir.join("image1.png");
-    let golden: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(common::fixtures().join("golden/tiny-qwen3.5-vision.json"))
-            .unwrap(),
-    )
-    .unwrap();
-    let prompt = &golden["prompts"][0];
+    let golden = common::vision_golden().unwrap();
+    let (prompt, greedy, want) = (&golden.prompt, &golden.greedy, &golden.text);
     let text = prompt["template_text"]
         .as_str()
         .unwrap()
         .replace("<|vision_start|><|image_pad|><|vision_end|>", "<__media__>");
-    let greedy: Vec<u32> = serde_json::from_value(prompt["greedy_f32"].clone()).unwrap();
-    let tokenizer = hearth_engine::Tokenizer::from_file(&dir.join("tokenizer.json")).unwrap();
-    let want = tokenizer.decode(&greedy).unwrap();
     let (m, img) = (dir.to_str().unwrap(), image.to_str().unwrap());
     let n = greedy.len().to_string();
     let args = [

@@ -6,14 +6,11 @@
 mod common;
 
 use base64::Engine as _;
-use hearth_engine::Tokenizer;
 use serde_json::{json, Value};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
-fn vision_dir() -> std::path::PathBuf {
-    common::fixtures().join("tiny-qwen3.5-vision")
-}
+use common::vision_dir;
 
 async fn post(addr: &str, path: &str, body: Value) -> Result<(u16, Value), reqwest::Error> {
     let r = reqwest::Client::new()
@@ -54,13 +51,8 @@ async fn every_api_takes_an_image_and_answers_as_transformers() -> TestResult {
         "tiny",
     ])?;
     let addr = served.addr.clone();
-    let golden: Value = serde_json::from_str(&std::fs::read_to_string(
-        common::fixtures().join("golden/tiny-qwen3.5-vision.json"),
-    )?)?;
-    let prompt = &golden["prompts"][0];
-    let tokenizer = Tokenizer::from_file(&dir.join("tokenizer.json"))?;
-    let greedy: Vec<u32> = serde_json::from_value(prompt["greedy_f32"].clone())?;
-    let want = tokenizer.decode(&greedy)?;
+    let golden = common::vision_golden()?;
+    let (prompt, want) = (&golden.prompt, &golden.text);
     let b64 = png_b64()?;
     let uri = format!("data:image/png;base64,{b64}");
 

@@ -60,3 +60,31 @@ impl Drop for Served {
         let _ = self.child.wait();
     }
 }
+
+/// The tiny Qwen3.5 with a vision tower (`image1.png` beside it).
+pub fn vision_dir() -> std::path::PathBuf {
+    fixtures().join("tiny-qwen3.5-vision")
+}
+
+/// The vision golden's first prompt (`image1.png`, then "What is this?"), transformers'
+/// greedy tokens for it and their text.
+pub struct VisionGolden {
+    pub prompt: serde_json::Value,
+    pub greedy: Vec<u32>,
+    pub text: String,
+}
+
+pub fn vision_golden() -> Result<VisionGolden, Box<dyn std::error::Error>> {
+    let golden: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
+        fixtures().join("golden/tiny-qwen3.5-vision.json"),
+    )?)?;
+    let prompt = golden["prompts"][0].clone();
+    let greedy: Vec<u32> = serde_json::from_value(prompt["greedy_f32"].clone())?;
+    let tokenizer = hearth_engine::Tokenizer::from_file(&vision_dir().join("tokenizer.json"))?;
+    let text = tokenizer.decode(&greedy)?;
+    Ok(VisionGolden {
+        prompt,
+        greedy,
+        text,
+    })
+}

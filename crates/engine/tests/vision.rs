@@ -32,6 +32,44 @@ fn numbers<T: serde::de::DeserializeOwned>(v: &Value) -> Result<Vec<T>, serde_js
     serde_json::from_value(v.clone())
 }
 
+/// The engine on the CPU in f32, as the goldens are.
+fn cpu_f32() -> hearth_engine::LoadOptions {
+    hearth_engine::LoadOptions {
+        device: hearth_engine::DeviceSpec::Cpu,
+        dtype: hearth_engine::DTypeSpec::F32,
+        ..Default::default()
+    }
+}
+
+/// `n` greedy tokens after `prompt` with `images`, no stop token.
+fn greedy(
+    prompt: Vec<u32>,
+    images: Vec<hearth_engine::vision::ImageInput>,
+    n: usize,
+) -> hearth_engine::GenerateRequest {
+    hearth_engine::GenerateRequest {
+        sampling: hearth_engine::SamplingParams::greedy(),
+        stop_token_ids: Some(vec![]),
+        images,
+        ..hearth_engine::GenerateRequest::new(prompt, n)
+    }
+}
+
+/// A stream's tokens and its prompt tokens found cached, or its error.
+fn drain(s: &mut hearth_engine::EventStream) -> Result<(Vec<u32>, usize), String> {
+    use hearth_engine::Event;
+    let (mut tokens, mut cached) = (vec![], None);
+    while let Some(e) = s.blocking_next() {
+        match e {
+            Event::Token { id } => tokens.push(id),
+            Event::Finished(summary) => cached = Some(summary.usage.cached_prompt_tokens),
+            Event::Error { message } => return Err(message),
+            _ => {}
+        }
+    }
+    Ok((tokens, cached.ok_or("the stream ended without a summary")?))
+}
+
 #[test]
 fn smart_resize_matches_transformers() -> TestResult {
     let g = golden()?;
@@ -189,35 +227,18 @@ fn prompts_with_images_give_transformers_logits_and_tokens() -> TestResult {
 fn a_mixture_of_experts_with_images_gives_transformers_logits_and_tokens() -> TestResult {
     logits_and_tokens_match("tiny-qwen3.5-moe-vision")?;
     // And through the engine, as a user loads it.
-    use hearth_engine::{DTypeSpec, DeviceSpec, Engine, Event, GenerateRequest, LoadOptions};
+    use hearth_engine::Engine;
     let dir = common::fixtures().join("tiny-qwen3.5-moe-vision");
     let g: Value = serde_json::from_str(&std::fs::read_to_string(
         common::fixtures().join("golden/tiny-qwen3.5-moe-vision.json"),
     )?)?;
-    let opts = LoadOptions {
-        device: DeviceSpec::Cpu,
-        dtype: DTypeSpec::F32,
-        ..Default::default()
-    };
+    let opts = cpu_f32();
     let engine = Engine::load(dir.to_str().ok_or("path")?, &opts)?;
     let prompt = &g["prompts"][0];
     let want: Vec<u32> = numbers(&prompt["greedy_f32"])?;
     let image = engine.image(&std::fs::read(dir.join("image1.png"))?)?;
-    let mut s = engine.generate(GenerateRequest {
-        sampling: hearth_engine::SamplingParams::greedy(),
-        stop_token_ids: Some(vec![]),
-        images: vec![image],
-        ..GenerateRequest::new(numbers(&prompt["input_ids"])?, want.len())
-    })?;
-    let mut tokens = vec![];
-    while let Some(e) = s.blocking_next() {
-        match e {
-            Event::Token { id } => tokens.push(id),
-            Event::Error { message } => return Err(message.into()),
-            _ => {}
-        }
-    }
-    assert_eq!(tokens, want);
+    let request = greedy(numbers(&prompt["input_ids"])?, vec![image], want.len());
+    assert_eq!(drain(&mut engine.generate(request)?)?.0, want);
     Ok(())
 }
 
@@ -315,15 +336,9 @@ fn logits_and_tokens_match(checkpoint: &str) -> TestResult {
 /// again when a second request shares its text up to the image.
 #[test]
 fn the_engine_batches_a_prompt_with_an_image_beside_text() -> TestResult {
-    use hearth_engine::{
-        DTypeSpec, DeviceSpec, Engine, Event, GenerateRequest, LoadOptions, SamplingParams,
-    };
+    use hearth_engine::Engine;
     let g = golden()?;
-    let opts = LoadOptions {
-        device: DeviceSpec::Cpu,
-        dtype: DTypeSpec::F32,
-        ..Default::default()
-    };
+    let opts = cpu_f32();
     let engine = Engine::load(dir().to_str().ok_or("path")?, &opts)?;
     let support = engine
         .info()
@@ -335,23 +350,8 @@ fn the_engine_batches_a_prompt_with_an_image_beside_text() -> TestResult {
     let ids: Vec<u32> = numbers(&prompt["input_ids"])?;
     let want: Vec<u32> = numbers(&prompt["greedy_f32"])?;
     let image = engine.image(&std::fs::read(dir().join("image1.png"))?)?;
-    let request = |prompt: Vec<u32>, images| GenerateRequest {
-        sampling: SamplingParams::greedy(),
-        stop_token_ids: Some(vec![]),
-        images,
-        ..GenerateRequest::new(prompt, want.len())
-    };
-    let tokens = |s: &mut hearth_engine::EventStream| -> Result<Vec<u32>, String> {
-        let mut out = vec![];
-        while let Some(e) = s.blocking_next() {
-            match e {
-                Event::Token { id, .. } => out.push(id),
-                Event::Error { message } => return Err(message),
-                _ => {}
-            }
-        }
-        Ok(out)
-    };
+    let request = |prompt: Vec<u32>, images| greedy(prompt, images, want.len());
+    let tokens = |s: &mut hearth_engine::EventStream| drain(s).map(|(t, _)| t);
     let text: Vec<u32> = ids.iter().copied().filter(|&t| t != 1019).collect();
     let alone = tokens(&mut engine.generate(request(text.clone(), vec![]))?)?;
     for _ in 0..2 {
@@ -390,15 +390,9 @@ fn the_engine_batches_a_prompt_with_an_image_beside_text() -> TestResult {
 #[test]
 fn a_prompt_with_an_image_reuses_its_cache_by_the_pixels() -> TestResult {
     use hearth_engine::vision::ImageInput;
-    use hearth_engine::{
-        DTypeSpec, DeviceSpec, Engine, Event, GenerateRequest, LoadOptions, SamplingParams,
-    };
+    use hearth_engine::Engine;
     let g = golden()?;
-    let opts = LoadOptions {
-        device: DeviceSpec::Cpu,
-        dtype: DTypeSpec::F32,
-        ..Default::default()
-    };
+    let opts = cpu_f32();
     let path = dir();
     let path = path.to_str().ok_or("path")?;
     let engine = Engine::load(path, &opts)?;
@@ -414,23 +408,8 @@ fn a_prompt_with_an_image_reuses_its_cache_by_the_pixels() -> TestResult {
     assert_ne!(other.key, image.key);
     // Tokens and prompt tokens found cached.
     let run = |engine: &Engine, prompt: &[u32], image: &ImageInput, n: usize| {
-        let mut s = engine.generate(GenerateRequest {
-            sampling: SamplingParams::greedy(),
-            stop_token_ids: Some(vec![]),
-            images: vec![image.clone()],
-            ..GenerateRequest::new(prompt.to_vec(), n)
-        })?;
-        let (mut tokens, mut cached) = (vec![], None);
-        while let Some(e) = s.blocking_next() {
-            match e {
-                Event::Token { id } => tokens.push(id),
-                Event::Finished(summary) => cached = Some(summary.usage.cached_prompt_tokens),
-                Event::Error { message } => return Err(message.into()),
-                _ => {}
-            }
-        }
-        let cached = cached.ok_or("no summary")?;
-        Ok::<_, Box<dyn std::error::Error>>((tokens, cached))
+        let mut s = engine.generate(greedy(prompt.to_vec(), vec![image.clone()], n))?;
+        Ok::<_, Box<dyn std::error::Error>>(drain(&mut s)?)
     };
     assert_eq!(run(&engine, &ids, &image, want.len())?, (want.clone(), 0));
     let (tokens, cached) = run(&engine, &ids, &image, want.len())?;
@@ -461,9 +440,7 @@ fn a_prompt_with_an_image_reuses_its_cache_by_the_pixels() -> TestResult {
 #[test]
 fn an_mmproj_beside_a_gguf_model_takes_images() -> TestResult {
     use hearth_engine::vision::Mmproj;
-    use hearth_engine::{
-        DTypeSpec, DeviceSpec, Engine, Event, GenerateRequest, LoadOptions, SamplingParams,
-    };
+    use hearth_engine::{Engine, LoadOptions};
     let g = golden()?;
     let ggufs = common::fixtures().join("gguf/vision");
     let mmproj = Mmproj::open(&ggufs.join("tiny-qwen3.5-vision-mmproj-f32.gguf"))?;
@@ -486,11 +463,7 @@ fn an_mmproj_beside_a_gguf_model_takes_images() -> TestResult {
         .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
     assert!(worst <= 1e-4 * 6.7, "worst {worst}");
 
-    let opts = LoadOptions {
-        device: DeviceSpec::Cpu,
-        dtype: DTypeSpec::F32,
-        ..Default::default()
-    };
+    let opts = cpu_f32();
     let engine = Engine::load(
         ggufs
             .join("tiny-qwen3.5-vision-f32.gguf")
@@ -504,26 +477,13 @@ fn an_mmproj_beside_a_gguf_model_takes_images() -> TestResult {
     );
     let prompt = &g["prompts"][0];
     let ids: Vec<u32> = numbers(&prompt["input_ids"])?;
-    let greedy: Vec<u32> = numbers(&prompt["greedy_f32"])?;
+    let want_tokens: Vec<u32> = numbers(&prompt["greedy_f32"])?;
     // The mmproj carries no pixel bounds: the engine takes Qwen3.5's (at least 65 536 pixels,
     // 64 tokens); the golden prompt's image is the fixture processor's (35 tokens).
     let bounded = engine.image(&std::fs::read(dir().join("image1.png"))?)?;
     assert!(bounded.tokens(2) >= 64, "{:?}", bounded.grid);
-    let mut s = engine.generate(GenerateRequest {
-        sampling: SamplingParams::greedy(),
-        stop_token_ids: Some(vec![]),
-        images: vec![image],
-        ..GenerateRequest::new(ids, greedy.len())
-    })?;
-    let mut tokens = vec![];
-    while let Some(e) = s.blocking_next() {
-        match e {
-            Event::Token { id } => tokens.push(id),
-            Event::Error { message } => return Err(message.into()),
-            _ => {}
-        }
-    }
-    assert_eq!(tokens, greedy);
+    let mut s = engine.generate(greedy(ids, vec![image], want_tokens.len()))?;
+    assert_eq!(drain(&mut s)?.0, want_tokens);
 
     // A text model given an mmproj that does not fit it: an error naming the option.
     let e = Engine::load(
