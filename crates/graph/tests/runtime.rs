@@ -134,6 +134,13 @@ fn call(id: &str) -> Value {
     json!({"_internal": {"next_node": format!("call_subgraph::{id}")}})
 }
 
+/// Lets the entry supervisor `main` call subgraph `id`.
+fn allow_subgraph(rt: &mut Runtime, id: &str) {
+    if let Some(main) = rt.supervisors.get_mut("main") {
+        main.subgraphs.insert(id.into());
+    }
+}
+
 fn sg(id: &str, entry: &str, nodes: &[&str]) -> SubgraphContract {
     SubgraphContract {
         subgraph_id: id.into(),
@@ -162,11 +169,7 @@ async fn subgraphs_run_and_return_with_a_trace() {
             ],
             vec![sg("inner", "inner_sup", &["leaf"])],
         );
-        rt.supervisors
-            .get_mut("main")
-            .unwrap()
-            .subgraphs
-            .insert("inner".into());
+        allow_subgraph(&mut rt, "inner");
         rt
     };
     let r = rt.execute(request("go")).await.unwrap();
@@ -218,11 +221,7 @@ async fn subgraph_budgets_and_bad_ids() {
         )],
         vec![],
     );
-    rt.supervisors
-        .get_mut("main")
-        .unwrap()
-        .subgraphs
-        .insert("ghost".into());
+    allow_subgraph(&mut rt, "ghost");
     // Routing to it is refused (as agent-contracts does) and the rules route instead, until
     // the supervisor's iterations run out.
     let r = rt.execute(request("go")).await.unwrap();
@@ -524,11 +523,7 @@ async fn a_subgraph_entered_too_often_ends_the_run() {
         ],
         vec![sg("inner", "inner_sup", &["never"])],
     );
-    rt.supervisors
-        .get_mut("main")
-        .unwrap()
-        .subgraphs
-        .insert("inner".into());
+    allow_subgraph(&mut rt, "inner");
     let r = rt.execute(request("go")).await.unwrap();
     assert_eq!(r.termination.as_deref(), Some("max_reentry_exceeded"));
     // Inside, only the supervisor's `done`: no node of the parent ran there.

@@ -19,25 +19,6 @@ pub const PANEL: usize = 32;
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const DEPTH: usize = 256;
 
-/// One pass of a kernel body: `rows` rows of activations (`ldx` apart from `x`) times one
-/// panel's `depth` weights (`w`: `depth × PANEL`), summed into the first `cols` outputs of
-/// each row (`ldo` apart from `out`), added to what is there where `accumulate`. The caller
-/// guarantees `x` holds `rows` rows of `depth` values and that no other thread touches those
-/// outputs.
-#[derive(Clone, Copy)]
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-pub(crate) struct PanelPass<'a> {
-    pub x: &'a [f32],
-    pub ldx: usize,
-    pub rows: usize,
-    pub depth: usize,
-    pub w: &'a [f32],
-    pub out: *mut f32,
-    pub ldo: usize,
-    pub cols: usize,
-    pub accumulate: bool,
-}
-
 /// A weight `[n, k]` in panels of [`PANEL`] rows of it, each stored `[k][PANEL]` (the last
 /// padded with zeros).
 #[derive(Debug, Clone)]
@@ -107,7 +88,7 @@ impl PackedMatrix {
     #[cfg(target_arch = "x86_64")]
     fn run(&self, level: CpuLevel, x: &[f32], m: usize, out: &mut Vec<f32>) {
         use super::dense::SharedOut;
-        use super::x86::{avx2, avx512};
+        use super::x86::{avx2, avx512, PanelPass};
         use rayon::prelude::*;
         let (n, k) = (self.n, self.k);
         // The rows one pass takes, and its body.

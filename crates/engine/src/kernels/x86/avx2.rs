@@ -3,8 +3,8 @@
 //! The `_rows` kernels take one weight row against up to four activation rows per pass,
 //! widening each block once, and give each row exactly what its one-row kernel gives.
 
+use super::PanelPass;
 use crate::kernels::blocks::*;
-use crate::kernels::packed::PanelPass;
 use std::arch::x86_64::*;
 
 #[inline]

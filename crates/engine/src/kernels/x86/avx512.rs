@@ -4,8 +4,8 @@
 //! activations' block sums is subtracted at the end; Q5_0's fifth bits come straight from a
 //! mask register.
 
+use super::PanelPass;
 use crate::kernels::blocks::*;
-use crate::kernels::packed::PanelPass;
 use std::arch::x86_64::*;
 
 /// `Σ d_w·d_x·dot(u, y)` over a row of blocks minus `offset·Σ d_w·d_x·Σy`, where
