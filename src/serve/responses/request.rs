@@ -131,6 +131,7 @@ pub fn responses_call(
         parallel_tool_calls: raw.parallel_tool_calls.unwrap_or(true),
         prefill: None,
         images,
+        user: crate::serve::request::end_user(body),
     };
     Ok((call, offered))
 }
@@ -210,19 +211,30 @@ fn items_into(
                 }
             }
             "function_call_output" | "custom_tool_call_output" => {
-                let call_id = field("call_id")?;
-                if !call_ids.contains(call_id) {
-                    return Err(ApiError::invalid(
-                        format!("{at}.call_id"),
-                        format!("no earlier function_call item has call_id `{call_id}`"),
-                    ));
+                // Codex sends context of its own as an output with a tool's name and no
+                // call (its goal, as `agent.goal_objective`): a result that answers no call.
+                let answers = match (obj.get("call_id"), obj.get("name").and_then(Value::as_str)) {
+                    (None | Some(Value::Null), Some(name)) => {
+                        Err(offered.engine_name(name, obj.get("namespace").and_then(Value::as_str)))
+                    }
+                    _ => Ok(field("call_id")?),
+                };
+                if let Ok(call_id) = answers {
+                    if !call_ids.contains(call_id) {
+                        return Err(ApiError::invalid(
+                            format!("{at}.call_id"),
+                            format!("no earlier function_call item has call_id `{call_id}`"),
+                        ));
+                    }
                 }
                 let before = images.len();
                 let output = content(&format!("{at}.output"), obj.get("output"), images)?;
                 images[before..].iter_mut().for_each(|i| i.from_tool = true);
                 let mut m = ChatMessage::tool(output);
-                m.extra
-                    .insert("tool_call_id".into(), Value::String(call_id.into()));
+                match answers {
+                    Ok(call_id) => m.extra.insert("tool_call_id".into(), call_id.into()),
+                    Err(name) => m.extra.insert("name".into(), name.into()),
+                };
                 out.push(m);
             }
             "reasoning" => {
@@ -494,6 +506,19 @@ mod tests {
             ]
         );
         assert_eq!(c.messages[3].tool_calls[0].function.name, "exec_command");
+        // Its second turn with a goal (Codex 0.171, the 1.5B): `create_goal`'s output, then
+        // the goal as an output of `agent.goal_objective` that answers no call.
+        let body = crate::serve::request::agent_request("codex-goal.json");
+        let (c, _) = responses_call(&body, &SamplingParams::default(), &[])?;
+        let last = c
+            .messages
+            .last()
+            .ok_or_else(|| ApiError::invalid("input", "empty"))?;
+        assert_eq!(
+            (last.role.as_str(), &last.extra["name"]),
+            ("tool", &json!("agent.goal_objective"))
+        );
+        assert!(last.text().starts_with("Create a file named hello.py"));
         Ok(())
     }
 
@@ -531,6 +556,20 @@ mod tests {
         );
         assert_eq!(c.tool_choice, ToolChoice::Named("spawn".into()));
         assert_eq!(c.enable_thinking, Some(true));
+        Ok(())
+    }
+
+    #[test]
+    fn an_output_with_a_name_and_no_call_is_a_result_of_its_own() -> Result<(), ApiError> {
+        // As Codex 0.171 sends its goal after the first turn.
+        let c = call(json!({"model": "m", "input": [
+            {"role": "user", "content": "Create hello.py"},
+            {"type": "function_call_output", "name": "goal_objective", "namespace": "agent",
+             "output": "Create hello.py"}
+        ]}))?;
+        assert_eq!(c.messages[1].role, "tool");
+        assert_eq!(c.messages[1].text(), "Create hello.py");
+        assert!(c.messages[1].extra.get("tool_call_id").is_none());
         Ok(())
     }
 
