@@ -6,8 +6,9 @@
 
 use crate::model_args::{check_max_tokens, ModelArgs, SamplingArgs};
 use anyhow::{bail, Context};
+use hearth_agent::hooks::MessageLogger;
 use hearth_agent::knowledge::FolderKnowledge;
-use hearth_agent::llm::{Backend, FallbackLlm, OpenAiLlm};
+use hearth_agent::llm::{Backend, FallbackConfig, FallbackLlm, FallbackServer, OpenAiLlm};
 use hearth_agent::record::{Entry, Recorder, RunHeader};
 use hearth_agent::tool_agent::{RunOptions, StopReason, ToolAgentRun};
 use hearth_agent::{Agent, Llm, LlmRequest, LocalLlm, SessionStore, ToolAgent, ToolAgentEvent};
@@ -61,6 +62,10 @@ pub struct AgentArgs {
     /// Print the run as one JSON object (answer, stop reason, tool calls, iterations).
     #[arg(long)]
     pub json: bool,
+    /// Log every message in and out of the agent, each tool call and each result to stderr
+    /// as the run goes (lagent's MessageLogger).
+    #[arg(long)]
+    pub log_messages: bool,
     /// Let the model write tool calls freely (repaired by the parser) instead of decoding
     /// them under the grammar of the offered tools' schemas; for comparisons.
     #[arg(long)]
@@ -80,13 +85,13 @@ pub struct AgentArgs {
     pub llm_fallback: Vec<String>,
     /// Seconds each model may take to its answer's first token before the next is asked
     /// (with --llm-fallback).
-    #[arg(
-        long,
-        value_name = "SECS",
-        default_value_t = 300,
-        requires = "llm_fallback"
-    )]
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
     pub llm_timeout: u64,
+    /// A TOML file of fallback servers (`[[fallback]]` tables with `url`, and optionally
+    /// `model`, `timeout_secs`, `retries`; top-level `timeout_secs` and `backoff_secs`),
+    /// asked after --llm-fallback's; see docs/agents-and-tools.md.
+    #[arg(long, value_name = "FILE")]
+    pub llm_config: Option<PathBuf>,
     /// The user the agent works for, passed to its tools with each call (with the session).
     #[arg(long)]
     pub user: Option<String>,
@@ -117,44 +122,78 @@ fn remote_llm(
         .map_err(|e| anyhow::anyhow!("--llm-url: {e}"))
 }
 
-/// `llm`, then each --llm-fallback server, as one model: the first that answers in time.
+/// The --llm-config file, read before any model loads.
+fn fallback_config(args: &AgentArgs) -> anyhow::Result<FallbackConfig> {
+    let Some(path) = &args.llm_config else {
+        return Ok(FallbackConfig::default());
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--llm-config {}: cannot read it", path.display()))?;
+    toml::from_str::<FallbackConfig>(&text)
+        .map_err(|e| anyhow::anyhow!("--llm-config {}: {e}", path.display()))
+}
+
+/// `llm`, then each --llm-fallback server and each of the --llm-config file's, as one
+/// model: the first that answers in time.
 fn with_fallbacks(
     rt: &tokio::runtime::Runtime,
     llm: Arc<dyn Llm>,
     args: &AgentArgs,
+    config: &FallbackConfig,
 ) -> anyhow::Result<Arc<dyn Llm>> {
-    if args.llm_fallback.is_empty() {
+    let secs = |s: u64| std::time::Duration::from_secs(s.max(1));
+    let mut servers: Vec<FallbackServer> = args
+        .llm_fallback
+        .iter()
+        .map(|url| FallbackServer {
+            url: url.clone(),
+            model: None,
+            timeout_secs: Some(args.llm_timeout),
+            retries: 0,
+        })
+        .collect();
+    servers.extend(config.fallbacks.iter().cloned());
+    if servers.is_empty() {
         return Ok(llm);
     }
-    let timeout = std::time::Duration::from_secs(args.llm_timeout.max(1));
-    let mut backends = vec![Backend::new(llm).with_timeout(timeout)];
-    for url in &args.llm_fallback {
-        let remote = OpenAiLlm::new(url, "")
-            .map_err(|e| anyhow::anyhow!("invalid --llm-fallback: {e}"))?
+    let main_timeout = config.timeout_secs.unwrap_or(args.llm_timeout);
+    let mut backends = vec![Backend::new(llm).with_timeout(secs(main_timeout))];
+    for server in servers {
+        let url = &server.url;
+        let remote = OpenAiLlm::new(url, server.model.as_deref().unwrap_or_default())
+            .map_err(|e| anyhow::anyhow!("invalid fallback {url}: {e}"))?
             .with_max_tokens(args.max_tokens);
         // A fallback that is down now may be up when it is needed: its model is asked for
         // now if it answers, else the requests name none.
-        let discovered = rt.block_on(async {
-            tokio::time::timeout(std::time::Duration::from_secs(5), remote.discover_model()).await
-        });
-        let remote = match discovered {
-            Ok(Ok(r)) => r,
-            _ => {
-                tracing::warn!(
-                    "--llm-fallback {url}: no model list now; its requests name no model"
-                );
-                OpenAiLlm::new(url, "")
-                    .map_err(|e| anyhow::anyhow!("invalid --llm-fallback: {e}"))?
-                    .with_max_tokens(args.max_tokens)
+        let remote = if server.model.is_some() {
+            remote
+        } else {
+            let discovered = rt.block_on(async {
+                tokio::time::timeout(std::time::Duration::from_secs(5), remote.discover_model())
+                    .await
+            });
+            match discovered {
+                Ok(Ok(r)) => r,
+                _ => {
+                    tracing::warn!("fallback {url}: no model list now; its requests name no model");
+                    OpenAiLlm::new(url, "")
+                        .map_err(|e| anyhow::anyhow!("invalid fallback {url}: {e}"))?
+                        .with_max_tokens(args.max_tokens)
+                }
             }
         };
         backends.push(
             Backend::new(Arc::new(remote))
                 .named(url.clone())
-                .with_timeout(timeout),
+                .with_timeout(secs(server.timeout_secs.unwrap_or(args.llm_timeout)))
+                .with_retries(server.retries),
         );
     }
-    Ok(Arc::new(FallbackLlm::new(backends)?))
+    let mut fallback = FallbackLlm::new(backends)?;
+    if let Some(b) = config.backoff_secs {
+        fallback = fallback.with_backoff(secs(b));
+    }
+    Ok(Arc::new(fallback))
 }
 
 pub fn run(args: AgentArgs) -> anyhow::Result<()> {
@@ -180,6 +219,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     let mut tools = hearth_agent::tools::registry(&args.tools, args.workspace.clone())
         .map_err(anyhow::Error::msg)?;
     let mcp_servers = args.mcp.specs()?;
+    let fallbacks = fallback_config(&args)?;
     // The database is checked before the model loads: a bad file fails fast.
     let mut durable = match &args.session {
         Some(name) => Some(Durable::open(name, args.db.clone())?),
@@ -231,7 +271,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             )
         }
     };
-    let llm = with_fallbacks(&rt, llm, &args)?;
+    let llm = with_fallbacks(&rt, llm, &args, &fallbacks)?;
     // Tool use is most reliable greedy; flags still override.
     let sampling = args.sampling.apply(&SamplingParams::greedy());
     let mut agent = ToolAgent::new(llm, tools);
@@ -243,6 +283,9 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     };
     if let Some(s) = &args.system {
         agent.set_persona(s.clone());
+    }
+    if args.log_messages {
+        agent.llm_agent.hooks.add(Arc::new(MessageLogger));
     }
     if let Some(k) = knowledge {
         agent.knowledge = Some(Arc::new(k));

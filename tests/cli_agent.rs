@@ -185,3 +185,62 @@ fn mcp_calls_can_be_denied_and_bad_servers_are_named() {
         );
     }
 }
+
+/// `--llm-config` is read before the model loads: a bad file is an error that names it and
+/// the field; a good one adds its fallbacks behind the local model, which answers. And
+/// `--log-messages` logs the run's messages to stderr.
+#[test]
+fn a_fallback_config_file_is_checked_and_messages_can_be_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[[fallback]]\nurl = \"http://127.0.0.1:9/v1\"\nmodle = \"x\"\n",
+    )
+    .unwrap();
+    let (ok, _, stderr) = hearth(&[
+        "agent",
+        "--model",
+        "/nonexistent/model",
+        "--llm-config",
+        bad.to_str().unwrap(),
+        "hi",
+    ]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("bad.toml") && stderr.contains("modle"),
+        "{stderr}"
+    );
+
+    let good = dir.path().join("fallbacks.toml");
+    std::fs::write(
+        &good,
+        "backoff_secs = 5\n[[fallback]]\nurl = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\ntimeout_secs = 2\n",
+    )
+    .unwrap();
+    let model = common::tiny("qwen2");
+    let (ok, stdout, stderr) = hearth(&[
+        "agent",
+        "--model",
+        model.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--max-tokens",
+        "4",
+        "--tools",
+        "",
+        "--llm-config",
+        good.to_str().unwrap(),
+        "--log-messages",
+        "--json",
+        "Say hi.",
+    ]);
+    assert!(ok, "{stdout}{stderr}");
+    let run: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_ne!(
+        run["backend"], "http://127.0.0.1:9/v1",
+        "the local model answered: {stdout}"
+    );
+    assert!(stderr.contains("in: Say hi."), "{stderr}");
+    assert!(stderr.contains("out: "), "{stderr}");
+}

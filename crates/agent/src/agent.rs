@@ -9,9 +9,13 @@ use crate::llm::{complete, Llm, LlmRequest};
 use crate::memory::MemoryManager;
 use crate::message::{AgentMessage, AgentStatusCode};
 use crate::parser::OutputParser;
+use crate::tool_context::ToolContext;
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 use std::sync::Arc;
+
+/// What [`Agent::call_stream`] yields: partial messages, then the output.
+pub type MessageStream<'a> = futures::stream::BoxStream<'a, Result<AgentMessage>>;
 
 /// An agent: a named step over a session's messages, with optional memory, hooks and
 /// sub-agents.
@@ -63,6 +67,24 @@ pub trait Agent: Send + Sync {
             output = h.after_agent(self.name(), output, session);
         }
         Ok(output)
+    }
+
+    /// [`Agent::call`] for the caller `context` describes (user, tenant, deadline,
+    /// cancellation), which an agent with tools passes to them; by default `call`.
+    async fn call_in(
+        &self,
+        inputs: Vec<AgentMessage>,
+        session: &str,
+        _context: &ToolContext,
+    ) -> Result<AgentMessage> {
+        self.call(inputs, session).await
+    }
+
+    /// [`Agent::call`], streaming: partial messages (`stream_state` STREAM_ING) as they come,
+    /// then the output. By default the output alone; [`LlmAgent`] streams its answer, and
+    /// [`Sequential`], [`AgentList`] and [`AgentMap`] pass on their agents' streams.
+    fn call_stream<'a>(&'a self, inputs: Vec<AgentMessage>, session: &'a str) -> MessageStream<'a> {
+        Box::pin(futures::stream::once(self.call(inputs, session)))
     }
 
     /// For synchronous callers (builds a runtime; not from inside one); also on a
@@ -186,47 +208,10 @@ impl Agent for LlmAgent {
         let out = complete(self.llm.as_ref(), self.prepare(history)).await?;
         Ok(self.message(&out.text, AgentStatusCode::End))
     }
-}
-
-impl LlmAgent {
-    fn prepare(&self, history: &[AgentMessage]) -> LlmRequest {
-        let messages = self.aggregator.aggregate(
-            history,
-            &self.name,
-            self.parser.as_deref(),
-            self.template.as_deref(),
-            &[],
-        );
-        let mut stop = self.request.stop.clone();
-        if let Some(p) = &self.parser {
-            let words = p.stop_words();
-            if !words.is_empty() {
-                stop.get_or_insert_with(Vec::new).extend(words);
-            }
-        }
-        LlmRequest {
-            messages,
-            stop,
-            ..self.request.clone()
-        }
-    }
-
-    fn message(&self, text: &str, state: AgentStatusCode) -> AgentMessage {
-        let mut msg = AgentMessage::new(self.name.clone(), text.to_string());
-        msg.stream_state = state;
-        if let Some(p) = &self.parser {
-            msg.formatted = serde_json::to_value(p.parse(text, &[])).ok();
-        }
-        msg
-    }
 
     /// `call`, streaming: the answer so far (re-parsed each time) with `stream_state`
     /// STREAM_ING, then the whole answer with END once memory holds it.
-    pub fn call_stream<'a>(
-        &'a self,
-        inputs: Vec<AgentMessage>,
-        session: &'a str,
-    ) -> futures::stream::BoxStream<'a, Result<AgentMessage>> {
+    fn call_stream<'a>(&'a self, inputs: Vec<AgentMessage>, session: &'a str) -> MessageStream<'a> {
         use futures::StreamExt;
         let mut inputs = inputs;
         for h in self.hooks.snapshot() {
@@ -274,6 +259,39 @@ impl LlmAgent {
     }
 }
 
+impl LlmAgent {
+    fn prepare(&self, history: &[AgentMessage]) -> LlmRequest {
+        let messages = self.aggregator.aggregate(
+            history,
+            &self.name,
+            self.parser.as_deref(),
+            self.template.as_deref(),
+            &[],
+        );
+        let mut stop = self.request.stop.clone();
+        if let Some(p) = &self.parser {
+            let words = p.stop_words();
+            if !words.is_empty() {
+                stop.get_or_insert_with(Vec::new).extend(words);
+            }
+        }
+        LlmRequest {
+            messages,
+            stop,
+            ..self.request.clone()
+        }
+    }
+
+    fn message(&self, text: &str, state: AgentStatusCode) -> AgentMessage {
+        let mut msg = AgentMessage::new(self.name.clone(), text.to_string());
+        msg.stream_state = state;
+        if let Some(p) = &self.parser {
+            msg.formatted = serde_json::to_value(p.parse(text, &[])).ok();
+        }
+        msg
+    }
+}
+
 /// Agents in a row, each reading the previous one's output; `exit_at` stops early.
 pub struct Sequential {
     /// The pipeline's name.
@@ -314,6 +332,90 @@ impl Agent for Sequential {
         }
         last.ok_or_else(|| AgentError::invalid("agents", "Sequential has no agents"))
     }
+
+    fn call_stream<'a>(&'a self, inputs: Vec<AgentMessage>, session: &'a str) -> MessageStream<'a> {
+        let agents = self.agents.iter().map(|(_, a)| a.as_ref()).collect();
+        relay(
+            agents,
+            inputs,
+            session,
+            Relay::Chain(self.exit_at.as_ref()),
+            "Sequential has no agents",
+        )
+    }
+}
+
+/// How [`relay`] feeds its agents.
+enum Relay<'a> {
+    /// Each reads the previous one's output; stops after an output the test accepts.
+    Chain(Option<&'a ExitTest>),
+    /// Each reads the same input.
+    Same,
+}
+
+/// The agents' streams one after another, as `Sequential` and `AgentList` call them: every
+/// message each agent yields is passed on; the last one it yields is its output.
+fn relay<'a>(
+    agents: Vec<&'a dyn Agent>,
+    inputs: Vec<AgentMessage>,
+    session: &'a str,
+    how: Relay<'a>,
+    empty: &'static str,
+) -> MessageStream<'a> {
+    use futures::StreamExt;
+    struct State<'a> {
+        agents: std::vec::IntoIter<&'a dyn Agent>,
+        inputs: Vec<AgentMessage>,
+        current: Option<MessageStream<'a>>,
+        output: Option<AgentMessage>,
+        how: Relay<'a>,
+        done: bool,
+    }
+    let state = State {
+        agents: agents.into_iter(),
+        inputs,
+        current: None,
+        output: None,
+        how,
+        done: false,
+    };
+    futures::stream::unfold(state, move |mut st| async move {
+        loop {
+            if st.done {
+                return None;
+            }
+            let Some(current) = st.current.as_mut() else {
+                match st.agents.next() {
+                    Some(a) => st.current = Some(a.call_stream(st.inputs.clone(), session)),
+                    None => {
+                        st.done = true;
+                        if st.output.is_none() {
+                            return Some((Err(AgentError::invalid("agents", empty)), st));
+                        }
+                    }
+                }
+                continue;
+            };
+            match current.next().await {
+                Some(Ok(m)) => {
+                    st.output = Some(m.clone());
+                    return Some((Ok(m), st));
+                }
+                Some(Err(e)) => {
+                    st.done = true;
+                    return Some((Err(e), st));
+                }
+                None => {
+                    st.current = None;
+                    if let (Relay::Chain(exit), Some(out)) = (&st.how, &st.output) {
+                        st.done = exit.is_some_and(|f| f(out));
+                        st.inputs = vec![out.clone()];
+                    }
+                }
+            }
+        }
+    })
+    .boxed()
 }
 
 /// Agents held in a list (state keys `0.memory`, `1.memory`, …); calling it runs them all on
@@ -346,6 +448,11 @@ impl Agent for AgentList {
         }
         last.ok_or_else(|| AgentError::invalid("agents", "AgentList is empty"))
     }
+
+    fn call_stream<'a>(&'a self, inputs: Vec<AgentMessage>, session: &'a str) -> MessageStream<'a> {
+        let agents = self.agents.iter().map(|a| a.as_ref()).collect();
+        relay(agents, inputs, session, Relay::Same, "AgentList is empty")
+    }
 }
 
 /// Agents by name (state keys `<name>.memory`); calling it routes to the agent named by the
@@ -371,7 +478,21 @@ impl Agent for AgentMap {
     }
 
     async fn forward(&self, history: &[AgentMessage], session: &str) -> Result<AgentMessage> {
-        let to = history
+        self.route(history)?.call(history.to_vec(), session).await
+    }
+
+    fn call_stream<'a>(&'a self, inputs: Vec<AgentMessage>, session: &'a str) -> MessageStream<'a> {
+        match self.route(&inputs) {
+            Ok(agent) => agent.call_stream(inputs, session),
+            Err(e) => Box::pin(futures::stream::once(async move { Err(e) })),
+        }
+    }
+}
+
+impl AgentMap {
+    /// The agent the last message's `receiver` names.
+    fn route(&self, messages: &[AgentMessage]) -> Result<&dyn Agent> {
+        let to = messages
             .last()
             .and_then(|m| m.receiver.clone())
             .unwrap_or_default();
@@ -382,7 +503,7 @@ impl Agent for AgentMap {
                 format!("no agent named `{to}` (have {known:?})"),
             )
         })?;
-        agent.call(history.to_vec(), session).await
+        Ok(agent.as_ref())
     }
 }
 

@@ -5,7 +5,7 @@
 //! - [`Agent`]: `call` = before-hooks → memory ← input → `forward` → memory ← output →
 //!   after-hooks; `forward` alone records nothing; state dicts with dotted keys;
 //! - [`Aggregator`]s turn memory into chat messages, [`OutputParser`]s turn answers into
-//!   tool calls (Qwen `<tool_call>`, ReAct, code blocks, JSON);
+//!   tool calls (Qwen `<tool_call>`, InternLM2 actions, ReAct, code blocks, JSON);
 //! - [`Tool`]s with JSON schemas, a [`ToolRegistry`] with timeouts and argument checks;
 //! - [`ToolAgent`]: the tool loop, built from an aggregator, an output parser and a
 //!   [`loop_policy::LoopPolicy`], with hooks around each turn and each tool call;
@@ -20,6 +20,7 @@
 
 #![warn(missing_docs)]
 
+pub mod action_executor;
 pub mod agent;
 pub mod aggregator;
 pub mod error;
@@ -42,8 +43,11 @@ pub mod tool_agent;
 pub mod tool_context;
 pub mod tools;
 
-pub use agent::{Agent, AgentList, AgentMap, LlmAgent, Sequential};
-pub use aggregator::{Aggregator, DefaultAggregator, FewShotAggregator, ToolAggregator};
+pub use action_executor::ActionExecutor;
+pub use agent::{Agent, AgentList, AgentMap, LlmAgent, MessageStream, Sequential};
+pub use aggregator::{
+    Aggregator, DefaultAggregator, FewShotAggregator, InternLmAggregator, Preamble, ToolAggregator,
+};
 pub use error::{AgentError, Result};
 pub use event_bus::EventBus;
 pub use hooks::{Hook, HookHandle, Hooks};
@@ -51,7 +55,7 @@ pub use hooks::{Hook, HookHandle, Hooks};
 pub use llm::LocalLlm;
 pub use llm::{Llm, LlmEvent, LlmOutput, LlmRequest, ScriptedLlm};
 pub use memory::{Memory, MemoryManager};
-pub use message::{ActionStatusCode, AgentMessage, AgentStatusCode};
+pub use message::{ActionStatusCode, ActionValidCode, AgentMessage, AgentStatusCode};
 pub use parser::{OutputParser, ParseStatus, ParsedOutput};
 pub use store::{open_database, SavedSession, SessionClaim, SessionStore};
 pub use tool::{Tool, ToolRegistry, ToolResult, ToolSource};

@@ -29,6 +29,22 @@ macro_rules! int_enum {
 }
 
 int_enum!(
+    /// What kind of action a result answers (lagent's `ActionValidCode`).
+    ActionValidCode {
+        /// The finishing action: its response is the answer.
+        Finish = 1,
+        /// A tool that was run.
+        Open = 0,
+        /// A tool that is closed.
+        Closed = -1,
+        /// An action no tool answers to.
+        Invalid = -2,
+        /// No action at all.
+        Absent = -3,
+    }
+);
+
+int_enum!(
     /// lagent's `AgentStatusCode`.
     AgentStatusCode {
         /// The message is complete.

@@ -104,6 +104,9 @@ impl Tool for Renamed {
     async fn call(&self, arguments: Value) -> Result<String, String> {
         self.inner.call(arguments).await
     }
+    async fn call_in(&self, arguments: Value, context: &ToolContext) -> Result<String, String> {
+        self.inner.call_in(arguments, context).await
+    }
 }
 
 /// Tools by name; runs calls with argument checks and a timeout (30 s by default).

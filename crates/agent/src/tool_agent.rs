@@ -656,6 +656,22 @@ impl Agent for ToolAgent {
         Ok(self.answer_message(&run))
     }
 
+    /// [`ToolAgent::run`] with `context` for the tools.
+    async fn call_in(
+        &self,
+        inputs: Vec<AgentMessage>,
+        session: &str,
+        context: &ToolContext,
+    ) -> Result<AgentMessage> {
+        let task: Vec<String> = inputs.iter().map(AgentMessage::text).collect();
+        let options = RunOptions {
+            context: context.clone(),
+            ..RunOptions::default()
+        };
+        let run = self.run(&task.join("\n"), session, options, None).await?;
+        Ok(self.answer_message(&run))
+    }
+
     /// The tool loop on the last message, with the earlier ones as history. Writes no memory.
     async fn forward(&self, history: &[AgentMessage], session: &str) -> Result<AgentMessage> {
         let Some((last, earlier)) = history.split_last() else {

@@ -6,9 +6,11 @@
 #![warn(missing_docs)]
 
 mod message;
+mod py_json;
 mod sampling;
 pub mod tool_call;
 
 pub use message::{ChatMessage, FunctionCall, ToolCall};
+pub use py_json::PyJson;
 pub use sampling::{InvalidParam, SamplingParams};
 pub use tool_call::{ToolChoice, ToolFormat};

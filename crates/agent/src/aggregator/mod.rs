@@ -1,5 +1,9 @@
 //! Aggregators turn an agent's memory into the chat messages the model reads.
 
+mod internlm;
+
+pub use internlm::InternLmAggregator;
+
 use crate::message::AgentMessage;
 use crate::parser::{OutputParser, ParseStatus, ParsedOutput};
 use hearth_chat::ChatMessage;
@@ -87,6 +91,39 @@ impl Aggregator for FewShotAggregator {
     }
 }
 
+/// Messages around what another aggregator makes of the memory (lagent's system instruction
+/// given as several messages, and few-shot exchanges with tool turns): `system` first, then
+/// `inner`'s own system messages, then `examples` (assistant turns may carry tool calls, and
+/// tool results follow them, as the chat template renders them), then the history.
+pub struct Preamble {
+    /// System messages before everything (a `name` in `extra` is kept: InternLM's
+    /// `system name=<|plugin|>`).
+    pub system: Vec<ChatMessage>,
+    /// Example exchanges between the system messages and the history.
+    pub examples: Vec<ChatMessage>,
+    /// Makes the rest.
+    pub inner: Box<dyn Aggregator>,
+}
+
+impl Aggregator for Preamble {
+    fn aggregate(
+        &self,
+        memory: &[AgentMessage],
+        name: &str,
+        parser: Option<&dyn OutputParser>,
+        system: Option<&str>,
+        tools: &[Value],
+    ) -> Vec<ChatMessage> {
+        let rest = self.inner.aggregate(memory, name, parser, system, tools);
+        let split = rest.iter().take_while(|m| m.role == "system").count();
+        let mut out = self.system.clone();
+        out.extend_from_slice(&rest[..split]);
+        out.extend(self.examples.iter().cloned());
+        out.extend_from_slice(&rest[split..]);
+        out
+    }
+}
+
 /// For tool-using agents: the parser's format instruction joins the system message; the
 /// agent's turns carry their tool calls; turns that failed to parse are skipped; tool results
 /// go back in the model's tool role.
@@ -166,6 +203,7 @@ mod tests {
 
     use super::*;
     use crate::parser::QwenToolParser;
+    use hearth_chat::ToolCall;
     use serde_json::json;
 
     fn bot(text: &str, formatted: Option<ParsedOutput>) -> AgentMessage {
@@ -210,6 +248,47 @@ mod tests {
         );
         let texts: Vec<&str> = out.iter().map(|m| m.text()).collect();
         assert_eq!(texts, ["math", "2+2?", "4", "3+3?"]);
+        Ok(())
+    }
+
+    #[test]
+    fn a_preamble_puts_system_messages_first_and_examples_before_the_history() -> TestResult {
+        let mut plugin = ChatMessage::system("tools: calculator");
+        plugin.extra.insert("name".into(), json!("plugin"));
+        let call = ToolCall::new("calculator", json!({"expression": "2+2"}));
+        let agg = Preamble {
+            system: vec![ChatMessage::system("Be exact."), plugin],
+            examples: vec![
+                ChatMessage::user("2+2?"),
+                ChatMessage::assistant(String::new()).with_tool_calls(vec![call]),
+                ChatMessage::tool("4"),
+                ChatMessage::assistant("4"),
+            ],
+            inner: Box::new(ToolAggregator),
+        };
+        let out = agg.aggregate(
+            &[AgentMessage::user("3+3?")],
+            "bot",
+            None,
+            Some("You add."),
+            &[],
+        );
+        let texts: Vec<(&str, &str)> = out.iter().map(|m| (m.role.as_str(), m.text())).collect();
+        assert_eq!(
+            texts,
+            [
+                ("system", "Be exact."),
+                ("system", "tools: calculator"),
+                ("system", "You add."),
+                ("user", "2+2?"),
+                ("assistant", ""),
+                ("tool", "4"),
+                ("assistant", "4"),
+                ("user", "3+3?")
+            ]
+        );
+        assert_eq!(out[1].extra["name"], json!("plugin"));
+        assert_eq!(out[4].tool_calls[0].function.name, "calculator");
         Ok(())
     }
 

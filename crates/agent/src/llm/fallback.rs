@@ -102,6 +102,49 @@ impl Slot {
     }
 }
 
+/// The fallback models of a config file (`hearth agent --llm-config FILE`, TOML), asked in
+/// order after the main model:
+///
+/// ```toml
+/// timeout_secs = 120      # the main model's time to its first token
+/// backoff_secs = 30       # a failed model is skipped this long (doubling while it fails)
+/// [[fallback]]
+/// url = "http://127.0.0.1:8000/v1"
+/// model = "Qwen/Qwen2.5-Coder-7B-Instruct"   # default: the first the server lists
+/// timeout_secs = 300
+/// retries = 1
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FallbackConfig {
+    /// Seconds the main model may take to its answer's first token.
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
+    /// Seconds a model that failed is skipped at first.
+    #[serde(default)]
+    pub backoff_secs: Option<u64>,
+    /// The servers of OpenAI's API asked after it, in order.
+    #[serde(default, rename = "fallback")]
+    pub fallbacks: Vec<FallbackServer>,
+}
+
+/// One fallback server of a [`FallbackConfig`].
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FallbackServer {
+    /// Its base URL (`…/v1`).
+    pub url: String,
+    /// The model to ask for; by default the first it lists.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Seconds to its answer's first token.
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
+    /// Further tries on it before the next is asked.
+    #[serde(default)]
+    pub retries: usize,
+}
+
 /// Backends in order of preference, the next answering where one fails.
 #[derive(Clone)]
 pub struct FallbackLlm {

@@ -9,7 +9,7 @@ mod local;
 mod openai;
 mod scripted;
 
-pub use fallback::{Backend, FallbackLlm};
+pub use fallback::{Backend, FallbackConfig, FallbackLlm, FallbackServer};
 #[cfg(feature = "local")]
 pub use local::LocalLlm;
 pub use openai::OpenAiLlm;

@@ -141,10 +141,14 @@ impl Connection {
         name: &str,
         arguments: Value,
         timeout: Duration,
+        meta: serde_json::Map<String, Value>,
     ) -> Result<String, String> {
         let mut params = CallToolRequestParams::new(name.to_string());
         if let Value::Object(args) = arguments {
             params = params.with_arguments(args);
+        }
+        if !meta.is_empty() {
+            params.meta = Some(rmcp::model::Meta(meta));
         }
         let result = tokio::time::timeout(timeout, self.service.call_tool(params))
             .await

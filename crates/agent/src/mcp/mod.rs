@@ -11,6 +11,7 @@
 mod client;
 
 use crate::tool::{Tool, ToolSource};
+use crate::tool_context::ToolContext;
 use async_trait::async_trait;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -413,6 +414,21 @@ struct McpTool {
     options: McpOptions,
 }
 
+/// What the server is told of the caller: the context's session, user and tenant.
+fn caller_meta(context: &ToolContext) -> serde_json::Map<String, Value> {
+    let mut meta = serde_json::Map::new();
+    for (key, value) in [
+        ("hearth/session", Some(&context.session)),
+        ("hearth/user", context.user.as_ref()),
+        ("hearth/tenant", context.tenant.as_ref()),
+    ] {
+        if let Some(v) = value.filter(|v| !v.is_empty()) {
+            meta.insert(key.into(), Value::String(v.clone()));
+        }
+    }
+    meta
+}
+
 #[async_trait]
 impl Tool for McpTool {
     fn name(&self) -> &str {
@@ -428,6 +444,12 @@ impl Tool for McpTool {
     }
 
     async fn call(&self, arguments: Value) -> Result<String, String> {
+        self.call_in(arguments, &ToolContext::default()).await
+    }
+
+    /// The call, with whom it is for in the request's `_meta` (`hearth/session`,
+    /// `hearth/user`, `hearth/tenant`, where known), for a server that serves several.
+    async fn call_in(&self, arguments: Value, context: &ToolContext) -> Result<String, String> {
         match &self.options.approval {
             Approval::Auto => {}
             Approval::Deny => {
@@ -447,7 +469,12 @@ impl Tool for McpTool {
             }
         }
         self.connection
-            .call(&self.remote.name, arguments, self.options.call_timeout)
+            .call(
+                &self.remote.name,
+                arguments,
+                self.options.call_timeout,
+                caller_meta(context),
+            )
             .await
             .map_err(|e| format!("MCP server {}: {e}", self.server))
     }

@@ -2,16 +2,20 @@
 //! A parse failure is a status on the result with the raw text kept, never a panic.
 
 mod code;
+pub mod internlm;
 mod json;
 mod mixed;
 mod qwen;
 mod react;
+mod tagged;
 
 pub use code::CodeBlockParser;
+pub use internlm::InternLmParser;
 pub use json::JsonParser;
 pub use mixed::MixedParser;
 pub use qwen::{QwenToolParser, QwenXmlToolParser};
 pub use react::ReActParser;
+pub use tagged::{TaggedAction, TaggedToolParser};
 
 pub(crate) use hearth_chat::tool_call::{fenced_blocks, tool_names};
 use hearth_chat::{ChatMessage, ToolCall};
@@ -118,6 +122,22 @@ pub trait OutputParser: Send + Sync {
 
     /// Instructions for the system prompt (none when the chat template lists the tools).
     fn format_instruction(&self, _tools: &[Value]) -> Option<String> {
+        None
+    }
+
+    /// The format's instructions as the system messages that carry them: by default one,
+    /// [`format_instruction`](Self::format_instruction)'s text. (InternLM names a message
+    /// for each kind of tool it describes.)
+    fn instruction_messages(&self, tools: &[Value]) -> Vec<ChatMessage> {
+        self.format_instruction(tools)
+            .map(ChatMessage::system)
+            .into_iter()
+            .collect()
+    }
+
+    /// The kind of tool `call` is, as the format names it where its results are sent back
+    /// under that name (InternLM: `plugin` or `interpreter`).
+    fn tool_type(&self, _call: &ToolCall) -> Option<String> {
         None
     }
 

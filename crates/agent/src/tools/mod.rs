@@ -1,14 +1,16 @@
-//! Built-in tools.
+//! Built-in tools, and toolkits (several APIs under one tool's name).
 
 mod calculator;
 mod files;
 mod python;
 mod time;
+mod toolkit;
 
 pub use calculator::{evaluate, Calculator, Number};
 pub use files::{ListFiles, ReadFile, Workspace};
 pub use python::Python;
 pub use time::CurrentTime;
+pub use toolkit::Toolkit;
 
 use crate::tool::{Tool, ToolRegistry};
 use std::path::PathBuf;

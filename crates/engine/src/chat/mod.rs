@@ -5,14 +5,13 @@
 mod meta_template;
 mod template;
 mod thinking;
-mod tojson;
 
 pub use hearth_chat::tool_call;
+pub use hearth_chat::PyJson;
 pub use hearth_chat::{ChatMessage, FunctionCall, ToolCall};
 pub use meta_template::{MetaTemplate, RoleFormat};
 pub use template::{ChatInput, JinjaTemplate};
 pub use thinking::{Piece, ThinkingSplitter};
-pub use tojson::PyJson;
 pub use tool_call::{ToolChoice, ToolFormat};
 
 use crate::error::Result;

@@ -3,9 +3,9 @@
 //! methods (minijinja-contrib's pycompat), loop controls, and HF's globals and filters
 //! (`raise_exception`, `strftime_now`, a `tojson` that writes like Python's `json.dumps`).
 
-use super::tojson::PyJson;
 use super::ChatMessage;
 use crate::error::{EngineError, Result};
+use hearth_chat::PyJson;
 use minijinja::value::{Kwargs, Value as JValue, ValueKind};
 use minijinja::{Environment, Error as JError, ErrorKind};
 use serde_json::{Map, Value};
