@@ -1,8 +1,9 @@
 """An MCP server (stdio, newline-delimited JSON-RPC, no SDK) that misbehaves on request, for the
 tests of Hearth's MCP client: `echo` and `clock` answer, `fail` returns a tool error, `hang` never answers,
 `crash` exits mid-call, `grow` adds a tool and says the list changed, and `bad_schema` has an
-input schema that describes no object. Usage: mcp_fault_server.py [TOOL …] (only those tools
-listed; default all)"""
+input schema that describes no object; `whoami`, only when named, answers with the request's
+`_meta`. Usage: mcp_fault_server.py [TOOL …] (only those tools listed; default all but
+`whoami`)"""
 
 import json
 import sys
@@ -19,8 +20,10 @@ TOOLS = [
 ]
 
 
+WHOAMI = {"name": "whoami", "description": "Says the call's _meta", "inputSchema": {"type": "object", "properties": {}}}
+
 if len(sys.argv) > 1:
-    TOOLS = [t for t in TOOLS if t["name"] in sys.argv[1:]]
+    TOOLS = [t for t in TOOLS + [WHOAMI] if t["name"] in sys.argv[1:]]
 
 
 def send(message):
@@ -68,6 +71,8 @@ for line in sys.stdin:
             result = text("grown")
         elif name == "late":
             result = text("late answer")
+        elif name == "whoami":
+            result = text(json.dumps(msg["params"].get("_meta") or {}, sort_keys=True))
         else:
             send({"jsonrpc": "2.0", "id": id_, "error": {"code": -32602, "message": f"unknown tool {name}"}})
             continue

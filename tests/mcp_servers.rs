@@ -348,3 +348,38 @@ async fn a_server_is_reached_over_streamable_http() -> TestResult {
     server.kill().await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_learns_whom_a_call_is_for_in_its_meta() -> TestResult {
+    let tools = connect(&format!("{} whoami", fault_server()), McpOptions::default()).await?;
+    let mut registry = ToolRegistry::new();
+    registry.add_source(tools);
+    let registry = registry.resolved();
+    let context = hearth_agent::tool_context::ToolContext {
+        session: "s1".into(),
+        user: Some("ana".into()),
+        tenant: Some("acme".into()),
+        ..Default::default()
+    };
+    let r = registry
+        .execute_in(&ToolCall::new("whoami", json!({})), &context)
+        .await;
+    assert!(r.ok(), "{}", r.content);
+    // The client's own keys (rmcp's `progressToken`) aside.
+    let ours = |text: &str| -> Result<Value, serde_json::Error> {
+        let meta: serde_json::Map<String, Value> = serde_json::from_str(text)?;
+        Ok(meta
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("hearth/"))
+            .collect())
+    };
+    assert_eq!(
+        ours(&r.content)?,
+        json!({"hearth/session": "s1", "hearth/tenant": "acme", "hearth/user": "ana"})
+    );
+    // Without a context, nothing is said.
+    let (ok, text) = call(&registry, "whoami", json!({})).await;
+    assert!(ok);
+    assert_eq!(ours(&text)?, json!({}));
+    Ok(())
+}

@@ -1493,6 +1493,27 @@ async fn the_chat_page_is_served_without_a_key_and_confined() -> TestResult {
     Ok(())
 }
 
+/// The server's MCP calls tell the MCP server whom the request is for: OpenAI's `user` (or
+/// `safety_identifier`) as `hearth/user` in the call's `_meta`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_calls_carry_the_requests_user() -> TestResult {
+    let fault = format!(
+        "python3 {}/tests/mcp_fault_server.py whoami",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let s = Server::start(&["--mcp", &fault])?;
+    let mut body = hello(48);
+    body["tool_choice"] = json!({"type": "function", "function": {"name": "whoami"}});
+    body["user"] = json!("ana");
+    let (status, v) = post(&s, "/v1/chat/completions", body).await?;
+    assert_eq!(status, 200, "{v}");
+    let ran = &v["choices"][0]["message"]["mcp_calls"][0];
+    assert_eq!(ran["name"], json!("whoami"), "{v}");
+    let meta: Value = serde_json::from_str(ran["result"].as_str().unwrap_or_default())?;
+    assert_eq!(meta["hearth/user"], json!("ana"), "{v}");
+    Ok(())
+}
+
 /// With `--mcp`, the server's MCP tools are offered beside the client's; a turn whose calls
 /// are all to them is run by the server, which asks the model again: the client gets the
 /// answer, with `mcp_calls` saying what ran (even a call the server's tool failed).

@@ -6,6 +6,7 @@ use super::error::ApiError;
 use super::request::ChatCall;
 use super::tool_stream::{Piece, ToolCallSplitter};
 use super::{App, Closing};
+use hearth_agent::tool_context::ToolContext;
 use hearth_agent::ToolRegistry;
 use hearth_engine::chat::tool_call::CLOSE;
 use hearth_engine::{
@@ -223,7 +224,14 @@ impl Answer {
         for (i, c) in calls.iter_mut().enumerate() {
             c.id.get_or_insert_with(|| format!("call_mcp_{}_{}", self.rounds, i + 1));
         }
-        let results = futures::future::join_all(calls.iter().map(|c| registry.execute(c))).await;
+        // The server's MCP tools learn whom the request is for.
+        let context = ToolContext {
+            agent: "hearth serve".into(),
+            user: self.call.user.clone(),
+            ..ToolContext::default()
+        };
+        let results =
+            futures::future::join_all(calls.iter().map(|c| registry.execute_in(c, &context))).await;
         let mut turn = ChatMessage::assistant(round.text);
         turn.tool_calls = calls;
         if !round.reasoning.is_empty() {

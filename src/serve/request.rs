@@ -30,6 +30,22 @@ pub struct ChatCall {
     pub prefill: Option<String>,
     /// The messages' images (placeholders in their text), in order.
     pub images: Images,
+    /// Who the request is for (`user` or `safety_identifier`; Anthropic's
+    /// `metadata.user_id`), passed to the MCP tools the server runs.
+    pub user: Option<String>,
+}
+
+/// The end user a request names: OpenAI's `safety_identifier` or `user`, Anthropic's
+/// `metadata.user_id`.
+pub fn end_user(body: &Value) -> Option<String> {
+    [
+        &body["safety_identifier"],
+        &body["user"],
+        &body["metadata"]["user_id"],
+    ]
+    .into_iter()
+    .find_map(|v| v.as_str().filter(|s| !s.is_empty()))
+    .map(str::to_owned)
 }
 
 #[derive(Deserialize)]
@@ -300,6 +316,7 @@ pub fn chat_call(
         parallel_tool_calls: raw.parallel_tool_calls.unwrap_or(true),
         prefill: None,
         images,
+        user: end_user(body),
     })
 }
 

@@ -13,6 +13,7 @@
 
 pub mod architecture;
 pub mod binascii;
+pub mod builder;
 pub mod contract;
 pub mod contract_diff;
 pub mod error;
@@ -36,6 +37,7 @@ pub use node::{
 
 /// Node implementations are async traits.
 pub use async_trait::async_trait;
+pub use builder::{build_graph_from_registry, GraphOptions, LlmProvider, SupervisorFactory};
 pub use contract_diff::{diff_contracts, ChangeSeverity, ContractDiff, NodeChange};
 pub use registry::Registry;
 pub use runtime::{
@@ -43,5 +45,7 @@ pub use runtime::{
 };
 pub use state::{IoPolicy, State};
 pub use store::{MemoryStore, SessionStore, SqliteStore};
-pub use supervisor::{return_to_sender, Decision, DecisionKind, DecisionTrace, Supervisor};
+pub use supervisor::{
+    return_to_sender, Decision, DecisionKind, DecisionTrace, RouterContext, Supervisor,
+};
 pub use validator::{Severity, ValidationResult, Validator};

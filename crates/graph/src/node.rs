@@ -6,6 +6,7 @@ use crate::contract::NodeContract;
 use crate::error::{GraphError, Result};
 use crate::state::{IoPolicy, State, REQUEST, RESPONSE};
 use async_trait::async_trait;
+use hearth_agent::tool_context::ToolContext;
 use hearth_agent::{Agent, AgentMessage, Llm};
 use serde_json::{json, Map, Value};
 use std::any::Any;
@@ -281,9 +282,18 @@ impl Node for AgentNode {
             .as_str()
             .unwrap_or("default")
             .to_string();
+        // The request's caller, for the agent's tools.
+        let field = |name: &str| inputs.field(REQUEST, name).as_str().map(str::to_owned);
+        let context = ToolContext {
+            session: session.clone(),
+            agent: self.agent.name().to_string(),
+            user: field("user"),
+            tenant: field("tenant"),
+            ..ToolContext::default()
+        };
         let out = self
             .agent
-            .call(vec![AgentMessage::user(text)], &session)
+            .call_in(vec![AgentMessage::user(text)], &session, &context)
             .await
             .map_err(|e| e.to_string())?;
         Ok(NodeOutputs::new().set(

@@ -33,6 +33,12 @@ pub struct RequestContext {
     /// This request's budgets, over `_internal.budgets` and the runtime's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budgets: Option<Budgets>,
+    /// The user the request is for; agent nodes pass it to their tools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// The tenant whose data the request's tools may touch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 /// What a trace step did.
@@ -365,6 +371,8 @@ impl Runtime {
             ("params", request.params.clone()),
             ("message", request.message.clone().map(Value::from)),
             ("image", request.image.clone().map(Value::from)),
+            ("user", request.user.clone().map(Value::from)),
+            ("tenant", request.tenant.clone().map(Value::from)),
         ] {
             if let Some(v) = v {
                 req.insert(k.into(), v);

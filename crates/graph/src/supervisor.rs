@@ -12,7 +12,7 @@ use hearth_agent::llm::complete;
 use hearth_agent::{ChatMessage, SamplingParams};
 use hearth_agent::{Llm, LlmRequest};
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -98,8 +98,20 @@ impl DecisionTrace {
     }
 }
 
-/// Builds what the LLM router sees; the default shows request, response and _internal.
-pub type ContextBuilder = Arc<dyn Fn(&State) -> Value + Send + Sync>;
+/// What the LLM router is shown (agent-contracts' `ContextBuilderResult`): which slices of
+/// the state, and a summary added under "Additional Context" (text, or JSON written as is).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RouterContext {
+    /// The slices shown (those the state has).
+    pub slices: BTreeSet<String>,
+    /// More context for the router.
+    pub summary: Option<Value>,
+}
+
+/// agent-contracts' `context_builder(state, candidates)`: what the LLM router sees, from
+/// the state and the names of the rules' candidates. Without one it sees request, response
+/// and _internal.
+pub type ContextBuilder = Arc<dyn Fn(&State, &[String]) -> RouterContext + Send + Sync>;
 
 /// Explicit routing: a target that bypasses the rules, or `None`.
 pub type ExplicitRouting = Arc<dyn Fn(&State) -> Option<String> + Send + Sync>;
@@ -264,17 +276,27 @@ impl Supervisor {
         })
     }
 
-    /// What the router sees of the state.
-    pub fn llm_context(&self, state: &State) -> Value {
-        let raw = match &self.context_builder {
-            Some(b) => b(state),
-            None => json!({
-                REQUEST: state.slice(REQUEST),
-                RESPONSE: state.slice(RESPONSE),
-                INTERNAL: state.slice(INTERNAL),
-            }),
+    /// What the router sees of the state, given the candidates' names: the chosen slices
+    /// (sanitized) and the summary's text.
+    pub fn llm_context(&self, state: &State, candidates: &[String]) -> (Value, Option<String>) {
+        let chosen = match &self.context_builder {
+            Some(b) => b(state, candidates),
+            None => RouterContext {
+                slices: [REQUEST, RESPONSE, INTERNAL].map(str::to_owned).into(),
+                summary: None,
+            },
         };
-        sanitize(&raw, self.max_field_length)
+        let mut shown = serde_json::Map::new();
+        for name in &chosen.slices {
+            if let Some(v) = state.slices.get(name) {
+                shown.insert(name.clone(), sanitize(v, self.max_field_length));
+            }
+        }
+        let summary = chosen.summary.map(|s| match s {
+            Value::String(text) => text,
+            other => other.to_string(),
+        });
+        (Value::Object(shown), summary)
     }
 
     /// The node chosen and the reasoning; no node when the LLM failed or gave no answer.
@@ -294,9 +316,12 @@ impl Supervisor {
         } else {
             list.join("\n")
         };
+        let names: Vec<String> = top.iter().map(|c| c.node.clone()).collect();
+        let (shown, summary) = self.llm_context(state, &names);
+        let more = summary.map_or_else(String::new, |s| format!("\n\nAdditional Context:\n{s}"));
         let prompt = format!(
-            "You route a request to the node that should handle it next (`done` ends the flow).\n\nState:\n{}\n\nCandidates:\n{list}\n\nLast active node: {}\n\nIf there are candidates, pick one of them. Reply with JSON only: {{\"node\": \"<node name or done>\", \"reasoning\": \"<why>\"}}",
-            serde_json::to_string_pretty(&self.llm_context(state)).unwrap_or_default(),
+            "You route a request to the node that should handle it next (`done` ends the flow).\n\nState:\n{}{more}\n\nCandidates:\n{list}\n\nLast active node: {}\n\nIf there are candidates, pick one of them. Reply with JSON only: {{\"node\": \"<node name or done>\", \"reasoning\": \"<why>\"}}",
+            serde_json::to_string_pretty(&shown).unwrap_or_default(),
             child.unwrap_or("None"),
         );
         let request = LlmRequest {
@@ -366,6 +391,7 @@ mod tests {
     use super::*;
     use crate::contract::{NodeContract, SubgraphContract, TriggerCondition};
     use hearth_agent::ScriptedLlm;
+    use serde_json::json;
 
     fn registry() -> std::result::Result<Registry, Box<dyn std::error::Error + Send + Sync>> {
         let mut r = Registry::new();
@@ -488,6 +514,45 @@ mod tests {
                 DecisionKind::ExplicitRouting
             )
         );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_context_builder_picks_the_slices_and_adds_a_summary() -> TestResult {
+        let r = registry()?;
+        let mut sup = Supervisor::hearth("main");
+        let llm = ScriptedLlm::new(["{\"node\": \"chat\"}"]);
+        sup.llm = Some(Arc::new(llm.clone()));
+        let seen = Arc::new(std::sync::Mutex::new(vec![]));
+        let record = seen.clone();
+        sup.context_builder = Some(Arc::new(move |state: &State, candidates: &[String]| {
+            if let Ok(mut s) = record.lock() {
+                s.extend(candidates.iter().cloned());
+            }
+            RouterContext {
+                slices: ["request".to_string(), "conversation".to_string()].into(),
+                summary: Some(json!({"turns": state.slice("conversation")["turns"]})),
+            }
+        }));
+        let mut s = state("search");
+        s.set("conversation", "turns", 7.into());
+        s.set(INTERNAL, "secret_marker", "hidden".into());
+        let t = sup.decide_with_trace(&s, &r, None).await;
+        assert_eq!(kind(&t), ("chat", DecisionKind::LlmDecision));
+        let prompt = llm.requests()[0].messages[0].text().to_string();
+        assert!(prompt.contains("\"conversation\""), "{prompt}");
+        assert!(
+            !prompt.contains("secret_marker"),
+            "_internal was not chosen: {prompt}"
+        );
+        assert!(
+            prompt.contains("Additional Context:\n{\"turns\":7}"),
+            "{prompt}"
+        );
+        assert!(seen
+            .lock()
+            .map_err(|_| "poisoned")?
+            .contains(&"search".to_string()));
         Ok(())
     }
 

@@ -592,3 +592,87 @@ async fn a_terminal_node_ends_the_run() {
     let kinds: Vec<String> = res.trace.iter().map(|t| format!("{:?}", t.kind)).collect();
     assert_eq!(kinds, ["Node", "StopGlobal"]);
 }
+
+/// A call's session, user and tenant.
+type Caller = (String, Option<String>, Option<String>);
+
+/// Remembers who each call was for.
+struct WhoAsks(std::sync::Mutex<Vec<Caller>>);
+
+#[async_trait]
+impl hearth_agent::Tool for WhoAsks {
+    fn name(&self) -> &str {
+        "who"
+    }
+    fn description(&self) -> &str {
+        "Says who is asking."
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {}})
+    }
+    async fn call(&self, _args: Value) -> Result<String, String> {
+        Err("called without a context".into())
+    }
+    async fn call_in(
+        &self,
+        _args: Value,
+        context: &hearth_agent::tool_context::ToolContext,
+    ) -> Result<String, String> {
+        if let Ok(mut seen) = self.0.lock() {
+            seen.push((
+                context.session.clone(),
+                context.user.clone(),
+                context.tenant.clone(),
+            ));
+        }
+        Ok("you".into())
+    }
+}
+
+#[tokio::test]
+async fn an_agent_nodes_tools_see_the_requests_user_and_tenant() {
+    use hearth_agent::{ScriptedLlm, ToolAgent, ToolRegistry};
+    let who = Arc::new(WhoAsks(Default::default()));
+    let mut tools = ToolRegistry::new();
+    tools.add(who.clone());
+    let llm = ScriptedLlm::new([
+        "<tool_call>\n{\"name\": \"who\", \"arguments\": {}}\n</tool_call>",
+        "It is you.",
+    ]);
+    let agent = ToolAgent::new(Arc::new(llm), tools);
+    let mut c = NodeContract::new("helper", "main");
+    c.reads = vec!["request".into()];
+    c.writes = vec!["response".into()];
+    c.trigger_conditions = vec![TriggerCondition::default()];
+    let node = hearth_graph::AgentNode {
+        contract: c,
+        agent: Arc::new(agent),
+    };
+    let mut rt = runtime(vec![Arc::new(node)], vec![]);
+    // The agent's answer ends the run.
+    if let Some(sup) = rt.supervisors.get_mut("main") {
+        sup.terminal_response_types.insert("answer".into());
+    }
+    let r = rt
+        .execute(RequestContext {
+            message: Some("who am I?".into()),
+            user: Some("ana".into()),
+            tenant: Some("acme".into()),
+            ..request("ask")
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        r.state.get("response", "response_message"),
+        Some(&json!("It is you."))
+    );
+    let seen = who.0.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [(
+            "s".to_string(),
+            Some("ana".to_string()),
+            Some("acme".to_string())
+        )]
+    );
+}

@@ -116,6 +116,7 @@ pub fn messages_call(
         parallel_tool_calls: parallel,
         prefill: prefill.filter(|p| !p.is_empty()),
         images,
+        user: crate::serve::request::end_user(body),
     })
 }
 
