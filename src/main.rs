@@ -1,19 +1,11 @@
 //! `hearth`: run LLM agents offline on a workstation GPU.
 
-mod agent;
-mod bench;
-mod chat;
-mod graph;
-mod launch;
+mod commands;
 mod mcp_args;
 mod model_args;
-mod models;
-mod parity;
-mod replay;
-mod roofline;
-mod run;
 mod serve;
-mod template;
+
+use commands::{agent, bench, chat, graph, launch, models, parity, replay, run, template};
 
 use clap::{Parser, Subcommand};
 

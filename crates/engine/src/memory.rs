@@ -13,9 +13,9 @@ pub fn return_freed_memory() {
 /// One allocation arena for every thread (call first thing in `main`, before any thread
 /// starts). glibc gives each thread that allocates an arena of its own, and each keeps what
 /// its thread freed: a prompt's activations, allocated and freed on the kernel threads, stayed
-/// in them (Q4_0 GGUF of Qwen2.5-0.5B, `hearth bench -p 32,512 -n 64 -t 2`: peak RSS 545 → 504
-/// MB, 1.33 → 1.23 × the file, tokens/s the same within noise). The kernels allocate little,
-/// so sharing one arena's lock costs nothing measurable.
+/// in them, and one arena holds less at peak at the same speed (docs/benchmarks.md, "Kernel
+/// choices"). The kernels allocate little, so sharing one arena's lock costs nothing
+/// measurable.
 pub fn one_arena() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes glibc's allocation policy; called before threads exist.

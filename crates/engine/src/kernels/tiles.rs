@@ -547,10 +547,9 @@ pub(super) mod avx2 {
 /// 64-byte group vector is two halves of 8 rows, each a `vpdpbusd` (the same integers and the
 /// same f32 operations per row, so the same outputs bit for bit). Where AVX2 needs a sign, a
 /// `maddubs`, a `madd` and an add per group and half (Q8_0's 16-bit pair sums cannot be
-/// folded), this is one instruction: a step of 8 rows 2.9× AVX2's (one thread, Xeon,
-/// `HEARTH_CPU=avxvnni cargo bench --bench quant_kernels -- Q8_0`). The 4- and 5-bit types
-/// measured no faster with it than with AVX2's folded `maddubs` (a 256-bit `vpdpbusd` issues
-/// on fewer ports there), so they keep AVX2's kernels.
+/// folded), this is one instruction, and measured well ahead of AVX2's. The 4- and 5-bit
+/// types measured no faster with it than with AVX2's folded `maddubs`, so they keep AVX2's
+/// kernels (figures: docs/benchmarks.md, "Kernel choices").
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx_vnni {
     use super::*;

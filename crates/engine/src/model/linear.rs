@@ -24,11 +24,10 @@ use std::cell::Cell;
 use std::sync::Arc;
 
 /// Up to this many rows of activations, f32 weights take the row kernel; more go to gemm, whose
-/// register blocking suits a long prompt better (F32 GGUF, 2 threads, AVX2: pp32 83 vs 71
-/// tok/s with the row kernel, pp512 80 vs 117). Half-precision weights (bf16, f16) take the
+/// register blocking suits a long prompt better. Half-precision weights (bf16, f16) take the
 /// row kernel at every length: gemm would widen or pack the whole weight on every call, and
-/// was no faster (F16 GGUF, AVX2: pp512 80 vs 69–74 tok/s), so their prompts sum exactly as
-/// decoding does.
+/// was no faster, so their prompts sum exactly as decoding does (figures: docs/benchmarks.md,
+/// "Kernel choices").
 const ROW_KERNEL_MAX_ROWS: usize = 16;
 
 /// A linear layer `x·Wᵀ + b` over dense, quantized or tiled weights, possibly several fused.
@@ -139,7 +138,8 @@ impl Linear {
     /// This layer picks its CPU kernels by `kernels` (the model's load options). From
     /// `dequantize_from_rows` rows on (prompt prefills), a quantized matrix of a type Hearth has
     /// no kernel for (candle's then run: Q2_K, Q3_K, …) is widened to f32 and multiplied with
-    /// gemm, 3–10× faster than candle's one dot product per row. The eight types with kernels
+    /// gemm, several times faster than candle's one dot product per row (docs/benchmarks.md,
+    /// "Kernel choices"). The eight types with kernels
     /// here never are: their prompts sum exactly as decoding does (see `with_block_kernels`).
     pub fn with_kernels(mut self, kernels: KernelOptions) -> Self {
         self.kernels = kernels;
@@ -304,9 +304,9 @@ impl Part {
 /// Whether `w` has Hearth's kernels: then prompts of every length keep its blocks, and each
 /// output sums exactly as decoding sums it (rows kernels, tiles and many-row kernels add each
 /// activation row's block products in the one-row kernel's order). Widening the weight to f32
-/// for gemm was no faster on AVX2 (Q4_K_M, 2 threads, pp512: 52 vs 50 tok/s; pp128: 69 vs
-/// 48), takes four times the weight's memory on every call, and would sum differently from
-/// decoding, so a conversation's greedy tokens would depend on what was in the KV cache.
+/// for gemm was no faster (docs/benchmarks.md, "Kernel choices"), takes four times the
+/// weight's memory on every call, and would sum differently from decoding, so a
+/// conversation's greedy tokens would depend on what was in the KV cache.
 fn with_block_kernels(w: &QTensor, x: &Tensor) -> Result<bool> {
     Ok(x.device().is_cpu() && BlockType::of(w.dtype()).is_some())
 }

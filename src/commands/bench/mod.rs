@@ -1,6 +1,7 @@
 //! `hearth bench`: prefill (pp) and decode (tg) throughput, shaped like llama.cpp's llama-bench.
 
 mod batched;
+mod roofline;
 
 use crate::model_args::ModelArgs;
 use anyhow::{bail, Context};
@@ -128,7 +129,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         if !backend.starts_with("cpu") {
             bail!("--roofline measures the CPU's read bandwidth; this model runs on {backend}");
         }
-        Some(crate::roofline::read_bandwidth())
+        Some(roofline::read_bandwidth())
     } else {
         None
     };
@@ -201,7 +202,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let bandwidth = bandwidth_before.map(|b| b.max(crate::roofline::read_bandwidth()));
+    let bandwidth = bandwidth_before.map(|b| b.max(roofline::read_bandwidth()));
     if let Some(b) = bandwidth {
         for r in records.iter_mut().filter(|r| r.n_gen > 0) {
             r.weight_bytes_per_token = Some(per_token);
@@ -216,9 +217,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             "\nread bandwidth: {:.1} GB/s ({threads} threads, the best of 10 passes over {} MiB \
              before and after the tests)",
             b / 1e9,
-            crate::roofline::buffer_bytes() >> 20
+            roofline::buffer_bytes() >> 20
         );
-        if let Some(llc) = crate::roofline::last_level_cache_bytes().filter(|&c| c >= per_token / 4)
+        if let Some(llc) = roofline::last_level_cache_bytes().filter(|&c| c >= per_token / 4)
         {
             // Then a decode step may read part of its weights from the cache, above this line.
             println!(

@@ -2,7 +2,7 @@
 //! computed by Hugging Face transformers (`crates/engine/tests/fixtures/generate.py` writes them), so that a
 //! GPU build can be verified on the machine that runs it.
 
-use crate::bench::{load, Loaded};
+use crate::commands::bench::{load, Loaded};
 use crate::model_args::ModelArgs;
 use anyhow::{bail, Context};
 use hearth_engine::LanguageModel;

@@ -103,7 +103,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let images = args
         .image
         .iter()
-        .map(|p| crate::chat::read_image(&engine, p))
+        .map(|p| crate::commands::chat::read_image(&engine, p))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let text = with_markers(&engine, &args.prompt, images.len())?;
     let prompt = engine

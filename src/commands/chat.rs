@@ -3,7 +3,7 @@
 //! `--knowledge` or `--session` each message goes through the agent's tool loop, showing tool
 //! calls and results as they happen; `--session` keeps the conversation across runs.
 
-use crate::agent::{run_turn, Durable};
+use crate::commands::agent::{run_turn, Durable};
 use crate::model_args::{ModelArgs, SamplingArgs};
 use anyhow::{bail, Context};
 use hearth_agent::knowledge::FolderKnowledge;
