@@ -2,10 +2,10 @@
 //! events with tool calls split from the text. Each API (chat completions, Anthropic's
 //! messages, OpenAI's responses) only dresses these parts in its own shape.
 
+use super::app::{App, Closing};
 use super::error::ApiError;
 use super::request::ChatCall;
 use super::tool_stream::{Piece, ToolCallSplitter};
-use super::{App, Closing};
 use hearth_agent::tool_context::ToolContext;
 use hearth_agent::ToolRegistry;
 use hearth_engine::chat::tool_call::CLOSE;
@@ -396,7 +396,7 @@ pub async fn read_whole<S: Shape>(shape: &mut S, mut answer: Answer) -> Result<S
 pub fn stream_events<S: Shape>(mut shape: S, mut answer: Answer) -> axum::response::Response {
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     tokio::spawn(async move {
-        if super::send_all(&tx, shape.start()).await.is_err() {
+        if super::reply::send_all(&tx, shape.start()).await.is_err() {
             return;
         }
         loop {
@@ -408,7 +408,7 @@ pub fn stream_events<S: Shape>(mut shape: S, mut answer: Answer) -> axum::respon
                         _ = tx.closed() => return,
                         p = &mut next => break p,
                         _ = tokio::time::sleep(IDLE) => {
-                            if super::send_all(&tx, shape.idle()).await.is_err() {
+                            if super::reply::send_all(&tx, shape.idle()).await.is_err() {
                                 return;
                             }
                         }
@@ -417,10 +417,10 @@ pub fn stream_events<S: Shape>(mut shape: S, mut answer: Answer) -> axum::respon
             };
             let Some(part) = part else { return };
             let last = matches!(part, Part::Done(_) | Part::Failed(_));
-            if super::send_all(&tx, shape.take(part)).await.is_err() || last {
+            if super::reply::send_all(&tx, shape.take(part)).await.is_err() || last {
                 return;
             }
         }
     });
-    super::typed_event_stream(rx)
+    super::reply::typed_event_stream(rx)
 }

@@ -2,9 +2,10 @@
 //! Tool calls come back in OpenAI's `tool_calls`, reasoning as `reasoning_content`.
 
 use super::answer::{Answer, Part};
+use super::app::{off_the_runtime, App};
 use super::error::ApiError;
+use super::reply::{body_bytes, finish_reason, unix_now, usage_json, RequestId};
 use super::request::{chat_call, json_object, ChatCall};
-use super::{body_bytes, finish_reason, off_the_runtime, unix_now, usage_json, App, RequestId};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
@@ -73,7 +74,7 @@ impl Reply {
             "object": "chat.completion.chunk",
             "created": self.created,
             "model": self.model,
-            "system_fingerprint": super::FINGERPRINT,
+            "system_fingerprint": super::reply::FINGERPRINT,
             "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
         })
     }
@@ -164,10 +165,10 @@ async fn whole(mut reply: Reply, mut answer: Answer) -> Result<Value, ApiError> 
         "object": "chat.completion",
         "created": reply.created,
         "model": reply.model,
-        "system_fingerprint": super::FINGERPRINT,
+        "system_fingerprint": super::reply::FINGERPRINT,
         "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": reply.finish(&summary)}],
         "usage": usage_json(&summary),
-        "timings": super::timings_json(&summary),
+        "timings": super::reply::timings_json(&summary),
     }))
 }
 
@@ -210,7 +211,7 @@ fn streamed(mut reply: Reply, mut answer: Answer) -> Response {
                         last["usage"] = usage_json(&summary);
                         out.push(last);
                     }
-                    let _ = super::send_all(&tx, out).await;
+                    let _ = super::reply::send_all(&tx, out).await;
                     return;
                 }
                 Some(Part::Failed(message)) => (ApiError::internal(message).body(), true),
@@ -226,5 +227,5 @@ fn streamed(mut reply: Reply, mut answer: Answer) -> Response {
             }
         }
     });
-    super::event_stream(rx)
+    super::reply::event_stream(rx)
 }

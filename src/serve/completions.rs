@@ -1,11 +1,9 @@
 //! `POST /v1/completions`: a raw prompt continued, no chat template.
 
+use super::app::{off_the_runtime, App, Closing};
 use super::error::ApiError;
+use super::reply::{body_bytes, finish_reason, send_all, unix_now, usage_json, RequestId};
 use super::request::{json_object, typed, RawSampling};
-use super::{
-    body_bytes, finish_reason, off_the_runtime, send_all, unix_now, usage_json, App, Closing,
-    RequestId,
-};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
@@ -129,7 +127,7 @@ fn chunk(app: &App, id: &str, text: &str, finish: Option<&str>) -> Value {
         "object": "text_completion",
         "created": unix_now(),
         "model": app.model_id,
-        "system_fingerprint": super::FINGERPRINT,
+        "system_fingerprint": super::reply::FINGERPRINT,
         "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": finish}],
     })
 }
@@ -144,7 +142,7 @@ async fn whole(app: &App, id: String, mut stream: EventStream) -> Result<Value, 
                 app.metrics.finished(&s);
                 let mut v = chunk(app, &id, &text, Some(finish_reason(&s.reason, false)));
                 v["usage"] = usage_json(&s);
-                v["timings"] = super::timings_json(&s);
+                v["timings"] = super::reply::timings_json(&s);
                 return Ok(v);
             }
             Some(Event::Error { message }) => return Err(ApiError::internal(message)),
@@ -160,7 +158,7 @@ fn streamed(app: &Arc<App>, id: String, mut stream: EventStream, include_usage: 
     let chunk = move |text: &str, finish: Option<&str>| {
         json!({
             "id": id, "object": "text_completion", "created": created, "model": model,
-            "system_fingerprint": super::FINGERPRINT,
+            "system_fingerprint": super::reply::FINGERPRINT,
             "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": finish}],
         })
     };
@@ -199,5 +197,5 @@ fn streamed(app: &Arc<App>, id: String, mut stream: EventStream, include_usage: 
             }
         }
     });
-    super::event_stream(rx)
+    super::reply::event_stream(rx)
 }

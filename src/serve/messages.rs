@@ -6,9 +6,10 @@
 pub(super) mod request;
 
 use super::answer::{offer_server_tools, read_whole, stream_events, Answer, Part, Shape};
+use super::app::{off_the_runtime, App};
 use super::error::{AnthropicError, ApiError};
+use super::reply::{body_bytes, RequestId};
 use super::request::{json_object, ChatCall};
-use super::{body_bytes, off_the_runtime, App, RequestId};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;

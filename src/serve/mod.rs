@@ -3,6 +3,7 @@
 //! a client that resends a growing conversation reuses the cached prefix of its last turn.
 
 mod answer;
+mod app;
 mod chat;
 mod completions;
 mod error;
@@ -12,29 +13,25 @@ mod images;
 mod listen;
 mod messages;
 mod metrics;
+mod reply;
 mod request;
 mod responses;
 mod tool_stream;
 
 use crate::model_args::ModelArgs;
 use anyhow::Context;
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use app::App;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{header, StatusCode, Uri};
+use axum::http::{header, Uri};
 use axum::middleware::Next;
-use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use error::ApiError;
-use hearth_engine::{ChatStream, Engine, Event, EventStream, FinishReason, Summary};
+use hearth_engine::Engine;
+use reply::unix_now;
 use serde_json::{json, Value};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-
-/// Sent as `system_fingerprint`: which server answered.
-const FINGERPRINT: &str = concat!("hearth-", env!("CARGO_PKG_VERSION"));
 
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
@@ -86,49 +83,6 @@ pub struct ServeArgs {
     /// `--n-predict`): agents ask for 8-32K, which a slow machine spends minutes on.
     #[arg(long, value_name = "N")]
     pub max_tokens: Option<usize>,
-}
-
-/// What every handler shares.
-pub struct App {
-    pub engine: Arc<Engine>,
-    pub model_id: String,
-    pub api_key: Option<String>,
-    /// The origin browser pages may call from (`--cors`).
-    pub cors: Option<String>,
-    /// Turns true when the server is closing and running answers must end now.
-    pub closing: tokio::sync::watch::Receiver<bool>,
-    pub body_limit: usize,
-    /// How long a request's body may take to arrive.
-    pub body_timeout: std::time::Duration,
-    pub created: u64,
-    /// Tool calls decoded under the tool-call grammar.
-    pub constrain_tools: bool,
-    /// `--max-tokens`: the cap on every answer's length.
-    pub max_tokens: Option<usize>,
-    pub metrics: metrics::Metrics,
-    /// The MCP servers' tools (`--mcp`), run by the server.
-    pub mcp: Option<hearth_agent::ToolRegistry>,
-}
-
-/// A request body as the handlers take it: its bytes, or why they could not be read.
-type Body = Result<Bytes, BytesRejection>;
-
-/// Runs a handler's `start` (template rendering, tokenizing megabytes, compiling grammars:
-/// up to a second of CPU) on tokio's blocking pool, so that it never holds up the threads
-/// that carry every other client's stream.
-async fn off_the_runtime<T: Send + 'static>(
-    app: &Arc<App>,
-    body: Body,
-    start: fn(&Arc<App>, Body) -> Result<T, ApiError>,
-) -> Result<T, ApiError> {
-    let app = app.clone();
-    tokio::task::spawn_blocking(move || start(&app, body))
-        .await
-        .unwrap_or_else(|e| {
-            Err(ApiError::internal(format!(
-                "the request's set-up failed: {e}"
-            )))
-        })
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -213,78 +167,6 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .await;
         Ok(())
     })
-}
-
-impl App {
-    /// The server's MCP tools as they are now (read once per request), and their names.
-    pub fn mcp_tools(&self) -> (Option<hearth_agent::ToolRegistry>, Vec<String>) {
-        let tools = self.mcp.as_ref().map(hearth_agent::ToolRegistry::resolved);
-        let names = tools.as_ref().map(|t| t.names()).unwrap_or_default();
-        (tools, names)
-    }
-}
-
-/// Tells one running answer that the server is closing (its shutdown grace has passed), once.
-pub struct Closing {
-    rx: tokio::sync::watch::Receiver<bool>,
-    told: bool,
-}
-
-impl Closing {
-    pub fn new(app: &App) -> Self {
-        Self {
-            rx: app.closing.clone(),
-            told: false,
-        }
-    }
-
-    /// The answer's next event; once the server is closing, the answer is told to end after
-    /// the token being made, and its last events (the summary) still come.
-    pub async fn next<A: Running>(&mut self, answer: &mut A) -> Option<Event> {
-        loop {
-            tokio::select! {
-                _ = self.now() => answer.end(),
-                e = answer.next() => return e,
-            }
-        }
-    }
-
-    /// Resolves when the answer should end now; after that, never again.
-    async fn now(&mut self) {
-        if !self.told {
-            // A dropped sender (the server is gone) closes too.
-            let _ = self.rx.wait_for(|c| *c).await;
-            self.told = true;
-            return;
-        }
-        std::future::pending::<()>().await
-    }
-}
-
-/// A running answer's stream, as the handlers read it.
-pub trait Running {
-    /// Ends the answer after the token being made.
-    fn end(&self);
-    /// The next event; `None` once the answer has ended.
-    fn next(&mut self) -> impl std::future::Future<Output = Option<Event>> + Send;
-}
-
-impl Running for ChatStream {
-    fn end(&self) {
-        ChatStream::end(self)
-    }
-    fn next(&mut self) -> impl std::future::Future<Output = Option<Event>> + Send {
-        ChatStream::next(self)
-    }
-}
-
-impl Running for EventStream {
-    fn end(&self) {
-        EventStream::end(self)
-    }
-    fn next(&mut self) -> impl std::future::Future<Output = Option<Event>> + Send {
-        EventStream::next(self)
-    }
 }
 
 /// Ctrl-C, or SIGTERM where there is one (a service manager's stop).
@@ -466,119 +348,6 @@ async fn models(State(app): State<Arc<App>>) -> Json<Value> {
 
 async fn not_found(uri: Uri) -> ApiError {
     ApiError::not_found(uri.path())
-}
-
-/// The request body, or an error in OpenAI's shape (413 past the limit).
-fn body_bytes(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes, ApiError> {
-    body.map_err(|e| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::too_large(limit)
-        } else {
-            ApiError::bad_body(format!("cannot read the request body: {e}"))
-        }
-    })
-}
-
-fn finish_reason(reason: &FinishReason, called: bool) -> &'static str {
-    match reason {
-        FinishReason::MaxTokens | FinishReason::ContextFull => "length",
-        _ if called => "tool_calls",
-        _ => "stop",
-    }
-}
-
-fn usage_json(s: &Summary) -> Value {
-    let u = &s.usage;
-    json!({
-        "prompt_tokens": u.prompt_tokens,
-        "completion_tokens": u.completion_tokens,
-        "total_tokens": u.prompt_tokens + u.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": u.cached_prompt_tokens},
-    })
-}
-
-/// llama-server's `timings`: where the time of a request went.
-fn timings_json(s: &Summary) -> Value {
-    let t = &s.timings;
-    json!({
-        "prompt_n": s.usage.prompt_tokens - s.usage.cached_prompt_tokens,
-        "prompt_ms": t.prefill_s * 1e3,
-        "prompt_per_second": t.prefill_tok_s,
-        "predicted_n": s.usage.completion_tokens,
-        "predicted_ms": t.decode_s * 1e3,
-        "predicted_per_second": t.decode_tok_s,
-        "first_token_ms": t.first_token_s * 1e3,
-        "draft_n": s.usage.draft_tokens,
-        "draft_n_accepted": s.usage.accepted_draft_tokens,
-    })
-}
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
-/// Unique ids for answers and tool calls: the process start time and a counter.
-struct RequestId;
-
-impl RequestId {
-    fn next() -> String {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        static START: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-        let start = *START.get_or_init(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64)
-        });
-        format!("{start:x}{:06x}", COUNTER.fetch_add(1, Ordering::Relaxed))
-    }
-}
-
-/// Sends `values` in order; an error once the client has gone.
-async fn send_all(tx: &tokio::sync::mpsc::Sender<Value>, values: Vec<Value>) -> Result<(), ()> {
-    for v in values {
-        tx.send(v).await.map_err(|_| ())?;
-    }
-    Ok(())
-}
-
-/// The chunks a generation task sends, as server-sent events: each one JSON, then OpenAI's
-/// `[DONE]` once the task has finished (or the body ends when the client goes).
-fn event_stream(rx: tokio::sync::mpsc::Receiver<Value>) -> Response {
-    sse(
-        rx,
-        |v| SseEvent::default().data(v.to_string()),
-        Some("[DONE]"),
-    )
-}
-
-/// The events of Anthropic's and OpenAI's Responses streams: each named by its `type`
-/// (`event: message_start`, `event: response.output_text.delta`, …); no `[DONE]`.
-fn typed_event_stream(rx: tokio::sync::mpsc::Receiver<Value>) -> Response {
-    let named = |v: Value| {
-        let name = v["type"].as_str().unwrap_or("message").to_string();
-        SseEvent::default().event(name).data(v.to_string())
-    };
-    sse(rx, named, None)
-}
-
-fn sse(
-    rx: tokio::sync::mpsc::Receiver<Value>,
-    frame: fn(Value) -> SseEvent,
-    last: Option<&'static str>,
-) -> Response {
-    use axum::response::sse::{KeepAlive, Sse};
-    let events = futures::stream::unfold(Some(rx), move |rx| async move {
-        let mut rx = rx?;
-        match rx.recv().await {
-            Some(v) => Some((Ok::<_, std::convert::Infallible>(frame(v)), Some(rx))),
-            None => last.map(|l| (Ok(SseEvent::default().data(l)), None)),
-        }
-    });
-    Sse::new(events)
-        .keep_alive(KeepAlive::default())
-        .into_response()
 }
 
 #[cfg(test)]

@@ -7,9 +7,10 @@ pub(super) mod request;
 mod tools;
 
 use super::answer::{read_whole, stream_events, Answer, Part, Shape};
+use super::app::{off_the_runtime, App};
 use super::error::ApiError;
+use super::reply::{body_bytes, unix_now, RequestId};
 use super::request::{json_object, ChatCall};
-use super::{body_bytes, off_the_runtime, unix_now, App, RequestId};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;

@@ -219,8 +219,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             b / 1e9,
             roofline::buffer_bytes() >> 20
         );
-        if let Some(llc) = roofline::last_level_cache_bytes().filter(|&c| c >= per_token / 4)
-        {
+        if let Some(llc) = roofline::last_level_cache_bytes().filter(|&c| c >= per_token / 4) {
             // Then a decode step may read part of its weights from the cache, above this line.
             println!(
                 "last-level cache: {} MiB, {:.0} % of the weights read per token",
