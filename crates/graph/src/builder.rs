@@ -5,7 +5,7 @@
 use crate::error::Result;
 use crate::registry::Registry;
 use crate::runtime::Runtime;
-use crate::store::SessionStore;
+use crate::store::StateStore;
 use crate::supervisor::Supervisor;
 use hearth_agent::Llm;
 use std::any::Any;
@@ -45,7 +45,7 @@ impl GraphOptions {
 /// its contracts and subgraphs name, from the factory or Hearth's own, each with its LLM.
 pub fn build_graph_from_registry(
     registry: Registry,
-    store: Arc<dyn SessionStore>,
+    store: Arc<dyn StateStore>,
     options: GraphOptions,
 ) -> Result<Runtime> {
     let mut runtime = Runtime::new(registry, store)?;

@@ -44,7 +44,7 @@ pub use runtime::{
     ExecutionResult, RequestContext, Runtime, RuntimeHooks, StreamEvent, StreamEventType,
 };
 pub use state::{IoPolicy, State};
-pub use store::{MemoryStore, SessionStore, SqliteStore};
+pub use store::{MemoryStore, SqliteStore, StateStore};
 pub use supervisor::{
     return_to_sender, Decision, DecisionKind, DecisionTrace, RouterContext, Supervisor,
 };

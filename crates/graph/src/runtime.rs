@@ -6,7 +6,7 @@ use crate::error::{GraphError, Result};
 use crate::node::{NodeConfig, NodeInputs};
 use crate::registry::Registry;
 use crate::state::{IoPolicy, State, INTERNAL, REQUEST, RESPONSE};
-use crate::store::SessionStore;
+use crate::store::StateStore;
 use crate::supervisor::{Decision, DecisionTrace, Supervisor};
 use async_trait::async_trait;
 use serde::Serialize;
@@ -210,7 +210,7 @@ pub struct Runtime {
     /// The supervisor runs start at (default: the first one registered).
     pub entry: String,
     /// Where sessions are saved.
-    pub store: Arc<dyn SessionStore>,
+    pub store: Arc<dyn StateStore>,
     /// Slices restored on resume (default `_internal`).
     pub restore_slices: Vec<String>,
     /// What undeclared reads and writes do.
@@ -255,7 +255,7 @@ impl Run<'_> {
 
 impl Runtime {
     /// A runtime over `registry`, with a supervisor per name its contracts use.
-    pub fn new(registry: Registry, store: Arc<dyn SessionStore>) -> Result<Self> {
+    pub fn new(registry: Registry, store: Arc<dyn StateStore>) -> Result<Self> {
         registry.check_runnable()?;
         let mut supervisors = HashMap::new();
         for s in registry.supervisors() {

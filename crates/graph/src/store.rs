@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 /// Saves and restores a session's slices between requests.
-pub trait SessionStore: Send + Sync {
+pub trait StateStore: Send + Sync {
     /// The slices saved for `session_id`, or `None` if there are none.
     fn load(&self, session_id: &str) -> Result<Option<Map<String, Value>>>;
     /// Replaces the session's saved slices.
@@ -25,7 +25,7 @@ pub struct MemoryStore {
     sessions: Mutex<HashMap<String, Map<String, Value>>>,
 }
 
-impl SessionStore for MemoryStore {
+impl StateStore for MemoryStore {
     fn load(&self, id: &str) -> Result<Option<Map<String, Value>>> {
         Ok(self
             .sessions
@@ -96,7 +96,7 @@ impl SqliteStore {
     }
 }
 
-impl SessionStore for SqliteStore {
+impl StateStore for SqliteStore {
     fn load(&self, id: &str) -> Result<Option<Map<String, Value>>> {
         let conn = self.conn.lock().map_err(|_| self.err("lock poisoned"))?;
         let row: Option<String> = conn

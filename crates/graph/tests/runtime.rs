@@ -449,7 +449,7 @@ async fn budgets_come_per_request_and_the_trace_is_saved_with_the_session() {
     let mut rt = Runtime::new(r, store.clone()).unwrap();
     rt.supervisors.get_mut("main").unwrap().max_iterations = 1000;
     let saved = |store: &MemoryStore| {
-        use hearth_graph::SessionStore;
+        use hearth_graph::StateStore;
         store.load("s").unwrap().unwrap_or_default()["_internal"].clone()
     };
 
@@ -484,7 +484,7 @@ async fn budgets_come_per_request_and_the_trace_is_saved_with_the_session() {
 
     // A resumed session whose `_internal.budgets` says 5 (as a string): 5 steps, and the trace
     // grows by this run's.
-    use hearth_graph::SessionStore;
+    use hearth_graph::StateStore;
     let mut slices = store.load("s").unwrap().unwrap_or_default();
     slices["_internal"]["budgets"] = json!({"max_steps": "5"});
     store.save("s", &slices).unwrap();
