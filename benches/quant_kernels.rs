@@ -15,7 +15,7 @@
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
-use hearth_engine::huge_pages::back_with_huge_pages;
+use hearth_engine::device::huge_pages::back_with_huge_pages;
 use hearth_engine::kernels::quant_matmul::matmul_t_at;
 use hearth_engine::kernels::tiles as interleaved;
 use hearth_engine::kernels::{cpu, matmul_t, BlockType, QuantMatrix};

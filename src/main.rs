@@ -54,7 +54,7 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
-    hearth_engine::memory::one_arena();
+    hearth_engine::device::memory::one_arena();
     let cli = Cli::parse();
     // The MCP SDK's session chatter only from -vv on.
     let level = match (cli.quiet, cli.verbose) {

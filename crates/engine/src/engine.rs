@@ -7,14 +7,14 @@ use crate::cache::snapshot::KvSnapshot;
 use crate::chat::{ChatFormat, ChatInput, ThinkingSplitter};
 use crate::constraint::Grammars;
 use crate::error::{EngineError, Result};
+use crate::generation::sampling::SamplingParams;
+use crate::generation::stream::{ChatRequest, ChatStream, EventStream};
 use crate::generation::{GenerateRequest, LanguageModel};
-use crate::sampling::SamplingParams;
 use crate::scheduler::{Command, Job, Scheduler, SchedulerConfig, SchedulerStats, SessionCache};
 use crate::speculative::draft_model::DraftModel;
 use crate::speculative::Speculation;
-use crate::stop::StopStrings;
-use crate::stream::{ChatRequest, ChatStream, EventStream};
-use crate::tokenizer::Tokenizer;
+use crate::text::stop::StopStrings;
+use crate::text::tokenizer::Tokenizer;
 use crate::vision::{ImageInput, Rgb};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -22,7 +22,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
-pub use crate::loader::{
+pub use crate::load::loader::{
     load_chat_format, load_model, resolve_model, Checkpoint, DTypeSpec, LoadOptions, LoadedModel,
     ModelInfo,
 };

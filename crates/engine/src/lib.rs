@@ -14,18 +14,12 @@ pub mod device;
 pub mod engine;
 pub mod error;
 pub mod generation;
-pub mod huge_pages;
 pub mod kernels;
 pub mod load;
-pub mod loader;
-pub mod memory;
 pub mod model;
-pub mod sampling;
 pub mod scheduler;
 pub mod speculative;
-pub mod stop;
-pub mod stream;
-pub mod tokenizer;
+pub mod text;
 pub mod vision;
 
 pub use cache::cache_type::{CacheType, CacheTypes};
@@ -35,21 +29,21 @@ pub use constraint::{Constraint, Grammars};
 pub use device::DeviceSpec;
 pub use engine::Engine;
 pub use error::{EngineError, Result};
+pub use generation::sampling::{Sampler, SamplingParams};
+pub use generation::stream::{ChatRequest, ChatStream, EventStream};
 pub use generation::{
     Event, FinishReason, GenerateRequest, LanguageModel, Summary, Timings, Usage,
 };
 pub use load::card::ModelCard;
 pub use load::config::{Family, QwenConfig, Yarn};
-pub use load::source::{HubOptions, ModelFiles};
-pub use load::weights::Weights;
-pub use loader::{
+pub use load::loader::{
     load_model, DTypeSpec, ImageSupport, LoadOptions, LoadProgress, LoadedModel, ModelInfo,
     YarnOptions, DEFAULT_MAX_IMAGE_PIXELS,
 };
+pub use load::source::{HubOptions, ModelFiles};
+pub use load::weights::Weights;
 pub use model::Qwen;
-pub use sampling::{Sampler, SamplingParams};
 pub use scheduler::{SchedulerConfig, SchedulerOptions, SchedulerStats};
 pub use speculative::Speculation;
-pub use stop::{StopScan, StopStrings};
-pub use stream::{ChatRequest, ChatStream, EventStream};
-pub use tokenizer::{StreamDecoder, Tokenizer};
+pub use text::stop::{StopScan, StopStrings};
+pub use text::tokenizer::{StreamDecoder, Tokenizer};

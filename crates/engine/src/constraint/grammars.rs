@@ -12,7 +12,7 @@ use crate::chat::tool_call::{CLOSE, OPEN};
 use crate::chat::ToolChoice;
 use crate::chat::ToolFormat;
 use crate::error::{EngineError, Result};
-use crate::tokenizer::Tokenizer;
+use crate::text::tokenizer::Tokenizer;
 use llguidance::toktrie::TokEnv;
 use llguidance::{Matcher, ParserFactory};
 use std::collections::HashMap;

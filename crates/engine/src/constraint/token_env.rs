@@ -3,7 +3,7 @@
 
 use super::byte_level::ByteLevel;
 use crate::error::{EngineError, Result};
-use crate::tokenizer::Tokenizer;
+use crate::text::tokenizer::Tokenizer;
 use llguidance::toktrie::{TokRxInfo, TokTrie, TokenId, TokenizerEnv};
 use std::sync::Arc;
 

@@ -6,7 +6,7 @@ use crate::kernels::tiles::{self, TileMatrix};
 use crate::kernels::{BlockType, KernelOptions};
 use crate::load::config::{Declared, Family, Item, LinearAttentionConfig, MoeConfig, QwenConfig};
 use crate::load::weights::{Matrix, WeightSource};
-use crate::tokenizer::Tokenizer;
+use crate::text::tokenizer::Tokenizer;
 use candle_core::quantized::gguf_file::{Content, TensorInfo, Value};
 use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{DType, Device, Tensor};
@@ -1132,7 +1132,7 @@ fn read_tiles(
     };
     seek_to_tensor(reader, start, bytes)?;
     let mut data: Vec<u8> = Vec::with_capacity(bytes);
-    crate::huge_pages::prefer_huge_pages(data.as_ptr(), bytes);
+    crate::device::huge_pages::prefer_huge_pages(data.as_ptr(), bytes);
     data.resize(bytes, 0);
     // Groups of 16 rows read a few MiB at a time and interleaved in parallel (rearranging the
     // K-quants' bytes took as long as reading them).
@@ -1147,7 +1147,7 @@ fn read_tiles(
             .zip(tiles.par_chunks_exact_mut(group))
             .for_each(|(blocks, tiles)| tiles::interleave_group(kind, blocks, cols, tiles));
     }
-    crate::huge_pages::back_with_huge_pages(&data);
+    crate::device::huge_pages::back_with_huge_pages(&data);
     Ok(TileMatrix {
         kind,
         rows,
@@ -1184,7 +1184,7 @@ fn read_vec<T: candle_core::quantized::k_quants::GgmlType>(
 ) -> candle_core::Result<Vec<T>> {
     let mut data: Vec<T> = Vec::with_capacity(blocks);
     let bytes = blocks * std::mem::size_of::<T>();
-    crate::huge_pages::prefer_huge_pages(data.as_ptr() as *const u8, bytes);
+    crate::device::huge_pages::prefer_huge_pages(data.as_ptr() as *const u8, bytes);
     data.resize(blocks, T::zeros());
     // SAFETY: GGML block types are plain `repr(C)` integers and floats without padding
     // (candle asserts their sizes), so any bytes are a valid value; the slice covers exactly

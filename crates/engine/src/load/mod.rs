@@ -6,5 +6,6 @@
 pub mod card;
 pub mod config;
 pub mod gguf;
+pub mod loader;
 pub mod source;
 pub mod weights;

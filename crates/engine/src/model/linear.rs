@@ -122,7 +122,7 @@ impl Linear {
                 }
                 Matrix::Quantized(q) => {
                     if q.device().is_cpu() {
-                        crate::huge_pages::back_with_huge_pages(&q.data()?);
+                        crate::device::huge_pages::back_with_huge_pages(&q.data()?);
                     }
                     Ok(Part::Quantized(QMatMul::from_arc(q.clone())?, q))
                 }
@@ -260,7 +260,7 @@ fn dense_on_huge_pages(w: &Tensor) -> Result<()> {
             DType::F16 => bytemuck::cast_slice(s.as_slice::<half::f16>()?),
             _ => return Ok(()),
         };
-        crate::huge_pages::back_with_huge_pages(bytes);
+        crate::device::huge_pages::back_with_huge_pages(bytes);
     }
     Ok(())
 }

@@ -3,6 +3,7 @@
 
 mod attention;
 mod delta_net;
+mod language_model;
 mod layer;
 pub mod linear;
 mod mlp;

@@ -30,7 +30,7 @@ use crate::generation::{Event, FinishReason, GenerateRequest, LanguageModel};
 use crate::speculative::draft_model::{DraftJob, DraftModel};
 use crate::speculative::mtp::{self, MtpJob, MtpState};
 use crate::speculative::{budget, Speculation};
-use crate::tokenizer::Tokenizer;
+use crate::text::tokenizer::Tokenizer;
 use kv_pool::{common_prefix, Drafter, KvPool, Seed, MIN_SHARED_PREFIX};
 use sequence::Sequence;
 use std::collections::VecDeque;

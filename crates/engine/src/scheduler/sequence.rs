@@ -4,13 +4,13 @@
 use crate::cache::kv::KvCache;
 use crate::constraint::Guide;
 use crate::error::Result;
+use crate::generation::sampling::Sampler;
 use crate::generation::{Event, FinishReason, GenerateRequest, Summary, Timings, Usage};
-use crate::sampling::Sampler;
 use crate::speculative::draft_model::DraftCache;
 use crate::speculative::mtp::MtpState;
 use crate::speculative::{ngram, DraftLength};
-use crate::stop::{StopScan, StopStrings};
-use crate::tokenizer::{StreamDecoder, Tokenizer};
+use crate::text::stop::{StopScan, StopStrings};
+use crate::text::tokenizer::{StreamDecoder, Tokenizer};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

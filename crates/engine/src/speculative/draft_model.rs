@@ -20,7 +20,7 @@
 use crate::cache::kv::KvCache;
 use crate::error::{EngineError, Result};
 use crate::generation::LanguageModel;
-use crate::tokenizer::Tokenizer;
+use crate::text::tokenizer::Tokenizer;
 use candle_core::Tensor;
 use std::cell::Cell;
 use std::time::Instant;

@@ -6,15 +6,15 @@
 use crate::chat::{ChatFormat, JinjaTemplate, MetaTemplate};
 use crate::device::{device_name, DeviceSpec};
 use crate::error::{EngineError, Result};
+use crate::generation::sampling::SamplingParams;
 use crate::load::card::ModelCard;
 use crate::load::config::QwenConfig;
 use crate::load::gguf::GgufFile;
 use crate::load::source::{self, HubOptions, ModelFiles};
 use crate::load::weights::Weights;
 use crate::model::Qwen;
-use crate::sampling::SamplingParams;
 use crate::scheduler::SchedulerOptions;
-use crate::tokenizer::Tokenizer;
+use crate::text::tokenizer::Tokenizer;
 use crate::vision::Vision;
 use candle_core::{DType, Device};
 use serde_json::Value;
@@ -373,7 +373,7 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
                 let tokenizer = file.tokenizer()?;
                 if let Some(file) = Arc::get_mut(file) {
                     file.forget_vocabulary();
-                    crate::memory::return_freed_memory();
+                    crate::device::memory::return_freed_memory();
                 }
                 let weights = file.weights(&device).with_kernels(opts.kernels);
                 let mut model = Qwen::load_with_progress(&cfg, &weights, &progress)?;

@@ -1,10 +1,13 @@
 //! What a generation request is and what it streams back: the request, its events, why it
 //! finished, and the model interface the scheduler drives.
 
+pub mod sampling;
+pub mod stream;
+
 use crate::cache::kv::KvCache;
 use crate::constraint::Constraint;
 use crate::error::Result;
-use crate::sampling::SamplingParams;
+use crate::generation::sampling::SamplingParams;
 use crate::vision::ImageInput;
 use candle_core::Tensor;
 
@@ -148,86 +151,6 @@ pub trait LanguageModel: Send {
     /// Where the model's caches live.
     fn device(&self) -> candle_core::Device {
         candle_core::Device::Cpu
-    }
-}
-
-impl LanguageModel for crate::model::Qwen {
-    fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<Tensor> {
-        crate::model::Qwen::forward(self, tokens, cache)
-    }
-    fn forward_batch(&self, tokens: &[u32], caches: &mut [&mut KvCache]) -> Result<Tensor> {
-        crate::model::Qwen::forward_batch(self, tokens, caches)
-    }
-    fn forward_rows(
-        &self,
-        tokens: &[u32],
-        lens: &[usize],
-        caches: &mut [&mut KvCache],
-    ) -> Result<Tensor> {
-        crate::model::Qwen::forward_rows(self, tokens, lens, caches)
-    }
-    fn new_cache(&self) -> KvCache {
-        crate::model::Qwen::new_cache(self)
-    }
-    fn image_token(&self) -> Option<u32> {
-        self.vision().map(|v| v.image_token)
-    }
-    fn image_encoder(&self) -> Option<crate::vision::ImageEncoder> {
-        self.vision().map(|v| v.encoder.clone())
-    }
-    fn attach_images(
-        &self,
-        prompt: &[u32],
-        images: &[ImageInput],
-        cache: &mut KvCache,
-    ) -> Result<()> {
-        crate::model::Qwen::attach_images(self, prompt, images, cache)
-    }
-    fn max_positions(&self) -> usize {
-        self.config().max_position_embeddings
-    }
-    fn device(&self) -> candle_core::Device {
-        crate::model::Qwen::device(self).clone()
-    }
-    fn has_mtp(&self) -> bool {
-        crate::model::Qwen::has_mtp(self)
-    }
-    fn forward_hidden(&self, tokens: &[u32], cache: &mut KvCache) -> Result<(Tensor, Tensor)> {
-        crate::model::Qwen::forward_hidden(self, tokens, cache)
-    }
-    fn forward_rows_hidden(
-        &self,
-        tokens: &[u32],
-        lens: &[usize],
-        caches: &mut [&mut KvCache],
-    ) -> Result<(Tensor, Tensor)> {
-        crate::model::Qwen::forward_rows_hidden(self, tokens, lens, caches)
-    }
-    fn set_draft_vocabulary(&mut self, n: usize) -> Result<bool> {
-        crate::model::Qwen::set_draft_vocabulary(self, n)
-    }
-    fn draft_rows(
-        &self,
-        tokens: &[u32],
-        lens: &[usize],
-        caches: &mut [&mut KvCache],
-    ) -> Result<(Tensor, Tensor)> {
-        crate::model::Qwen::draft_rows(self, tokens, lens, caches)
-    }
-    fn head_rows(&self, ids: &[u32]) -> Result<Tensor> {
-        crate::model::Qwen::head_rows(self, ids)
-    }
-    fn new_mtp_cache(&self) -> KvCache {
-        crate::model::Qwen::new_mtp_cache(self)
-    }
-    fn mtp_rows(
-        &self,
-        hidden: &Tensor,
-        tokens: &[u32],
-        lens: &[usize],
-        caches: &mut [&mut KvCache],
-    ) -> Result<(Tensor, Tensor)> {
-        crate::model::Qwen::mtp_rows(self, hidden, tokens, lens, caches)
     }
 }
 

@@ -1,4 +1,8 @@
-//! Device selection: `auto|cpu|cuda[:N]|metal`.
+//! Where the model runs and how the process holds memory: device selection
+//! (`auto|cpu|cuda[:N]|metal`), weights on huge pages, one allocator arena.
+
+pub mod huge_pages;
+pub mod memory;
 
 use crate::error::{EngineError, Result};
 use candle_core::Device;
