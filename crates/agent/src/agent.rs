@@ -319,10 +319,21 @@ impl Agent for Sequential {
     }
 
     async fn forward(&self, history: &[AgentMessage], session: &str) -> Result<AgentMessage> {
-        let mut msgs = history.to_vec();
+        self.call_in(history.to_vec(), session, &ToolContext::default())
+            .await
+    }
+
+    /// Each agent called for `context`'s caller (a pipeline has no memory or hooks of its own).
+    async fn call_in(
+        &self,
+        inputs: Vec<AgentMessage>,
+        session: &str,
+        context: &ToolContext,
+    ) -> Result<AgentMessage> {
+        let mut msgs = inputs;
         let mut last = None;
         for (_, agent) in &self.agents {
-            let out = agent.call(msgs, session).await?;
+            let out = agent.call_in(msgs, session, context).await?;
             let done = self.exit_at.as_ref().is_some_and(|f| f(&out));
             msgs = vec![out.clone()];
             last = Some(out);
@@ -442,9 +453,20 @@ impl Agent for AgentList {
     }
 
     async fn forward(&self, history: &[AgentMessage], session: &str) -> Result<AgentMessage> {
+        self.call_in(history.to_vec(), session, &ToolContext::default())
+            .await
+    }
+
+    /// Each agent called for `context`'s caller (a list has no memory or hooks of its own).
+    async fn call_in(
+        &self,
+        inputs: Vec<AgentMessage>,
+        session: &str,
+        context: &ToolContext,
+    ) -> Result<AgentMessage> {
         let mut last = None;
         for a in &self.agents {
-            last = Some(a.call(history.to_vec(), session).await?);
+            last = Some(a.call_in(inputs.clone(), session, context).await?);
         }
         last.ok_or_else(|| AgentError::invalid("agents", "AgentList is empty"))
     }
@@ -479,6 +501,18 @@ impl Agent for AgentMap {
 
     async fn forward(&self, history: &[AgentMessage], session: &str) -> Result<AgentMessage> {
         self.route(history)?.call(history.to_vec(), session).await
+    }
+
+    /// The agent named called for `context`'s caller.
+    async fn call_in(
+        &self,
+        inputs: Vec<AgentMessage>,
+        session: &str,
+        context: &ToolContext,
+    ) -> Result<AgentMessage> {
+        self.route(&inputs)?
+            .call_in(inputs.clone(), session, context)
+            .await
     }
 
     fn call_stream<'a>(&'a self, inputs: Vec<AgentMessage>, session: &'a str) -> MessageStream<'a> {

@@ -453,3 +453,58 @@ async fn tools_and_hooks_see_who_the_call_is_for() {
     let r = reg.execute_in(&slow, &context).await;
     assert!(r.content.contains("was not run"), "{}", r.content);
 }
+
+/// `Agent::call_in` through a pipeline and a list: the caller's context reaches the tools of
+/// the tool agent inside them.
+#[tokio::test]
+async fn a_context_passes_through_pipelines_to_the_tools() {
+    use hearth_agent::tool::ToolRegistry;
+    use hearth_agent::{AgentList, AgentMessage, LlmAgent, Sequential, ToolContext};
+    let tool_agent = |answers: Vec<String>| {
+        let mut tools = ToolRegistry::new();
+        tools.add(Arc::new(Whoami));
+        let mut a = ToolAgent::new(Arc::new(ScriptedLlm::new(answers)), tools);
+        a.llm_agent.name = "worker".into();
+        a
+    };
+    let call = "<tool_call>\n{\"name\": \"whoami\", \"arguments\": {}}\n</tool_call>".to_string();
+    let context = ToolContext {
+        user: Some("ada".into()),
+        tenant: Some("acme".into()),
+        ..Default::default()
+    };
+    let pipe = Sequential {
+        name: "pipe".into(),
+        agents: vec![
+            (
+                "planner".into(),
+                Box::new(LlmAgent::new(
+                    "planner",
+                    Arc::new(ScriptedLlm::new(["ask who"])),
+                    None,
+                )),
+            ),
+            (
+                "worker".into(),
+                Box::new(tool_agent(vec![call.clone(), "It is ada.".into()])),
+            ),
+        ],
+        exit_at: None,
+    };
+    let out = pipe
+        .call_in(vec![AgentMessage::user("who?")], "s1", &context)
+        .await
+        .unwrap();
+    assert_eq!(out.text(), "It is ada.");
+    let ran = |m: &AgentMessage| m.extra_info.as_ref().unwrap()["tool_calls"][0]["content"].clone();
+    assert_eq!(ran(&out), "s1 worker ada acme");
+    let list = AgentList {
+        name: "list".into(),
+        agents: vec![Box::new(tool_agent(vec![call, "ok".into()]))],
+    };
+    let out = list
+        .call_in(vec![AgentMessage::user("who?")], "s2", &context)
+        .await
+        .unwrap();
+    assert_eq!(ran(&out), "s2 worker ada acme");
+}
