@@ -84,7 +84,7 @@ pub struct AgentArgs {
     #[arg(long, value_name = "URL")]
     pub llm_fallback: Vec<String>,
     /// Seconds each model may take to its answer's first token before the next is asked
-    /// (with --llm-fallback).
+    /// (with --llm-fallback or --llm-config).
     #[arg(long, value_name = "SECS", default_value_t = 300)]
     pub llm_timeout: u64,
     /// A TOML file of fallback servers (`[[fallback]]` tables with `url`, and optionally

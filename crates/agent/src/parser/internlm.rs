@@ -6,9 +6,10 @@
 //! the `environment` role under the same names
 //! ([`InternLmAggregator`](crate::aggregator::InternLmAggregator) writes that history).
 
+use super::tagged::{json_action, shown_before};
 use super::{OutputParser, ParsedOutput};
 use hearth_chat::{ChatMessage, PyJson, ToolCall};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 /// Opens an action.
 pub const ACTION_START: &str = "<|action_start|>";
@@ -109,33 +110,11 @@ impl InternLmParser {
         let Some((thought, rest)) = raw.split_once(&opening) else {
             return ParsedOutput::error(raw, format!("`<|plugin|>` without `{ACTION_START}`"));
         };
-        let action = rest.split(ACTION_END).next().unwrap_or_default().trim();
-        // lagent's validation: a JSON object, nothing around it.
-        if !(action.starts_with('{') && action.ends_with('}')) {
-            return ParsedOutput::error(raw, "the plugin action is not a JSON object");
+        let action = rest.split(ACTION_END).next().unwrap_or_default();
+        match json_action(action) {
+            Ok(call) => ParsedOutput::calls(raw, thought.to_string(), vec![call]),
+            Err(e) => ParsedOutput::error(raw, format!("plugin: {e}")),
         }
-        let value: Value = match serde_json::from_str(action) {
-            Ok(v) => v,
-            Err(e) => return ParsedOutput::error(raw, format!("the plugin action: {e}")),
-        };
-        let Some(name) = value.get("name").and_then(Value::as_str) else {
-            return ParsedOutput::error(raw, "the plugin action has no `name`");
-        };
-        let parameters = match value.get("parameters") {
-            None | Some(Value::Null) => Value::Object(Map::new()),
-            Some(p @ Value::Object(_)) => p.clone(),
-            Some(_) => {
-                return ParsedOutput::error(
-                    raw,
-                    "the plugin action's `parameters` is not an object",
-                )
-            }
-        };
-        ParsedOutput::calls(
-            raw,
-            thought.to_string(),
-            vec![ToolCall::new(name, parameters)],
-        )
     }
 
     fn read_code(&self, raw: &str) -> ParsedOutput {
@@ -239,14 +218,7 @@ impl OutputParser for InternLmParser {
     }
 
     fn visible_prefix(&self, text: &str) -> usize {
-        if let Some(i) = text.find(ACTION_START) {
-            return i;
-        }
-        // Hold back what could be the start of an opener.
-        (1..ACTION_START.len().min(text.len() + 1))
-            .rev()
-            .find(|&n| text.is_char_boundary(text.len() - n) && text.ends_with(&ACTION_START[..n]))
-            .map_or(text.len(), |n| text.len() - n)
+        shown_before(text, ACTION_START)
     }
 
     fn stop_words(&self) -> Vec<String> {

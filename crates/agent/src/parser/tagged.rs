@@ -38,6 +38,45 @@ pub struct TaggedToolParser {
     pub instruction: Option<String>,
 }
 
+/// An action written as `{"name": …, "parameters": {…}}` (lagent's JSON validation: an
+/// object and nothing around it; `arguments` is read too), as a call.
+pub(super) fn json_action(action: &str) -> Result<ToolCall, String> {
+    let action = action.trim();
+    if !(action.starts_with('{') && action.ends_with('}')) {
+        return Err("the action is not a JSON object".into());
+    }
+    let value: Value = serde_json::from_str(action).map_err(|e| format!("the action: {e}"))?;
+    let name = value
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or("the action has no `name`")?;
+    let params = match value.get("parameters").or_else(|| value.get("arguments")) {
+        None | Some(Value::Null) => Value::Object(Map::new()),
+        Some(p @ Value::Object(_)) => p.clone(),
+        Some(_) => return Err("the action's `parameters` is not an object".into()),
+    };
+    Ok(ToolCall::new(name, params))
+}
+
+/// How much of streamed `text` may be shown while an action could begin at `marker`: up to
+/// the marker, or up to what could be its start at the end.
+pub(super) fn shown_before(text: &str, marker: &str) -> usize {
+    if marker.is_empty() {
+        return text.len();
+    }
+    if let Some(i) = text.find(marker) {
+        return i;
+    }
+    (1..marker.len().min(text.len() + 1))
+        .rev()
+        .find(|&n| {
+            text.is_char_boundary(text.len() - n)
+                && marker.is_char_boundary(n)
+                && text.ends_with(&marker[..n])
+        })
+        .map_or(text.len(), |n| text.len() - n)
+}
+
 impl TaggedToolParser {
     /// JSON calls between lagent's default markers, `<tool>\n` and `</tool>\n`.
     pub fn new(tool_type: impl Into<String>) -> Self {
@@ -99,25 +138,10 @@ impl OutputParser for TaggedToolParser {
                 let text = action.strip_suffix('\n').unwrap_or(action);
                 ToolCall::new(tool.clone(), json!({ argument.clone(): text }))
             }
-            TaggedAction::Json => {
-                let action = action.trim();
-                if !(action.starts_with('{') && action.ends_with('}')) {
-                    return ParsedOutput::error(raw, "the action is not a JSON object");
-                }
-                let value: Value = match serde_json::from_str(action) {
-                    Ok(v) => v,
-                    Err(e) => return ParsedOutput::error(raw, format!("the action: {e}")),
-                };
-                let Some(name) = value.get("name").and_then(Value::as_str) else {
-                    return ParsedOutput::error(raw, "the action has no `name`");
-                };
-                let params = match value.get("parameters").or_else(|| value.get("arguments")) {
-                    None | Some(Value::Null) => Value::Object(Map::new()),
-                    Some(p @ Value::Object(_)) => p.clone(),
-                    Some(_) => return ParsedOutput::error(raw, "`parameters` is not an object"),
-                };
-                ToolCall::new(name, params)
-            }
+            TaggedAction::Json => match json_action(action) {
+                Ok(call) => call,
+                Err(e) => return ParsedOutput::error(raw, e),
+            },
         };
         ParsedOutput::calls(raw, thought.to_string(), vec![call])
     }
@@ -146,21 +170,7 @@ impl OutputParser for TaggedToolParser {
     }
 
     fn visible_prefix(&self, text: &str) -> usize {
-        if self.begin.is_empty() {
-            return text.len();
-        }
-        if let Some(i) = text.find(&self.begin) {
-            return i;
-        }
-        // Hold back what could be the start of the begin marker.
-        (1..self.begin.len().min(text.len() + 1))
-            .rev()
-            .find(|&n| {
-                text.is_char_boundary(text.len() - n)
-                    && self.begin.is_char_boundary(n)
-                    && text.ends_with(&self.begin[..n])
-            })
-            .map_or(text.len(), |n| text.len() - n)
+        shown_before(text, &self.begin)
     }
 
     fn correction(&self, error: &str) -> String {
