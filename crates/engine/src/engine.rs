@@ -7,9 +7,9 @@ use crate::cache::snapshot::KvSnapshot;
 use crate::chat::{ChatFormat, ChatInput, ThinkingSplitter};
 use crate::constraint::Grammars;
 use crate::error::{EngineError, Result};
-use crate::generation::sampling::SamplingParams;
 use crate::generation::stream::{ChatRequest, ChatStream, EventStream};
 use crate::generation::{GenerateRequest, LanguageModel};
+use crate::sampling::SamplingParams;
 use crate::scheduler::{Command, Job, Scheduler, SchedulerConfig, SchedulerStats, SessionCache};
 use crate::speculative::draft_model::DraftModel;
 use crate::speculative::Speculation;
@@ -22,7 +22,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
-pub use crate::load::loader::{
+pub use crate::loader::{
     load_chat_format, load_model, resolve_model, Checkpoint, DTypeSpec, LoadOptions, LoadedModel,
     ModelInfo,
 };

@@ -197,6 +197,14 @@ pub enum EngineError {
 }
 
 impl EngineError {
+    /// The error of asking a model without a multi-token-prediction head to run one.
+    pub fn no_mtp_head() -> Self {
+        Self::invalid(
+            "speculative",
+            "the model has no multi-token-prediction head (mtp.*)",
+        )
+    }
+
     /// An [`EngineError::InvalidArgument`] for `arg`.
     pub fn invalid(arg: &'static str, message: impl Into<String>) -> Self {
         Self::InvalidArgument {

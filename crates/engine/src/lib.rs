@@ -16,7 +16,9 @@ pub mod error;
 pub mod generation;
 pub mod kernels;
 pub mod load;
+pub mod loader;
 pub mod model;
+pub mod sampling;
 pub mod scheduler;
 pub mod speculative;
 pub mod text;
@@ -29,20 +31,20 @@ pub use constraint::{Constraint, Grammars};
 pub use device::DeviceSpec;
 pub use engine::Engine;
 pub use error::{EngineError, Result};
-pub use generation::sampling::{Sampler, SamplingParams};
 pub use generation::stream::{ChatRequest, ChatStream, EventStream};
 pub use generation::{
     Event, FinishReason, GenerateRequest, LanguageModel, Summary, Timings, Usage,
 };
 pub use load::card::ModelCard;
 pub use load::config::{Family, QwenConfig, Yarn};
-pub use load::loader::{
+pub use load::source::{HubOptions, ModelFiles};
+pub use load::weights::Weights;
+pub use loader::{
     load_model, DTypeSpec, ImageSupport, LoadOptions, LoadProgress, LoadedModel, ModelInfo,
     YarnOptions, DEFAULT_MAX_IMAGE_PIXELS,
 };
-pub use load::source::{HubOptions, ModelFiles};
-pub use load::weights::Weights;
 pub use model::Qwen;
+pub use sampling::{Sampler, SamplingParams};
 pub use scheduler::{SchedulerConfig, SchedulerOptions, SchedulerStats};
 pub use speculative::Speculation;
 pub use text::stop::{StopScan, StopStrings};

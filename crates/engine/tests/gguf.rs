@@ -134,7 +134,7 @@ fn q8_0_and_f16_gguf_stay_close_to_transformers() {
         let d = max_abs_diff(&got, &g.logits_f32);
         assert!(d <= tol * scale, "{quant:?}: {d} (scale {scale})");
         assert_eq!(
-            hearth_engine::generation::sampling::argmax(&got),
+            hearth_engine::sampling::argmax(&got),
             g.greedy_f32[0],
             "{quant:?}"
         );

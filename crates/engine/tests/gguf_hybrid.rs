@@ -120,8 +120,8 @@ fn q8_0_gguf_matches_transformers_on_its_weights() -> hearth_engine::Result<()> 
         "q8_0 vs transformers on its weights: {d} (scale {scale})"
     );
     assert_eq!(
-        hearth_engine::generation::sampling::argmax(&got),
-        hearth_engine::generation::sampling::argmax(&want)
+        hearth_engine::sampling::argmax(&got),
+        hearth_engine::sampling::argmax(&want)
     );
     let all = m.forward_all(&g.prompt_ids, &mut m.new_cache())?;
     let mut cache = m.new_cache();
@@ -193,7 +193,7 @@ fn k_quants_match_llama_cpp() -> hearth_engine::Result<()> {
             diff <= BOUND,
             "step {i}: logits {diff} of their scale apart"
         );
-        let got = hearth_engine::generation::sampling::argmax(row);
+        let got = hearth_engine::sampling::argmax(row);
         if got == want {
             picked += 1;
         } else {

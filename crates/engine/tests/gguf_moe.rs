@@ -94,10 +94,7 @@ fn q8_0_gguf_stays_close_to_transformers() {
     let got = last_logits(&m, &g.prompt_ids);
     let d = max_abs_diff(&got, &g.logits_f32);
     assert!(d <= 0.05 * scale, "{d} (scale {scale})");
-    assert_eq!(
-        hearth_engine::generation::sampling::argmax(&got),
-        g.greedy_f32[0]
-    );
+    assert_eq!(hearth_engine::sampling::argmax(&got), g.greedy_f32[0]);
 }
 
 /// A decoding step reads the router and the chosen experts only.
@@ -252,7 +249,7 @@ fn k_quant_experts_match_llama_cpp() {
         if diff <= 1e-4 && same == i {
             same += 1;
         }
-        let got = hearth_engine::generation::sampling::argmax(row);
+        let got = hearth_engine::sampling::argmax(row);
         if got == want {
             picked += 1;
         } else {

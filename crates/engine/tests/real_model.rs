@@ -89,7 +89,7 @@ fn greedy_tokens_match_llama_cpp() {
         .unwrap();
     let mut near_ties = vec![];
     for (i, &t) in want.iter().enumerate() {
-        let top = hearth_engine::generation::sampling::argmax(&logits);
+        let top = hearth_engine::sampling::argmax(&logits);
         if top != t {
             let scale = logits.iter().fold(0f32, |a, v| a.max(v.abs()));
             let margin = logits[top as usize] - logits[t as usize];
@@ -198,7 +198,7 @@ fn an_f16_cache_decodes_as_an_f32_one() {
         let mut l = logits(m, prompt, &mut cache);
         let mut out = vec![];
         for _ in 0..64 {
-            let t = hearth_engine::generation::sampling::argmax(&l);
+            let t = hearth_engine::sampling::argmax(&l);
             out.push(t);
             l = logits(m, &[t], &mut cache);
         }
@@ -224,7 +224,7 @@ fn an_f16_cache_decodes_as_an_f32_one() {
                 .map(|(a, b)| (a - b).abs())
                 .fold(0f32, f32::max);
             worst = worst.max(moved / scale);
-            let top = hearth_engine::generation::sampling::argmax(&l);
+            let top = hearth_engine::sampling::argmax(&l);
             if top != t {
                 let margin = (l[top as usize] - l[t as usize]) / scale;
                 assert!(

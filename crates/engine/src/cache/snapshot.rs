@@ -18,7 +18,7 @@
 //! The recurrent state (a hybrid model's; `state_layers` 0 for the others) came in version 2;
 //! version 1 bytes, which end after the layers, are still read.
 //!
-//! [`ModelInfo::fingerprint`]: crate::load::loader::ModelInfo::fingerprint
+//! [`ModelInfo::fingerprint`]: crate::loader::ModelInfo::fingerprint
 
 use crate::cache::cache_type::{CacheType, QK};
 use crate::cache::recurrent::LayerState;
@@ -32,7 +32,7 @@ const VERSION: u32 = 2;
 /// keys and values `[1, kv_heads, tokens, head_dim]`.
 #[derive(Debug)]
 pub struct KvSnapshot {
-    /// The [`ModelInfo::fingerprint`](crate::load::loader::ModelInfo::fingerprint) of the model that
+    /// The [`ModelInfo::fingerprint`](crate::loader::ModelInfo::fingerprint) of the model that
     /// computed it.
     pub fingerprint: String,
     /// The token ids whose keys and values it holds.

@@ -1,13 +1,12 @@
 //! What a generation request is and what it streams back: the request, its events, why it
 //! finished, and the model interface the scheduler drives.
 
-pub mod sampling;
 pub mod stream;
 
 use crate::cache::kv::KvCache;
 use crate::constraint::Constraint;
 use crate::error::Result;
-use crate::generation::sampling::SamplingParams;
+use crate::sampling::SamplingParams;
 use crate::vision::ImageInput;
 use candle_core::Tensor;
 
@@ -68,7 +67,7 @@ pub trait LanguageModel: Send {
         None
     }
     /// Encodes `images` and gives `cache` what they add to `prompt` (see
-    /// [`crate::model::Qwen::attach_images`]); a model without vision refuses them.
+    /// `Qwen::attach_images`); a model without vision refuses them.
     fn attach_images(
         &self,
         _prompt: &[u32],
@@ -91,7 +90,7 @@ pub trait LanguageModel: Send {
 
     /// [`Self::forward`], and every position's final hidden state `[tokens.len(), hidden]`.
     fn forward_hidden(&self, _tokens: &[u32], _cache: &mut KvCache) -> Result<(Tensor, Tensor)> {
-        Err(crate::model::mtp::missing())
+        Err(crate::error::EngineError::no_mtp_head())
     }
 
     /// [`Self::forward_rows`], and every row's final hidden state `[tokens.len(), hidden]`.
@@ -101,7 +100,7 @@ pub trait LanguageModel: Send {
         _lens: &[usize],
         _caches: &mut [&mut KvCache],
     ) -> Result<(Tensor, Tensor)> {
-        Err(crate::model::mtp::missing())
+        Err(crate::error::EngineError::no_mtp_head())
     }
 
     /// An empty cache for the multi-token-prediction head.
@@ -110,7 +109,7 @@ pub trait LanguageModel: Send {
     }
 
     /// The multi-token-prediction head over rows of several sequences (see
-    /// [`crate::model::Qwen::mtp_rows`]): each sequence's last row's logits and hidden state.
+    /// `Qwen::mtp_rows`): each sequence's last row's logits and hidden state.
     fn mtp_rows(
         &self,
         _hidden: &Tensor,
@@ -118,7 +117,7 @@ pub trait LanguageModel: Send {
         _lens: &[usize],
         _caches: &mut [&mut KvCache],
     ) -> Result<(Tensor, Tensor)> {
-        Err(crate::model::mtp::missing())
+        Err(crate::error::EngineError::no_mtp_head())
     }
 
     /// Cuts the head of [`Self::draft_rows`] to ids `0..n`; whether the model could.

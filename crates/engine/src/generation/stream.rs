@@ -2,8 +2,8 @@
 //! apart from the text.
 
 use crate::chat::{ChatMessage, Piece, ThinkingSplitter};
-use crate::generation::sampling::SamplingParams;
 use crate::generation::Event;
+use crate::sampling::SamplingParams;
 use serde_json::Value;
 use std::collections::VecDeque;
 use std::pin::Pin;

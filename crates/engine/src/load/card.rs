@@ -3,7 +3,7 @@
 //! files live inside the crate so that it packages on its own.
 
 use crate::error::{EngineError, Result};
-use crate::generation::sampling::SamplingParams;
+use crate::sampling::SamplingParams;
 use serde::Deserialize;
 use std::path::Path;
 

@@ -6,6 +6,5 @@
 pub mod card;
 pub mod config;
 pub mod gguf;
-pub mod loader;
 pub mod source;
 pub mod weights;

@@ -10,7 +10,7 @@
 
 use super::attention::Attention;
 use super::layer::{FeedForward, Layer, Mixer};
-use crate::error::{EngineError, Result};
+use crate::error::Result;
 use crate::load::config::QwenConfig;
 use crate::load::weights::WeightSource;
 use crate::model::linear::Linear;
@@ -18,14 +18,6 @@ use candle_core::Tensor;
 
 /// Where the head's tensors are in a checkpoint.
 pub const PREFIX: &str = "mtp";
-
-/// The error of asking a model without the head to run it.
-pub fn missing() -> EngineError {
-    EngineError::invalid(
-        "speculative",
-        "the model has no multi-token-prediction head (mtp.*)",
-    )
-}
 
 /// The head's weights.
 #[derive(Debug, Clone)]

@@ -497,7 +497,7 @@ impl Qwen {
         caches: &mut [&mut KvCache],
     ) -> Result<(Tensor, Tensor)> {
         let Some(mtp) = &self.mtp else {
-            return Err(super::mtp::missing());
+            return Err(EngineError::no_mtp_head());
         };
         if hidden.dim(0)? != tokens.len() {
             return Err(EngineError::invalid(

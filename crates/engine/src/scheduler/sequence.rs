@@ -4,8 +4,8 @@
 use crate::cache::kv::KvCache;
 use crate::constraint::Guide;
 use crate::error::Result;
-use crate::generation::sampling::Sampler;
 use crate::generation::{Event, FinishReason, GenerateRequest, Summary, Timings, Usage};
+use crate::sampling::Sampler;
 use crate::speculative::draft_model::DraftCache;
 use crate::speculative::mtp::MtpState;
 use crate::speculative::{ngram, DraftLength};

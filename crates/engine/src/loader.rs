@@ -6,13 +6,13 @@
 use crate::chat::{ChatFormat, JinjaTemplate, MetaTemplate};
 use crate::device::{device_name, DeviceSpec};
 use crate::error::{EngineError, Result};
-use crate::generation::sampling::SamplingParams;
 use crate::load::card::ModelCard;
 use crate::load::config::QwenConfig;
 use crate::load::gguf::GgufFile;
 use crate::load::source::{self, HubOptions, ModelFiles};
 use crate::load::weights::Weights;
 use crate::model::Qwen;
+use crate::sampling::SamplingParams;
 use crate::scheduler::SchedulerOptions;
 use crate::text::tokenizer::Tokenizer;
 use crate::vision::Vision;
