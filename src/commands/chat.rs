@@ -207,15 +207,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
             }
         }
     }
-    if !failed.is_empty() {
-        let list: Vec<String> = failed.iter().map(|n| n.to_string()).collect();
-        bail!(
-            "{} input line(s) failed (line {}); the others were answered",
-            failed.len(),
-            list.join(", ")
-        );
-    }
-    Ok(())
+    lines_failed(&failed)
 }
 
 /// An image file prepared for the model, or an error naming the file.
@@ -523,13 +515,18 @@ fn agent_chat(args: ChatArgs) -> anyhow::Result<()> {
             }
         }
     }
-    if !failed.is_empty() {
-        let list: Vec<String> = failed.iter().map(|n| n.to_string()).collect();
-        bail!(
-            "{} input line(s) failed (line {}); the others were answered",
-            failed.len(),
-            list.join(", ")
-        );
+    lines_failed(&failed)
+}
+
+/// The end of a piped session: an error naming the input lines that failed, if any did.
+fn lines_failed(failed: &[usize]) -> anyhow::Result<()> {
+    if failed.is_empty() {
+        return Ok(());
     }
-    Ok(())
+    let list: Vec<String> = failed.iter().map(|n| n.to_string()).collect();
+    bail!(
+        "{} input line(s) failed (line {}); the others were answered",
+        failed.len(),
+        list.join(", ")
+    );
 }

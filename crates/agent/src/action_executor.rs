@@ -12,6 +12,7 @@ use crate::hooks::{Hook, Hooks};
 use crate::message::{ActionStatusCode, ActionValidCode, AgentMessage};
 use crate::parser::ParsedOutput;
 use crate::tool::{ToolRegistry, ToolResult};
+use crate::tool_agent::ToolExecutor;
 use crate::tool_context::ToolContext;
 use async_trait::async_trait;
 use hearth_chat::ToolCall;
@@ -87,24 +88,6 @@ impl ActionExecutor {
         m.extra_info = Some(json!({ "state": status, "valid": valid }));
         m
     }
-
-    async fn run(
-        &self,
-        registry: &ToolRegistry,
-        call: ToolCall,
-        context: &ToolContext,
-        hooks: &[Arc<dyn Hook>],
-    ) -> ToolResult {
-        let mut call = call;
-        for h in hooks {
-            call = h.before_action_in(call, context);
-        }
-        let mut result = registry.execute_in(&call, context).await;
-        for h in hooks {
-            result = h.after_action_in(result, context);
-        }
-        result
-    }
 }
 
 #[async_trait]
@@ -141,15 +124,23 @@ impl Agent for ActionExecutor {
         let hooks = self.hooks.snapshot();
         // With the tools of its sources (MCP servers) as they are now.
         let registry = self.tools.resolved();
-        let mut results = vec![];
-        for call in calls {
-            if registry.get(&call.function.name).is_none() {
-                results.push((call.function.name.clone(), None));
-                continue;
-            }
-            let r = self.run(&registry, call, &context, &hooks).await;
-            results.push((r.name.clone(), Some(r)));
-        }
+        // The known tools' calls run as the tool loop runs a round (ids, hooks, together);
+        // the others are invalid actions, in their places.
+        let known: Vec<ToolCall> = calls
+            .iter()
+            .filter(|c| registry.get(&c.function.name).is_some())
+            .cloned()
+            .collect();
+        let (_, ran) =
+            ToolExecutor::execute(&registry, known, 1, (&context, &hooks), &|_| {}).await;
+        let mut ran = ran.into_iter();
+        let results: Vec<(String, Option<ToolResult>)> = calls
+            .into_iter()
+            .map(|c| match registry.get(&c.function.name) {
+                Some(_) => (c.function.name, ran.next()),
+                None => (c.function.name, None),
+            })
+            .collect();
         if let [(_, one)] = results.as_slice() {
             return Ok(match one {
                 None => self.answer(

@@ -84,10 +84,12 @@ pub trait ToolSource: Send + Sync {
     fn tools(&self) -> Vec<Arc<dyn Tool>>;
 }
 
-/// A tool offered under another name (a source's tool whose own name was taken).
-struct Renamed {
-    name: String,
-    inner: Arc<dyn Tool>,
+/// A tool offered under another name (a source's tool whose own name was taken, a toolkit's
+/// API), and with another description where one is given.
+pub(crate) struct Renamed {
+    pub(crate) name: String,
+    pub(crate) description: Option<String>,
+    pub(crate) inner: Arc<dyn Tool>,
 }
 
 #[async_trait]
@@ -96,7 +98,9 @@ impl Tool for Renamed {
         &self.name
     }
     fn description(&self) -> &str {
-        self.inner.description()
+        self.description
+            .as_deref()
+            .unwrap_or_else(|| self.inner.description())
     }
     fn parameters(&self) -> Value {
         self.inner.parameters()
@@ -180,7 +184,11 @@ impl ToolRegistry {
                     continue;
                 }
                 out.origins.insert(name.clone(), source.name().to_string());
-                out.add(Arc::new(Renamed { name, inner: tool }));
+                out.add(Arc::new(Renamed {
+                    name,
+                    description: None,
+                    inner: tool,
+                }));
             }
         }
         out

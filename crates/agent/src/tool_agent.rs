@@ -177,8 +177,7 @@ impl ToolExecutor {
     /// One round of `calls` from `registry`, concurrently: each gets an id if it has none and
     /// passes the `before_action` hooks, each result the `after_action` ones, with events as
     /// they go. Returns the calls as they ran and their results, in order.
-    async fn execute(
-        &self,
+    pub(crate) async fn execute(
         registry: &ToolRegistry,
         mut calls: Vec<ToolCall>,
         round: usize,
@@ -539,10 +538,8 @@ impl ToolAgent {
                 tell(&mut msgs, self.executor.policy.repeated_calls());
                 continue;
             }
-            let (calls, outs) = self
-                .executor
-                .execute(&registry, calls, iteration, (&context, hooks), &emit)
-                .await;
+            let (calls, outs) =
+                ToolExecutor::execute(&registry, calls, iteration, (&context, hooks), &emit).await;
             // The turn as it ran: only the calls made, with their ids.
             let mut ran = parsed.clone();
             ran.tool_calls = calls;
@@ -649,11 +646,7 @@ impl Agent for ToolAgent {
     /// A turn through [`ToolAgent::run`]: the task is the inputs' text, and memory and hooks
     /// are handled there.
     async fn call(&self, inputs: Vec<AgentMessage>, session: &str) -> Result<AgentMessage> {
-        let task: Vec<String> = inputs.iter().map(AgentMessage::text).collect();
-        let run = self
-            .run(&task.join("\n"), session, RunOptions::default(), None)
-            .await?;
-        Ok(self.answer_message(&run))
+        self.call_in(inputs, session, &ToolContext::default()).await
     }
 
     /// [`ToolAgent::run`] with `context` for the tools.

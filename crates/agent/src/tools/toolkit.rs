@@ -2,10 +2,7 @@
 //! `tool_api`), offered to the model as `<toolkit>.<api>` with lagent's description of a
 //! subfunction.
 
-use crate::tool::{Tool, ToolRegistry};
-use crate::tool_context::ToolContext;
-use async_trait::async_trait;
-use serde_json::Value;
+use crate::tool::{Renamed, Tool, ToolRegistry};
 use std::sync::Arc;
 
 /// Several APIs under one tool's name.
@@ -15,32 +12,6 @@ pub struct Toolkit {
     pub name: String,
     /// Its APIs, each a tool named by its own part.
     pub apis: Vec<Arc<dyn Tool>>,
-}
-
-/// One API of a toolkit, as the model sees it.
-struct Api {
-    name: String,
-    description: String,
-    inner: Arc<dyn Tool>,
-}
-
-#[async_trait]
-impl Tool for Api {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn description(&self) -> &str {
-        &self.description
-    }
-    fn parameters(&self) -> Value {
-        self.inner.parameters()
-    }
-    async fn call(&self, arguments: Value) -> Result<String, String> {
-        self.inner.call(arguments).await
-    }
-    async fn call_in(&self, arguments: Value, context: &ToolContext) -> Result<String, String> {
-        self.inner.call_in(arguments, context).await
-    }
 }
 
 impl Toolkit {
@@ -58,13 +29,13 @@ impl Toolkit {
         self.apis
             .iter()
             .map(|api| {
-                Arc::new(Api {
+                Arc::new(Renamed {
                     name: format!("{}.{}", self.name, api.name()),
-                    description: format!(
+                    description: Some(format!(
                         "This is the subfunction for tool '{}', you can use this tool. The description of this function is: \n{}",
                         self.name,
                         api.description()
-                    ),
+                    )),
                     inner: api.clone(),
                 }) as Arc<dyn Tool>
             })
