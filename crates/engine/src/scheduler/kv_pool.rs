@@ -23,20 +23,20 @@ pub(crate) struct Entry {
     pub cache: KvCache,
     /// Its state in the draft source, kept so that a prompt that starts with these tokens
     /// does not run them through the draft model or the prediction head again.
-    pub drafter: Drafter,
+    pub draft: DraftState,
     last_used: u64,
 }
 
 /// A sequence's state in its draft source, kept beside its cache.
 #[derive(Default)]
-pub(crate) struct Drafter {
+pub(crate) struct DraftState {
     /// Its cache in the draft model.
     pub model: Option<DraftCache>,
     /// Its state in the multi-token-prediction head.
     pub mtp: Option<MtpState>,
 }
 
-impl Drafter {
+impl DraftState {
     pub fn bytes(&self) -> usize {
         self.model.as_ref().map_or(0, DraftCache::bytes)
             + self.mtp.as_ref().map_or(0, MtpState::bytes)
@@ -58,7 +58,7 @@ pub(crate) struct Seed {
     pub cache: KvCache,
     pub tokens: Vec<u32>,
     /// Its state in the draft source, where the source had one.
-    pub drafter: Drafter,
+    pub draft: DraftState,
 }
 
 #[derive(Default)]
@@ -93,7 +93,7 @@ impl KvPool {
     pub fn bytes(&self) -> usize {
         self.entries
             .iter()
-            .map(|e| e.cache.bytes() + e.drafter.bytes())
+            .map(|e| e.cache.bytes() + e.draft.bytes())
             .sum()
     }
 
@@ -122,7 +122,7 @@ impl KvPool {
         session: Option<String>,
         tokens: Vec<u32>,
         cache: KvCache,
-        drafter: Drafter,
+        draft: DraftState,
     ) {
         if tokens.is_empty() {
             return;
@@ -163,7 +163,7 @@ impl KvPool {
             tokens,
             keys,
             cache,
-            drafter,
+            draft,
             last_used: self.clock,
         });
     }
@@ -264,8 +264,13 @@ mod tests {
         let a: Vec<u32> = (0..40).collect();
         let mut b: Vec<u32> = (0..20).collect();
         b.extend(100..120);
-        pool.put(Some("a".into()), a.clone(), cache(40), Drafter::default());
-        pool.put(None, b, cache(40), Drafter::default());
+        pool.put(
+            Some("a".into()),
+            a.clone(),
+            cache(40),
+            DraftState::default(),
+        );
+        pool.put(None, b, cache(40), DraftState::default());
         let mut prompt: Vec<u32> = (0..30).collect();
         prompt.push(7);
         assert_eq!(pool.longest_prefix(&prompt), Some((0, 30)));
@@ -278,9 +283,9 @@ mod tests {
     fn eviction_takes_the_least_recently_used_and_spares_the_kept_session(
     ) -> Result<(), &'static str> {
         let mut pool = KvPool::default();
-        pool.put(Some("old".into()), vec![1], cache(1), Drafter::default());
-        pool.put(Some("mid".into()), vec![2], cache(1), Drafter::default());
-        pool.put(Some("new".into()), vec![3], cache(1), Drafter::default());
+        pool.put(Some("old".into()), vec![1], cache(1), DraftState::default());
+        pool.put(Some("mid".into()), vec![2], cache(1), DraftState::default());
+        pool.put(Some("new".into()), vec![3], cache(1), DraftState::default());
         pool.touch(0); // "old" used last
         let e = pool.evict_one(None).ok_or("nothing evicted")?;
         assert_eq!(e.session.as_deref(), Some("mid"));
@@ -295,20 +300,20 @@ mod tests {
     fn anonymous_caches_of_one_prompt_are_kept_once() {
         let mut pool = KvPool::default();
         let long: Vec<u32> = (0..40).collect();
-        pool.put(None, long[..30].to_vec(), cache(30), Drafter::default());
+        pool.put(None, long[..30].to_vec(), cache(30), DraftState::default());
         // Longer: replaces the shorter. Shorter or equal: adds nothing.
-        pool.put(None, long.clone(), cache(40), Drafter::default());
-        pool.put(None, long[..20].to_vec(), cache(20), Drafter::default());
-        pool.put(None, long.clone(), cache(40), Drafter::default());
+        pool.put(None, long.clone(), cache(40), DraftState::default());
+        pool.put(None, long[..20].to_vec(), cache(20), DraftState::default());
+        pool.put(None, long.clone(), cache(40), DraftState::default());
         assert_eq!(pool.len(), 1);
         assert_eq!(pool.entry(0).tokens, long);
         // Another prompt, and a session with the same tokens, are kept beside it.
-        pool.put(None, (100..140).collect(), cache(40), Drafter::default());
+        pool.put(None, (100..140).collect(), cache(40), DraftState::default());
         pool.put(
             Some("s".into()),
             long[..30].to_vec(),
             cache(30),
-            Drafter::default(),
+            DraftState::default(),
         );
         assert_eq!(pool.len(), 3);
     }
@@ -316,12 +321,17 @@ mod tests {
     #[test]
     fn a_session_replaces_its_earlier_entry() -> Result<(), &'static str> {
         let mut pool = KvPool::default();
-        pool.put(Some("s".into()), vec![1, 2], cache(2), Drafter::default());
+        pool.put(
+            Some("s".into()),
+            vec![1, 2],
+            cache(2),
+            DraftState::default(),
+        );
         pool.put(
             Some("s".into()),
             vec![1, 2, 3],
             cache(3),
-            Drafter::default(),
+            DraftState::default(),
         );
         assert_eq!(pool.len(), 1);
         assert_eq!(

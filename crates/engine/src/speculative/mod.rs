@@ -23,6 +23,7 @@
 
 pub mod budget;
 pub mod draft_model;
+pub(crate) mod drafter;
 pub mod mtp;
 pub mod ngram;
 
