@@ -5,11 +5,12 @@
 //!   [`quantize`]: activations quantised to Q8_K at a level.
 //! - `portable`, `x86/avx2`, `x86/avx512`, `arm/neon`: weight rows' dot products, one file per
 //!   instruction set, in a folder per architecture.
-//! - [`tiles`]: Q4_0/Q5_0/Q8_0/Q4_1/Q5_1 in 16-row tiles and their AVX-512 VNNI and AVX2
-//!   kernels; `tiles_q4k` (Q4_K and Q5_K), `tiles_q6k`: the K-quants'; `tile_layout`: what
-//!   they share (the tile's height, prefetching, the row-group driver).
+//! - [`tiles`]: Q4_0/Q5_0/Q8_0/Q4_1/Q5_1 in 16-row tiles (layout, packing, the kernel choice);
+//!   `tiles_q4k` (Q4_K and Q5_K), `tiles_q6k`: the K-quants' layouts; `tile_layout`: what they
+//!   share (the tile's height, prefetching, the row-group driver). Their bodies per instruction
+//!   set: `x86/tiles/` (avx2, avx_vnni, avx512), `x86/tiles_q4k/`, `x86/tiles_q6k/`.
 //! - [`quant_matmul`]: which kernel each block type takes at a level, and the parallel driver.
-//! - `dense`: f32/bf16/f16 weights; [`packed`]: f32 weights packed in panels for products of
+//! - `dense`: f32/bf16/f16 weights (bodies in `x86/dense`); [`packed`]: f32 weights packed in panels for products of
 //!   many rows (the vision tower).
 //! - `ops/`: the operations beside the products: `attention` (with rotary embedding and
 //!   SwiGLU) and `delta_rule` (the hybrids' Gated DeltaNet).
@@ -51,11 +52,13 @@ mod arm;
 pub mod blocks;
 pub mod cpu;
 pub(crate) mod dense;
+pub(crate) mod dense_matmul;
 pub mod ops;
 pub mod packed;
 mod portable;
 pub mod quant_matmul;
 pub mod quantize;
+mod tile_kernels;
 mod tile_layout;
 pub mod tiles;
 mod tiles_q4k;

@@ -19,6 +19,7 @@ use super::blocks::*;
 use super::cpu::{self, CpuLevel};
 use super::portable;
 use super::quantize::quantize_q8_k;
+use super::tile_kernels;
 #[cfg(target_arch = "x86_64")]
 use super::tile_layout::in_groups;
 use super::tiles::{self, TileMatrix};
@@ -222,7 +223,7 @@ enum Kernel<'a> {
     /// GGUF order: a dot product per output, or a many-row kernel over packed activations.
     Rows(DotFn, Option<(ManyFn, &'a [u32], usize)>, Option<RowsFn>),
     /// Tiles of 16 rows against packed activations (`tiles::pack`; `pack_q8_k` for K-quants).
-    Tiles(tiles::GroupFn, &'a [u32], usize),
+    Tiles(tile_kernels::GroupFn, &'a [u32], usize),
 }
 
 /// Quantizes every row of `x` (in parallel for prompts).
@@ -258,10 +259,10 @@ fn run(
         );
     }
     let is_k = |w: &QuantMatrix| w.kind.block_values() == QK_K;
-    let tiles: Vec<Option<tiles::GroupFn>> = mats
+    let tiles: Vec<Option<tile_kernels::GroupFn>> = mats
         .iter()
         .map(|w| match w.interleaved {
-            true => Some(tiles::kernel(w.kind).expect("interleaved without a kernel")),
+            true => Some(tile_kernels::kernel(w.kind).expect("interleaved without a kernel")),
             false => None,
         })
         .collect();
@@ -307,7 +308,7 @@ fn run(
         false => (Vec::new(), 0),
     };
     let tiles_packed = match mats.iter().any(|w| w.interleaved && !is_k(w)) {
-        true => tiles::quantize(x, k),
+        true => tile_kernels::quantize(x, k),
         false => (Vec::new(), 0),
     };
     // Per matrix: its first output row, bytes per row, kernel and activations.

@@ -12,7 +12,8 @@
 //! are concatenated into one matrix, quantized ones (often of different types) run in turn
 //! and their outputs are concatenated.
 
-use crate::kernels::dense::{matmul_t, WeightRows};
+use crate::kernels::dense::WeightRows;
+use crate::kernels::dense_matmul::matmul_t;
 use crate::kernels::tiles::{self, TileMatrix};
 pub(crate) use crate::kernels::with_cpu_f32;
 use crate::kernels::{cpu, BlockType, KernelOptions, QuantMatrix};

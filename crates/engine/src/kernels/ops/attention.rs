@@ -622,7 +622,7 @@ fn run_rows<const R: usize, const BODY: u8>(job: &Job<'_>, s: &mut Scratch, sink
                 let all = take == R;
                 match dim {
                     _ if all && dim % 64 == 0 => weigh::<R, 64>(p, v, seen, dim, rows),
-                    _ if all => weigh::<R, 16>(p, v, seen, dim, rows),
+                    _ if all && dim % 16 == 0 => weigh::<R, 16>(p, v, seen, dim, rows),
                     _ if dim % 64 == 0 => weigh::<1, 64>(p, v, seen, dim, rows),
                     _ if dim % 16 == 0 => weigh::<1, 16>(p, v, seen, dim, rows),
                     _ if dim % 8 == 0 => weigh::<1, 8>(p, v, seen, dim, rows),

@@ -1,11 +1,16 @@
 //! The x86-64 bodies of the weight rows' dot products: AVX2 (with FMA) and AVX-512 (with VNNI
 //! where the CPU has it). [`super::quant_matmul`] picks among them by [`super::cpu`]'s level.
-//! `attention`: the attention kernel's tile transpose and scores. [`PanelPass`]: one pass of
+//! `attention`: the attention kernel's tile transpose and scores. `dense`: the dense products'
+//! bodies. `tiles`, `tiles_q4k`, `tiles_q6k`: the tile kernels per block type. [`PanelPass`]: one pass of
 //! the packed products' bodies ([`super::packed`]).
 
 pub(crate) mod attention;
 pub(crate) mod avx2;
 pub(crate) mod avx512;
+pub(crate) mod dense;
+pub(crate) mod tiles;
+pub(crate) mod tiles_q4k;
+pub(crate) mod tiles_q6k;
 
 /// One pass of a kernel body: `rows` rows of activations (`ldx` apart from `x`) times one
 /// panel's `depth` weights (`w`: `depth × 32`), summed into the first `cols` outputs of
