@@ -222,7 +222,7 @@ fn make_newer(path: &Path) -> TestResult {
     SessionStore::open(path)?;
     // SQLite keeps user_version as a big-endian u32 at byte 60 of the header.
     let mut bytes = std::fs::read(path)?;
-    let v = (hearth_agent::store::SCHEMA_VERSION as u32 + 1).to_be_bytes();
+    let v = (hearth_agent::persistence::store::SCHEMA_VERSION as u32 + 1).to_be_bytes();
     bytes
         .get_mut(60..64)
         .ok_or("short file")?

@@ -6,7 +6,7 @@
 mod common;
 
 use hearth_agent::mcp::{Approval, McpOptions, McpServer, McpTools};
-use hearth_agent::tool_agent::RunOptions;
+use hearth_agent::run::tool_agent::RunOptions;
 use hearth_agent::{ScriptedLlm, StopReason, ToolAgent, ToolCall, ToolRegistry};
 use serde_json::{json, Value};
 use std::path::Path;

@@ -4,8 +4,8 @@
 
 use crate::model_args::ModelArgs;
 use anyhow::{bail, Context};
-use hearth_agent::record::Recording;
-use hearth_agent::replay::{recorded_tools, replay, ReplayLlm, ReplayOutcome};
+use hearth_agent::persistence::record::Recording;
+use hearth_agent::persistence::replay::{recorded_tools, replay, ReplayLlm, ReplayOutcome};
 use hearth_agent::{Llm, LocalLlm, SamplingParams};
 use hearth_engine::Engine;
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! engines — no model needed, and exact words (names, numbers, codes) count.
 
 use crate::error::{AgentError, Result};
-use crate::tool_agent::Knowledge;
+use crate::run::tool_agent::Knowledge;
 use crate::tool_context::ToolContext;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -8,10 +8,10 @@
 //!   tool calls (Qwen `<tool_call>`, InternLM2 actions, ReAct, code blocks, JSON);
 //! - [`Tool`]s with JSON schemas, a [`ToolRegistry`] with timeouts and argument checks;
 //! - [`ToolAgent`]: the tool loop, built from an aggregator, an output parser and a
-//!   [`loop_policy::LoopPolicy`], with hooks around each turn and each tool call;
+//!   [`run::loop_policy::LoopPolicy`], with hooks around each turn and each tool call;
 //!   [`Llm`] with [`LocalLlm`] on the engine;
 //! - [`SessionStore`]: agent sessions in a SQLite file, one transaction per turn;
-//! - [`record`] and [`replay`]: a run as JSON lines, and re-running it step for step;
+//! - [`persistence::record`] and [`persistence::replay`]: a run as JSON lines, and re-running it step for step;
 //! - [`knowledge::FolderKnowledge`]: passages of a folder of text files, ranked by BM25.
 //!
 //! Deliberate differences from lagent: session ids are strings; hooks are trait objects
@@ -20,36 +20,29 @@
 
 #![warn(missing_docs)]
 
-pub mod action_executor;
 pub mod agent;
 pub mod aggregator;
 pub mod error;
-pub mod event_bus;
 pub mod hooks;
 pub mod image;
 pub mod knowledge;
 pub mod llm;
-pub mod loop_policy;
 pub mod mcp;
 pub mod memory;
 pub mod message;
 pub mod parser;
-pub mod record;
-pub mod replay;
+pub mod persistence;
+pub mod run;
 pub mod schema;
-pub mod store;
 pub mod tool;
-pub mod tool_agent;
 pub mod tool_context;
 pub mod tools;
 
-pub use action_executor::ActionExecutor;
 pub use agent::{Agent, AgentList, AgentMap, LlmAgent, MessageStream, Sequential};
 pub use aggregator::{
     Aggregator, DefaultAggregator, FewShotAggregator, InternLmAggregator, Preamble, ToolAggregator,
 };
 pub use error::{AgentError, Result};
-pub use event_bus::EventBus;
 pub use hooks::{Hook, HookHandle, Hooks};
 #[cfg(feature = "local")]
 pub use llm::LocalLlm;
@@ -57,11 +50,13 @@ pub use llm::{Llm, LlmEvent, LlmOutput, LlmRequest, ScriptedLlm};
 pub use memory::{Memory, MemoryManager};
 pub use message::{ActionStatusCode, ActionValidCode, AgentMessage, AgentStatusCode};
 pub use parser::{OutputParser, ParseStatus, ParsedOutput};
-pub use store::{open_database, SavedSession, SessionClaim, SessionStore};
-pub use tool::{Tool, ToolRegistry, ToolResult, ToolSource};
-pub use tool_agent::{
+pub use persistence::store::{open_database, SavedSession, SessionClaim, SessionStore};
+pub use run::action_executor::ActionExecutor;
+pub use run::event_bus::EventBus;
+pub use run::tool_agent::{
     StopReason, ToolAgent, ToolAgentEvent, ToolAgentRun, ToolChoice, ToolExecutor,
 };
+pub use tool::{Tool, ToolRegistry, ToolResult, ToolSource};
 pub use tool_context::{Cancel, ToolContext};
 
 /// The engine types agents speak in.

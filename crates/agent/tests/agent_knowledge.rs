@@ -2,7 +2,7 @@
 //! the others.
 
 use hearth_agent::knowledge::FolderKnowledge;
-use hearth_agent::tool_agent::RunOptions;
+use hearth_agent::run::tool_agent::RunOptions;
 use hearth_agent::{ScriptedLlm, ToolAgent, ToolRegistry};
 use std::sync::Arc;
 

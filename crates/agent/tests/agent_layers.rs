@@ -4,7 +4,7 @@
 //! for an unreadable action.
 
 use hearth_agent::parser::ReActParser;
-use hearth_agent::tool_agent::RunOptions;
+use hearth_agent::run::tool_agent::RunOptions;
 use hearth_agent::tools::registry;
 use hearth_agent::{ScriptedLlm, StopReason, ToolAgent};
 use hearth_engine::chat::MetaTemplate;

@@ -2,9 +2,9 @@
 //! steps; a changed agent or a model that answers otherwise is reported at the first step
 //! that differs.
 
-use hearth_agent::record::{Entry, Recorder, Recording, RunHeader};
-use hearth_agent::replay::{recorded_tools, replay, ReplayLlm};
-use hearth_agent::tool_agent::RunOptions;
+use hearth_agent::persistence::record::{Entry, Recorder, Recording, RunHeader};
+use hearth_agent::persistence::replay::{recorded_tools, replay, ReplayLlm};
+use hearth_agent::run::tool_agent::RunOptions;
 use hearth_agent::tools::registry;
 use hearth_agent::{AgentMessage, ScriptedLlm, StopReason, ToolAgent};
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! and around each tool call, removable by their handles.
 
 use hearth_agent::hooks::Hook;
-use hearth_agent::tool_agent::RunOptions;
+use hearth_agent::run::tool_agent::RunOptions;
 use hearth_agent::tools::registry;
 use hearth_agent::{Agent, AgentMessage, ScriptedLlm, ToolAgent, ToolCall, ToolResult};
 use serde_json::json;

@@ -3,7 +3,7 @@
 use futures::StreamExt;
 use hearth_agent::hooks::MessageLogger;
 use hearth_agent::message::AgentStatusCode;
-use hearth_agent::tool_agent::RunOptions;
+use hearth_agent::run::tool_agent::RunOptions;
 use hearth_agent::tools::registry;
 use hearth_agent::{
     Agent, AgentList, AgentMap, AgentMessage, LlmAgent, ScriptedLlm, Sequential, ToolAgent,

@@ -115,7 +115,7 @@ fn histories_render_as_lagent_renders_them() -> TestResult {
 
 #[tokio::test]
 async fn the_tool_loop_runs_internlm_actions() -> TestResult {
-    use hearth_agent::tool_agent::RunOptions;
+    use hearth_agent::run::tool_agent::RunOptions;
     use hearth_agent::tools::registry;
     use hearth_agent::{ScriptedLlm, StopReason, ToolAgent};
     use std::sync::Arc;

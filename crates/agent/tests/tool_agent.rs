@@ -1,6 +1,6 @@
 //! The tool loop over a scripted model: results fed back, loops cut, limits, choices, errors.
 
-use hearth_agent::tool_agent::{Knowledge, RunOptions};
+use hearth_agent::run::tool_agent::{Knowledge, RunOptions};
 use hearth_agent::tools::{registry, Calculator};
 use hearth_agent::{
     ActionStatusCode, Agent, ScriptedLlm, StopReason, Tool, ToolAgent, ToolAgentEvent, ToolChoice,

@@ -9,7 +9,7 @@
 
 use hearth_agent::{Llm, ScriptedLlm};
 use hearth_graph::file::ContractFile;
-use hearth_graph::sanitize::sanitize;
+use hearth_graph::python::sanitize::sanitize;
 use hearth_graph::{diff_contracts, State, Validator};
 use serde_json::{json, Value};
 use std::io::{BufRead, Write};

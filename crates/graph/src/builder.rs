@@ -3,10 +3,10 @@
 //! made by a factory, and the services its nodes declare.
 
 use crate::error::Result;
-use crate::registry::Registry;
+use crate::runtime::registry::Registry;
+use crate::runtime::store::StateStore;
+use crate::runtime::supervisor::Supervisor;
 use crate::runtime::Runtime;
-use crate::store::StateStore;
-use crate::supervisor::Supervisor;
 use hearth_agent::Llm;
 use std::any::Any;
 use std::collections::HashMap;
@@ -71,8 +71,8 @@ pub fn build_graph_from_registry(
 mod tests {
     use super::*;
     use crate::contract::{NodeContract, TriggerCondition};
-    use crate::node::{Node, NodeConfig, NodeInputs, NodeOutputs};
-    use crate::store::MemoryStore;
+    use crate::runtime::node::{Node, NodeConfig, NodeInputs, NodeOutputs};
+    use crate::runtime::store::MemoryStore;
     use hearth_agent::ScriptedLlm;
     use std::sync::atomic::{AtomicUsize, Ordering};
 

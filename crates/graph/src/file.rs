@@ -3,9 +3,9 @@
 
 use crate::contract::{NodeContract, SubgraphContract};
 use crate::error::{GraphError, Result};
-use crate::registry::Registry;
+use crate::runtime::registry::Registry;
+use crate::runtime::supervisor::{return_to_sender, Supervisor};
 use crate::state::IoPolicy;
-use crate::supervisor::{return_to_sender, Supervisor};
 use serde::Deserialize;
 use std::path::Path;
 use std::sync::Arc;
@@ -128,8 +128,8 @@ mod tests {
     type TestResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
     use super::*;
+    use crate::runtime::supervisor::DecisionKind;
     use crate::state::{State, INTERNAL, RESPONSE};
-    use crate::supervisor::DecisionKind;
 
     const FILE: &str = r#"
 [[nodes]]

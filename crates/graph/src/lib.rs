@@ -11,41 +11,32 @@
 
 #![warn(missing_docs)]
 
-pub mod architecture;
-pub mod binascii;
 pub mod builder;
+pub mod check;
 pub mod contract;
-pub mod contract_diff;
 pub mod error;
 pub mod file;
-pub mod matching;
-pub mod node;
-pub mod pyvalue;
-pub mod registry;
+pub mod python;
 pub mod runtime;
-pub mod sanitize;
 pub mod state;
-pub mod store;
-pub mod supervisor;
-pub mod validator;
 
 pub use contract::{NodeContract, SubgraphContract, TriggerCondition};
 pub use error::{GraphError, Result};
-pub use node::{
+pub use runtime::node::{
     AgentNode, Interactive, InteractiveNode, Node, NodeConfig, NodeInputs, NodeOutputs,
 };
 
 /// Node implementations are async traits.
 pub use async_trait::async_trait;
 pub use builder::{build_graph_from_registry, GraphOptions, LlmProvider, SupervisorFactory};
-pub use contract_diff::{diff_contracts, ChangeSeverity, ContractDiff, NodeChange};
-pub use registry::Registry;
+pub use check::validator::{Severity, ValidationResult, Validator};
+pub use contract::diff::{diff_contracts, ChangeSeverity, ContractDiff, NodeChange};
+pub use runtime::registry::Registry;
+pub use runtime::store::{MemoryStore, SqliteStore, StateStore};
+pub use runtime::supervisor::{
+    return_to_sender, Decision, DecisionKind, DecisionTrace, RouterContext, Supervisor,
+};
 pub use runtime::{
     ExecutionResult, RequestContext, Runtime, RuntimeHooks, StreamEvent, StreamEventType,
 };
 pub use state::{IoPolicy, State};
-pub use store::{MemoryStore, SqliteStore, StateStore};
-pub use supervisor::{
-    return_to_sender, Decision, DecisionKind, DecisionTrace, RouterContext, Supervisor,
-};
-pub use validator::{Severity, ValidationResult, Validator};

@@ -35,8 +35,10 @@ fn validate(dir: &Path, ext: &str, text: &str, strict: bool, entry: &str) -> Res
         "No changes detected.",
         "a file differs from itself"
     );
-    let _ =
-        hearth_graph::sanitize::sanitize(&serde_json::to_value(&f.nodes).unwrap_or_default(), 16);
+    let _ = hearth_graph::python::sanitize::sanitize(
+        &serde_json::to_value(&f.nodes).unwrap_or_default(),
+        16,
+    );
     Ok(())
 }
 

@@ -1,5 +1,5 @@
 //! Q4_0, Q5_0, Q8_0, Q4_1 and Q5_1 weights with 16 rows interleaved: the tiles' layout and the
-//! activation rows' packing (the kernels and their choice: `x86/tiles/`, [`super::tile_kernels`];
+//! activation rows' packing (the kernels and their choice: `x86/tiles/`, `tile_kernels`;
 //! the K-quants' tiles are in `super::tiles_q4k` and `super::tiles_q6k`).
 //!
 //! In GGUF order a row's blocks follow one another, so a kernel computes one output at a time

@@ -2,8 +2,8 @@
 //! visualiser writes: state slices, the supervisor hierarchy, data flow, trigger priorities
 //! and a node reference. Diagrams are Mermaid with escaped ids.
 
-use crate::matching::condition_text;
-use crate::registry::{mermaid_id, mermaid_label, Registry};
+use crate::contract::matching::condition_text;
+use crate::runtime::registry::{mermaid_id, mermaid_label, Registry};
 use std::collections::BTreeSet;
 
 /// `|` would end a table cell.

@@ -2,7 +2,7 @@
 //! each with its own queue: a slow or gone subscriber holds no one else up. The run takes the
 //! bus's [`EventBus::sender`] where it takes any event sender.
 
-use crate::tool_agent::ToolAgentEvent;
+use crate::run::tool_agent::ToolAgentEvent;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 

@@ -1,4 +1,8 @@
-//! What a node declares about itself.
+//! What a node declares about itself; trigger conditions against the state ([`matching`]);
+//! the difference between two contract sets ([`diff`]).
+
+pub mod diff;
+pub mod matching;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

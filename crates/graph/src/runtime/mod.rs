@@ -1,13 +1,20 @@
 //! Running a graph for one request: create the state, restore the session's slices, let hooks
 //! prepare it, walk supervisors and nodes (and subgraphs, within budgets), build the result,
-//! persist the session, and report progress as server-sent events if asked.
+//! persist the session, and report progress as server-sent events if asked. Its parts: nodes
+//! ([`node`]), the registry of their contracts ([`registry`]), supervisors ([`supervisor`]),
+//! where sessions live between requests ([`store`]).
+
+pub mod node;
+pub mod registry;
+pub mod store;
+pub mod supervisor;
 
 use crate::error::{GraphError, Result};
-use crate::node::{NodeConfig, NodeInputs};
-use crate::registry::Registry;
+use crate::runtime::node::{NodeConfig, NodeInputs};
+use crate::runtime::registry::Registry;
+use crate::runtime::store::StateStore;
+use crate::runtime::supervisor::{Decision, DecisionTrace, Supervisor};
 use crate::state::{IoPolicy, State, INTERNAL, REQUEST, RESPONSE};
-use crate::store::StateStore;
-use crate::supervisor::{Decision, DecisionTrace, Supervisor};
 use async_trait::async_trait;
 use serde::Serialize;
 use serde_json::{json, Value};

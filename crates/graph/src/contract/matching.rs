@@ -5,8 +5,8 @@
 //! match.
 
 use crate::contract::{NodeContract, TriggerCondition};
-pub use crate::pyvalue::truthy;
-use crate::pyvalue::{py_eq, py_str};
+pub use crate::python::pyvalue::truthy;
+use crate::python::pyvalue::{py_eq, py_str};
 use crate::state::{State, BUILT_IN_SLICES};
 use serde::Serialize;
 use serde_json::Value;

@@ -4,8 +4,8 @@
 //! bytes), hex runs `[HEX_DATA]`; other strings over the limit keep their head and end in
 //! `...[TRUNCATED:<total length>]`. Lengths count characters, as Python does.
 
-use crate::binascii::{b64decode, pad};
-use crate::pyvalue::{is_py_space, py_str, py_strip};
+use crate::python::binascii::{b64decode, pad};
+use crate::python::pyvalue::{is_py_space, py_str, py_strip};
 use serde_json::Value;
 
 /// Default longest string the router sees whole; longer ones are truncated.

@@ -3,7 +3,7 @@
 
 use crate::contract::{NodeContract, SubgraphContract, CALL_SUBGRAPH};
 use crate::error::{GraphError, Result};
-use crate::node::Node;
+use crate::runtime::node::Node;
 use crate::state::BUILT_IN_SLICES;
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -7,8 +7,8 @@ use crate::agent::Agent;
 use crate::error::{AgentError, Result};
 use crate::hooks::Hook;
 use crate::llm::{Llm, LlmEvent, LlmRequest, LlmStream};
+use crate::run::tool_agent::{ToolAgent, ToolAgentRun};
 use crate::tool::ToolResult;
-use crate::tool_agent::{ToolAgent, ToolAgentRun};
 use futures::StreamExt;
 use hearth_chat::{ChatMessage, SamplingParams, ToolCall};
 use serde::{Deserialize, Serialize};
@@ -118,7 +118,7 @@ impl RunHeader {
             knowledge: agent
                 .knowledge
                 .as_ref()
-                .map(|k| k.retrieve(task, crate::tool_agent::KNOWLEDGE_PASSAGES))
+                .map(|k| k.retrieve(task, crate::run::tool_agent::KNOWLEDGE_PASSAGES))
                 .unwrap_or_default(),
             extra: Map::new(),
         }

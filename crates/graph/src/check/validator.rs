@@ -11,7 +11,7 @@
 //! subgraphs that nest in themselves.
 
 use crate::contract::SubgraphContract;
-use crate::registry::Registry;
+use crate::runtime::registry::Registry;
 use crate::state::REQUEST;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};

@@ -4,9 +4,9 @@
 //! the top rule candidates (it may also name any valid target) → the best rule match → the
 //! previous decision → done. `decide_with_trace` says which step decided and why.
 
-use crate::matching::{candidates, Candidate};
-use crate::registry::Registry;
-use crate::sanitize::{sanitize, DEFAULT_MAX_FIELD_LENGTH};
+use crate::contract::matching::{candidates, Candidate};
+use crate::python::sanitize::{sanitize, DEFAULT_MAX_FIELD_LENGTH};
+use crate::runtime::registry::Registry;
 use crate::state::{State, INTERNAL, REQUEST, RESPONSE};
 use hearth_agent::llm::complete;
 use hearth_agent::{ChatMessage, SamplingParams};

@@ -7,7 +7,7 @@
 
 use crate::contract::{NodeContract, TriggerCondition};
 use crate::error::{GraphError, Result};
-use crate::pyvalue::py_eq;
+use crate::python::pyvalue::py_eq;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
