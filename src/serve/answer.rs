@@ -3,11 +3,12 @@
 //! messages, OpenAI's responses) only dresses these parts in its own shape.
 
 use super::app::{App, Closing};
+use super::arguments_check;
 use super::error::ApiError;
 use super::request::ChatCall;
-use super::tool_stream::{Piece, ToolCallSplitter};
 use hearth_agent::tool_context::ToolContext;
 use hearth_agent::ToolRegistry;
+use hearth_engine::chat::tool_call::stream::{Piece, ToolCallSplitter};
 use hearth_engine::chat::tool_call::CLOSE;
 use hearth_engine::{
     ChatMessage, ChatRequest, ChatStream, Constraint, EngineError, Event, FinishReason, Summary,
@@ -329,7 +330,7 @@ fn open(app: &App, call: &ChatCall) -> Result<(ChatStream, ToolCallSplitter), Ap
             e => ApiError::from(e),
         })?;
     let splitter = match offered {
-        true => ToolCallSplitter::new(call.tools.clone(), call.tool_names.clone()),
+        true => arguments_check::splitter(call.tools.clone(), call.tool_names.clone()),
         false => ToolCallSplitter::new(vec![], vec![]),
     };
     Ok((stream, splitter))

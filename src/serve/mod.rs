@@ -4,6 +4,7 @@
 
 mod answer;
 mod app;
+mod arguments_check;
 mod chat;
 mod completions;
 mod error;
@@ -16,7 +17,6 @@ mod metrics;
 mod reply;
 mod request;
 mod responses;
-mod tool_stream;
 
 use crate::model_args::ModelArgs;
 use anyhow::Context;

@@ -8,6 +8,7 @@
 mod choice;
 mod format;
 mod json;
+pub mod stream;
 pub mod xml;
 
 pub use choice::ToolChoice;

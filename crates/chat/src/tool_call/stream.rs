@@ -10,18 +10,21 @@
 //! of the same answer is dropped and says the answer is over (a small model, forced to call,
 //! writes the same call again and again).
 
-use hearth_engine::chat::tool_call::xml::{parse_function_so_far, FUNCTION, PARAMETER_END};
-use hearth_engine::chat::tool_call::{partial_tag, read_calls, Reading, CLOSE, OPEN};
-use hearth_engine::ToolCall;
+use super::xml::{parse_function_so_far, FUNCTION, PARAMETER_END};
+use super::{partial_tag, read_calls, Reading, CLOSE, OPEN};
+use crate::ToolCall;
 use serde_json::Value;
 
+/// What a piece of a streamed answer is.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Piece {
+    /// Text for the reader.
     Text(String),
     /// A whole call at once.
     Call(ToolCall),
     /// A call going out as it is written: its function …
     CallOpen {
+        /// The function called.
         name: String,
     },
     /// … the next piece of its arguments' JSON …
@@ -30,11 +33,14 @@ pub enum Piece {
     CallEnd(ToolCall),
     /// A call that could not be read (or was cut off): why, and what the model wrote.
     Invalid {
+        /// Why it is not a valid call.
         error: String,
+        /// The text the model wrote.
         raw: String,
     },
 }
 
+/// Splits a streamed answer into [`Piece`]s (see the module's documentation).
 pub struct ToolCallSplitter {
     /// The tools offered (OpenAI's format); none: everything is text.
     specs: Vec<Value>,
@@ -53,7 +59,13 @@ pub struct ToolCallSplitter {
     gap: String,
     /// How much of the call being written has gone out.
     open: Sent,
+    /// What a whole call must also pass: its arguments against its tool's whole schema,
+    /// where the caller has a validator ([`ToolCallSplitter::with_check`]).
+    check: Option<Check>,
 }
+
+/// A check of a whole call: `Err` says why it is not valid.
+pub type Check = Box<dyn Fn(&ToolCall) -> Result<(), String> + Send + Sync>;
 
 /// How much of a streamed call has gone out.
 #[derive(Debug, Default)]
@@ -80,7 +92,18 @@ impl ToolCallSplitter {
             repeated: false,
             gap: String::new(),
             open: Sent::default(),
+            check: None,
         }
+    }
+
+    /// Calls that fail `check` go out as [`Piece::Invalid`] with its reason.
+    pub fn with_check(mut self, check: Check) -> Self {
+        self.check = Some(check);
+        self
+    }
+
+    fn fits(&self, call: &ToolCall) -> Result<(), String> {
+        self.check.as_ref().map_or(Ok(()), |check| check(call))
     }
 
     /// Whether a call repeated an earlier one: the answer should end.
@@ -88,6 +111,8 @@ impl ToolCallSplitter {
         self.repeated
     }
 
+    /// The pieces `text`, the answer's next chunk, completes; what may still become a call
+    /// is held.
     pub fn push(&mut self, text: &str) -> Vec<Piece> {
         if self.repeated {
             return vec![];
@@ -159,7 +184,7 @@ impl ToolCallSplitter {
             if let Reading::Calls { text, calls } = read_calls(&rest, &self.names, &self.specs) {
                 push_text(&mut out, &text);
                 for c in calls {
-                    if let Err(error) = arguments_fit(&self.specs, &c) {
+                    if let Err(error) = self.fits(&c) {
                         out.push(Piece::Invalid {
                             error,
                             raw: rest.clone(),
@@ -280,7 +305,7 @@ impl ToolCallSplitter {
             }
             Reading::Calls { mut calls, .. } if calls.len() == 1 => {
                 let call = calls.remove(0);
-                if let Err(why) = arguments_fit(&self.specs, &call) {
+                if let Err(why) = self.fits(&call) {
                     return Some(Piece::Invalid { error: why, raw });
                 }
                 self.seen.push(call.clone());
@@ -303,35 +328,6 @@ impl ToolCallSplitter {
             }
         }
     }
-}
-
-/// Whether `call`'s arguments are valid against its tool's whole schema (in `specs`, OpenAI's
-/// format). The call grammar holds most schemas whole, but loosens the keywords it cannot
-/// hold (`propertyNames`, `if`/`then`, …): this check is what keeps those calls valid. A
-/// schema the validator cannot read either (a remote `$ref`) is not checked.
-pub fn arguments_fit(specs: &[Value], call: &ToolCall) -> Result<(), String> {
-    let name = &call.function.name;
-    let Some(schema) = specs
-        .iter()
-        .map(|t| t.get("function").unwrap_or(t))
-        .find(|f| f.get("name").and_then(Value::as_str) == Some(name))
-        .and_then(|f| f.get("parameters"))
-        .filter(|p| p.is_object())
-    else {
-        return Ok(());
-    };
-    let Ok(validator) = jsonschema::validator_for(schema) else {
-        return Ok(());
-    };
-    let first = validator
-        .iter_errors(&call.function.arguments)
-        .next()
-        .map(|e| {
-            let at = e.instance_path().to_string();
-            let at = if at.is_empty() { "/".to_string() } else { at };
-            format!("the arguments of `{name}` do not fit its schema at {at}: {e}")
-        });
-    first.map_or(Ok(()), Err)
 }
 
 /// The parameters of `call` from the `from`-th on, as pieces of its arguments' JSON (written
@@ -629,15 +625,32 @@ mod tests {
     }
 
     #[test]
-    fn a_call_is_checked_against_its_tools_whole_schema() {
-        // `propertyNames` is what the grammar loosens: the finished call is checked here.
-        let specs = vec![json!({"type": "function", "function": {"name": "task",
-            "parameters": {"type": "object", "properties": {
-                "metadata": {"type": "object", "propertyNames": {"pattern": "^[a-z]+$"}}}}}})];
-        let mut s = ToolCallSplitter::new(specs.clone(), vec!["task".into()]);
+    fn a_call_is_checked_by_the_callers_check() {
+        // What the caller's check says of a whole call, tagged or not, decides it.
+        let check = || -> Check {
+            Box::new(|c: &ToolCall| {
+                let keys = c.function.arguments["metadata"]
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default();
+                match keys
+                    .keys()
+                    .all(|k| k.chars().all(|c| c.is_ascii_lowercase()))
+                {
+                    true => Ok(()),
+                    false => Err(format!(
+                        "the arguments of `{}` do not fit at /metadata",
+                        c.function.name
+                    )),
+                }
+            })
+        };
+        let specs =
+            vec![json!({"type": "function", "function": {"name": "task", "parameters": {}}})];
+        let mut s = ToolCallSplitter::new(specs.clone(), vec!["task".into()]).with_check(check());
         let good = "<tool_call>\n{\"name\": \"task\", \"arguments\": {\"metadata\": {\"ok\": 1}}}\n</tool_call>";
         assert!(matches!(&s.push(good)[..], [Piece::Call(_)]));
-        let mut s = ToolCallSplitter::new(specs.clone(), vec!["task".into()]);
+        let mut s = ToolCallSplitter::new(specs.clone(), vec!["task".into()]).with_check(check());
         let bad = "<tool_call>\n{\"name\": \"task\", \"arguments\": {\"metadata\": {\"Not OK\": 1}}}\n</tool_call>";
         let out = s.push(bad);
         assert!(
@@ -645,11 +658,13 @@ mod tests {
                 if error.contains("`task`") && error.contains("/metadata") && raw.contains("Not OK")),
             "{out:?}"
         );
-        // An untagged call, read at the end, is checked too.
-        let mut s = ToolCallSplitter::new(specs, vec!["task".into()]);
+        let mut s = ToolCallSplitter::new(specs.clone(), vec!["task".into()]).with_check(check());
         let mut out = s.push("{\"name\": \"task\", \"arguments\": {\"metadata\": {\"X\": 1}}}");
         out.extend(s.finish());
         assert!(matches!(&out[..], [Piece::Invalid { .. }]), "{out:?}");
+        // Without a check the same call goes out.
+        let mut s = ToolCallSplitter::new(specs, vec!["task".into()]);
+        assert!(matches!(&s.push(bad)[..], [Piece::Call(_)]));
     }
 
     #[test]
