@@ -14,7 +14,7 @@ type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 fn chat(
     model: &Path,
     args: &[&str],
-    input: &str,
+    input: impl AsRef<[u8]>,
 ) -> Result<Output, Box<dyn std::error::Error + Send + Sync>> {
     let model = model.to_str().ok_or("model path is not UTF-8")?;
     let mut child = Command::new(env!("CARGO_BIN_EXE_hearth"))
@@ -29,7 +29,7 @@ fn chat(
         .stdin
         .take()
         .ok_or("no stdin")?
-        .write_all(input.as_bytes())?;
+        .write_all(input.as_ref())?;
     Ok(child.wait_with_output()?)
 }
 
@@ -46,6 +46,24 @@ fn turns(
         .and_then(|m| m.as_array())
         .ok_or("no memory")?;
     Ok((saved.turns, memory.len()))
+}
+
+/// The agent's chat reads its lines as the plain chat does (one read loop): a line that is not
+/// UTF-8 is that line's error, the others are answered, and the exit status names it.
+#[test]
+fn a_bad_line_fails_alone_in_the_agents_chat() -> TestResult {
+    let model = common::tiny("qwen2");
+    let args = ["--max-tokens", "4", "--tools", "calculator"];
+    let out = chat(&model, &args, b"first\ncaf\xe9 \xff\nsecond\n")?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("line 2: not valid UTF-8") && err.contains("column 4"),
+        "{err}"
+    );
+    assert!(err.contains("1 input line(s) failed (line 2)"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    Ok(())
 }
 
 #[test]

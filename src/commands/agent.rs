@@ -34,15 +34,8 @@ pub struct AgentArgs {
     /// The directory the file tools may read (default: the current one).
     #[arg(long)]
     pub workspace: Option<PathBuf>,
-    /// Continue the conversation NAME: its memory and KV cache are loaded from the session
-    /// database and saved there after the turn (without it, nothing is remembered after this
-    /// run).
-    #[arg(long, value_name = "NAME")]
-    pub session: Option<String>,
-    /// The session database (default: $XDG_DATA_HOME/hearth/agents.db, or
-    /// ~/.local/share/hearth/agents.db).
-    #[arg(long, value_name = "FILE", requires = "session")]
-    pub db: Option<PathBuf>,
+    #[command(flatten)]
+    pub durable: SessionArgs,
     /// Most model calls in the tool loop.
     #[arg(long, default_value_t = 10)]
     pub max_iterations: usize,
@@ -213,18 +206,12 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         task.push_str(&span);
     }
     task.push_str(&args.task);
-    if args.session.as_deref().is_some_and(|s| s.trim().is_empty()) {
-        bail!("invalid --session: empty name");
-    }
     let mut tools = hearth_agent::tools::registry(&args.tools, args.workspace.clone())
         .map_err(anyhow::Error::msg)?;
     let mcp_servers = args.mcp.specs()?;
     let fallbacks = fallback_config(&args)?;
     // The database is checked before the model loads: a bad file fails fast.
-    let mut durable = match &args.session {
-        Some(name) => Some(Durable::open(name, args.db.clone())?),
-        None => None,
-    };
+    let mut durable = args.durable.open()?;
     let knowledge = args
         .knowledge
         .as_deref()
@@ -290,7 +277,11 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     if let Some(k) = knowledge {
         agent.knowledge = Some(Arc::new(k));
     }
-    let session = args.session.clone().unwrap_or_else(|| "default".into());
+    let session = args
+        .durable
+        .session
+        .clone()
+        .unwrap_or_else(|| "default".into());
     if let Some(d) = &durable {
         d.restore(&agent, &session, engine.as_deref())?;
     }
@@ -398,6 +389,33 @@ pub(crate) fn run_turn(
     drop(tx);
     let _ = printer.join();
     result
+}
+
+/// `--session NAME` and `--db FILE`: a conversation kept in the session database, for
+/// `hearth agent` and `hearth chat`.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct SessionArgs {
+    /// Keep the conversation as NAME: its memory and KV cache are loaded from the session
+    /// database and saved there after each turn (without it, nothing is remembered after
+    /// this run).
+    #[arg(long, value_name = "NAME")]
+    pub session: Option<String>,
+    /// The session database (default: $XDG_DATA_HOME/hearth/agents.db, or
+    /// ~/.local/share/hearth/agents.db).
+    #[arg(long, value_name = "FILE", requires = "session")]
+    pub db: Option<PathBuf>,
+}
+
+impl SessionArgs {
+    /// The named session, opened and claimed (before a model loads: a bad file fails fast);
+    /// none without `--session`.
+    pub(crate) fn open(&self) -> anyhow::Result<Option<Durable>> {
+        match &self.session {
+            Some(name) if name.trim().is_empty() => bail!("invalid --session: empty name"),
+            Some(name) => Durable::open(name, self.db.clone()).map(Some),
+            None => Ok(None),
+        }
+    }
 }
 
 /// A named session held by this process: its database, its claim, and the turns loaded.

@@ -3,7 +3,7 @@
 //! `--knowledge` or `--session` each message goes through the agent's tool loop, showing tool
 //! calls and results as they happen; `--session` keeps the conversation across runs.
 
-use crate::commands::agent::{run_turn, Durable};
+use crate::commands::agent::{run_turn, SessionArgs};
 use crate::model_args::{ModelArgs, SamplingArgs};
 use anyhow::{bail, Context};
 use hearth_agent::knowledge::FolderKnowledge;
@@ -40,13 +40,8 @@ pub struct ChatArgs {
     /// A folder of text files: the passages most relevant to each message join the prompt.
     #[arg(long, value_name = "DIR")]
     pub knowledge: Option<PathBuf>,
-    /// Keep the conversation as session NAME in the session database (as `hearth agent`).
-    #[arg(long, value_name = "NAME")]
-    pub session: Option<String>,
-    /// The session database (default: $XDG_DATA_HOME/hearth/agents.db, or
-    /// ~/.local/share/hearth/agents.db).
-    #[arg(long, value_name = "FILE", requires = "session")]
-    pub db: Option<PathBuf>,
+    #[command(flatten)]
+    pub durable: SessionArgs,
     /// An image (PNG, JPEG, WebP, GIF) for the first message, for a model with a vision
     /// tower; repeatable. `/image FILE` attaches one to the next message.
     #[arg(long)]
@@ -70,7 +65,7 @@ fn parse_think(v: &str) -> anyhow::Result<bool> {
 pub fn run(args: ChatArgs) -> anyhow::Result<()> {
     args.sampling.check()?;
     let mut thinking = args.think.as_deref().map(parse_think).transpose()?;
-    if !args.tools.is_empty() || args.knowledge.is_some() || args.session.is_some() {
+    if !args.tools.is_empty() || args.knowledge.is_some() || args.durable.session.is_some() {
         return agent_chat(args);
     }
     let engine = Engine::load(&args.model.model, &args.model.load_options()?)
@@ -107,81 +102,49 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
     if interactive {
         eprintln!("{} — {HELP}", engine.info().origin);
     }
-    let stdin = std::io::stdin();
-    let mut input = stdin.lock();
-    let mut failed: Vec<usize> = vec![];
-    let mut number = 0usize;
-    let mut raw = Vec::new();
-    loop {
-        if interactive {
-            eprint!("> ");
-            std::io::stderr().flush()?;
-        }
-        raw.clear();
-        if input.read_until(b'\n', &mut raw).context("reading stdin")? == 0 {
-            break;
-        }
-        number += 1;
-        // One undecodable line is that line's error, not the end of the session.
-        let line = match std::str::from_utf8(&raw) {
-            Ok(line) => line,
-            Err(e) => {
-                eprintln!(
-                    "error: line {number}: not valid UTF-8 (bad byte at column {}); line skipped",
-                    e.valid_up_to() + 1
-                );
-                failed.push(number);
-                continue;
+    repl(interactive, |line| {
+        let line = match line {
+            Line::Message(text) => text,
+            Line::Command { name, rest } => {
+                match name {
+                    "image" => match read_image(&engine, Path::new(rest.trim())) {
+                        Ok(image) => {
+                            pending.push(image);
+                            eprintln!("[image attached to the next message]");
+                        }
+                        Err(e) => return Ok(Err(e)),
+                    },
+                    "reset" => {
+                        history.clear();
+                        images.clear();
+                        engine.drop_session(&format!("chat-{session}"))?;
+                        session += 1;
+                        eprintln!("[history cleared]");
+                    }
+                    "system" => {
+                        system = Some(rest.trim().to_string()).filter(|s| !s.is_empty());
+                        eprintln!(
+                            "[system message {}]",
+                            if system.is_some() { "set" } else { "removed" }
+                        );
+                    }
+                    "think" => match parse_think(rest.trim()) {
+                        Ok(on) => {
+                            thinking = Some(on);
+                            if !engine.info().thinks {
+                                eprintln!("[this model does not think; the setting has no effect]");
+                            } else {
+                                eprintln!("[thinking {}]", if on { "on" } else { "off" });
+                            }
+                        }
+                        Err(e) => eprintln!("{e}"),
+                    },
+                    "help" => eprintln!("{HELP}"),
+                    other => eprintln!("unknown command /{other}; {HELP}"),
+                }
+                return Ok(Ok(()));
             }
         };
-        let line = line.trim_end_matches(['\r', '\n']);
-        if line.trim().is_empty() {
-            continue;
-        }
-        if let Some(cmd) = line.strip_prefix('/') {
-            let (name, rest) = cmd.split_once(' ').unwrap_or((cmd, ""));
-            match name {
-                "exit" | "quit" => break,
-                "image" => match read_image(&engine, Path::new(rest.trim())) {
-                    Ok(image) => {
-                        pending.push(image);
-                        eprintln!("[image attached to the next message]");
-                    }
-                    Err(e) => {
-                        eprintln!("error: line {number}: {e:#}");
-                        failed.push(number);
-                    }
-                },
-                "reset" => {
-                    history.clear();
-                    images.clear();
-                    engine.drop_session(&format!("chat-{session}"))?;
-                    session += 1;
-                    eprintln!("[history cleared]");
-                }
-                "system" => {
-                    system = Some(rest.trim().to_string()).filter(|s| !s.is_empty());
-                    eprintln!(
-                        "[system message {}]",
-                        if system.is_some() { "set" } else { "removed" }
-                    );
-                }
-                "think" => match parse_think(rest.trim()) {
-                    Ok(on) => {
-                        thinking = Some(on);
-                        if !engine.info().thinks {
-                            eprintln!("[this model does not think; the setting has no effect]");
-                        } else {
-                            eprintln!("[thinking {}]", if on { "on" } else { "off" });
-                        }
-                    }
-                    Err(e) => eprintln!("{e}"),
-                },
-                "help" => eprintln!("{HELP}"),
-                other => eprintln!("unknown command /{other}; {HELP}"),
-            }
-            continue;
-        }
 
         let turn = Turn {
             engine: &engine,
@@ -201,13 +164,10 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
         pending.clear();
         match turn.answer(&mut history, &line, &all) {
             Ok(kept) => images = all[all.len() - kept..].to_vec(),
-            Err(e) => {
-                eprintln!("error: line {number}: {e:#}");
-                failed.push(number);
-            }
+            Err(e) => return Ok(Err(e)),
         }
-    }
-    lines_failed(&failed)
+        Ok(Ok(()))
+    })
 }
 
 /// An image file prepared for the model, or an error naming the file.
@@ -385,9 +345,6 @@ const AGENT_HELP: &str = "commands: /reset, /system <text>, /image <file>, /exit
 
 /// The chat as a multi-turn agent: every line is a turn of the tool loop.
 fn agent_chat(args: ChatArgs) -> anyhow::Result<()> {
-    if args.session.as_deref().is_some_and(|s| s.trim().is_empty()) {
-        bail!("invalid --session: empty name");
-    }
     if args.max_iterations == 0 {
         bail!("invalid --max-iterations: 0 (must be at least 1)");
     }
@@ -398,10 +355,7 @@ fn agent_chat(args: ChatArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(FolderKnowledge::open)
         .transpose()?;
-    let mut durable = match &args.session {
-        Some(name) => Some(Durable::open(name, args.db.clone())?),
-        None => None,
-    };
+    let mut durable = args.durable.open()?;
     let engine = Arc::new(
         Engine::load(&args.model.model, &args.model.load_options()?)
             .with_context(|| format!("loading model `{}`", args.model.model))?,
@@ -448,6 +402,66 @@ fn agent_chat(args: ChatArgs) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("invalid --image: {e}"))?,
         );
     }
+    repl(interactive, |line| {
+        let line = match line {
+            Line::Message(text) => text,
+            Line::Command { name, rest } => {
+                match name {
+                    "reset" => {
+                        agent.reset(&session, true);
+                        if let Some(d) = &mut durable {
+                            d.save(&agent, &session, Some(&engine))?;
+                        }
+                        eprintln!("[history cleared]");
+                    }
+                    "system" => {
+                        agent.set_persona(rest.trim().to_string());
+                        eprintln!("[system message set]");
+                    }
+                    "image" => match hearth_agent::image::inline_file(Path::new(rest.trim())) {
+                        Ok(span) => {
+                            pending.push_str(&span);
+                            eprintln!("[image attached to the next message]");
+                        }
+                        Err(e) => return Ok(Err(anyhow::anyhow!("{e}"))),
+                    },
+                    "help" => eprintln!("{AGENT_HELP}"),
+                    other => eprintln!("unknown command /{other}; {AGENT_HELP}"),
+                }
+                return Ok(Ok(()));
+            }
+        };
+        let line = std::mem::take(&mut pending) + line;
+        match run_turn(&rt, &agent, &line, &session, false, Default::default()) {
+            Ok(run) => match &run.error {
+                Some(e) => return Ok(Err(anyhow::anyhow!("{e}"))),
+                None => {
+                    if let Some(d) = &mut durable {
+                        d.save(&agent, &session, Some(&engine))?;
+                    }
+                }
+            },
+            Err(e) => return Ok(Err(e.into())),
+        }
+        Ok(Ok(()))
+    })
+}
+
+/// A line of a session: a `/command` with the rest of its line, or a message.
+enum Line<'a> {
+    Command { name: &'a str, rest: &'a str },
+    Message(&'a str),
+}
+
+/// The one read loop of `hearth chat` and `hearth chat --tools`: a line of stdin at a time,
+/// prompted on a terminal, until its end or `/exit`. `handle` answers each line: `Ok(Err(e))`
+/// is that line's error (reported with its number; the session goes on), `Err` ends the
+/// session. A line that is not UTF-8 is its own error. At the end, an error names the lines
+/// that failed, if any did.
+fn repl(
+    interactive: bool,
+    mut handle: impl FnMut(Line<'_>) -> anyhow::Result<anyhow::Result<()>>,
+) -> anyhow::Result<()> {
     let mut input = std::io::stdin().lock();
     let (mut raw, mut number, mut failed) = (Vec::new(), 0usize, Vec::<usize>::new());
     loop {
@@ -460,66 +474,35 @@ fn agent_chat(args: ChatArgs) -> anyhow::Result<()> {
             break;
         }
         number += 1;
-        let Ok(line) = std::str::from_utf8(&raw) else {
-            eprintln!("error: line {number}: not valid UTF-8; line skipped");
-            failed.push(number);
-            continue;
+        let line = match std::str::from_utf8(&raw) {
+            Ok(line) => line.trim_end_matches(['\r', '\n']),
+            Err(e) => {
+                eprintln!(
+                    "error: line {number}: not valid UTF-8 (bad byte at column {}); line skipped",
+                    e.valid_up_to() + 1
+                );
+                failed.push(number);
+                continue;
+            }
         };
-        let line = line.trim_end_matches(['\r', '\n']);
         if line.trim().is_empty() {
             continue;
         }
-        if let Some(cmd) = line.strip_prefix('/') {
-            let (name, rest) = cmd.split_once(' ').unwrap_or((cmd, ""));
-            match name {
-                "exit" | "quit" => break,
-                "reset" => {
-                    agent.reset(&session, true);
-                    if let Some(d) = &mut durable {
-                        d.save(&agent, &session, Some(&engine))?;
-                    }
-                    eprintln!("[history cleared]");
+        let line = match line.strip_prefix('/') {
+            Some(cmd) => {
+                let (name, rest) = cmd.split_once(' ').unwrap_or((cmd, ""));
+                if matches!(name, "exit" | "quit") {
+                    break;
                 }
-                "system" => {
-                    agent.set_persona(rest.trim().to_string());
-                    eprintln!("[system message set]");
-                }
-                "image" => match hearth_agent::image::inline_file(Path::new(rest.trim())) {
-                    Ok(span) => {
-                        pending.push_str(&span);
-                        eprintln!("[image attached to the next message]");
-                    }
-                    Err(e) => {
-                        eprintln!("error: line {number}: {e}");
-                        failed.push(number);
-                    }
-                },
-                "help" => eprintln!("{AGENT_HELP}"),
-                other => eprintln!("unknown command /{other}; {AGENT_HELP}"),
+                Line::Command { name, rest }
             }
-            continue;
-        }
-        let line = std::mem::take(&mut pending) + line;
-        match run_turn(&rt, &agent, &line, &session, false, Default::default()) {
-            Ok(run) => {
-                if let Some(e) = &run.error {
-                    eprintln!("error: line {number}: {e}");
-                    failed.push(number);
-                } else if let Some(d) = &mut durable {
-                    d.save(&agent, &session, Some(&engine))?;
-                }
-            }
-            Err(e) => {
-                eprintln!("error: line {number}: {e}");
-                failed.push(number);
-            }
+            None => Line::Message(line),
+        };
+        if let Err(e) = handle(line)? {
+            eprintln!("error: line {number}: {e:#}");
+            failed.push(number);
         }
     }
-    lines_failed(&failed)
-}
-
-/// The end of a piped session: an error naming the input lines that failed, if any did.
-fn lines_failed(failed: &[usize]) -> anyhow::Result<()> {
     if failed.is_empty() {
         return Ok(());
     }
