@@ -370,13 +370,22 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
                 }
                 let mut cfg = file.config()?;
                 fit_context(&mut cfg, opts)?;
+                let phase = Instant::now();
                 let tokenizer = file.tokenizer()?;
+                let tokenizer_secs = phase.elapsed().as_secs_f64();
                 if let Some(file) = Arc::get_mut(file) {
                     file.forget_vocabulary();
                     crate::device::memory::return_freed_memory();
                 }
+                let phase = Instant::now();
                 let weights = file.weights(&device).with_kernels(opts.kernels);
                 let mut model = Qwen::load_with_progress(&cfg, &weights, &progress)?;
+                // Where a GGUF's start-up goes, for comparing it with llama.cpp's mmap.
+                tracing::debug!(
+                    tokenizer_s = tokenizer_secs,
+                    weights_s = phase.elapsed().as_secs_f64(),
+                    "GGUF load phases"
+                );
                 model.set_cache_types(opts.cache_types)?;
                 // An mmproj beside the model is only tried for a model that takes images;
                 // one that does not fit it is left out with a warning. One asked for must fit.
