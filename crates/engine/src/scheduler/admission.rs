@@ -19,7 +19,8 @@ fn expected_len(request: &GenerateRequest) -> usize {
     request.prompt.len() + request.max_tokens.min(EXPECTED_ANSWER)
 }
 
-pub(super) enum Source {
+/// Where a shared prefix comes from: an idle cache of the pool, or a running sequence.
+enum Source {
     Pool(usize),
     Running(usize),
 }

@@ -14,6 +14,10 @@
 //! Batching does not change results: prompt chunks start at the same offsets whatever else
 //! runs, and a decoding row takes the kernel it would take alone
 //! ([`crate::model::linear::rows_as_sequences`]).
+//!
+//! A step's phases are a file each: `admission`, `prefill`, `drafting` (with the
+//! [`Drafter`]), `decode`; `session` moves a session's cache in and out; this file holds the
+//! step, the byte budget, and how a sequence leaves (retired, preempted, failed).
 
 mod admission;
 mod config;
