@@ -16,8 +16,8 @@
 //! ([`crate::model::linear::rows_as_sequences`]).
 //!
 //! A step's phases are a file each: `admission`, `prefill`, `drafting` (with the
-//! `speculative::Drafter`), `decode`; `session` moves a session's cache in and out; this file holds the
-//! step, the byte budget, and how a sequence leaves (retired, preempted, failed).
+//! `speculative::Drafter`), `decode`; `session` moves a session's cache in and out; this file
+//! holds the step, the byte budget, and how a sequence leaves (retired, preempted, failed).
 
 mod admission;
 mod config;
