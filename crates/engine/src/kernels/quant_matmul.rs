@@ -434,6 +434,22 @@ pub fn matmul_t_at(
     )
 }
 
+/// Every block type with tile and row kernels, beside candle's name for it (for tests).
+#[cfg(test)]
+pub(crate) const TEST_TYPES: [(candle_core::quantized::GgmlDType, BlockType); 8] = {
+    use candle_core::quantized::GgmlDType;
+    [
+        (GgmlDType::Q4_0, BlockType::Q4_0),
+        (GgmlDType::Q5_0, BlockType::Q5_0),
+        (GgmlDType::Q8_0, BlockType::Q8_0),
+        (GgmlDType::Q4K, BlockType::Q4K),
+        (GgmlDType::Q5K, BlockType::Q5K),
+        (GgmlDType::Q6K, BlockType::Q6K),
+        (GgmlDType::Q4_1, BlockType::Q4_1),
+        (GgmlDType::Q5_1, BlockType::Q5_1),
+    ]
+};
+
 /// Asserts that `got` equals `want` to `bound` of `want`'s largest magnitude (the kernels sum
 /// the same exact integer block products in different orders).
 #[cfg(test)]
@@ -456,16 +472,7 @@ mod tests {
     use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
     use candle_core::{Device, Module, Tensor};
 
-    const TYPES: [(GgmlDType, BlockType); 8] = [
-        (GgmlDType::Q4_0, BlockType::Q4_0),
-        (GgmlDType::Q5_0, BlockType::Q5_0),
-        (GgmlDType::Q8_0, BlockType::Q8_0),
-        (GgmlDType::Q4K, BlockType::Q4K),
-        (GgmlDType::Q5K, BlockType::Q5K),
-        (GgmlDType::Q6K, BlockType::Q6K),
-        (GgmlDType::Q4_1, BlockType::Q4_1),
-        (GgmlDType::Q5_1, BlockType::Q5_1),
-    ];
+    use super::TEST_TYPES as TYPES;
 
     /// `w` quantized to `dtype`: its GGUF blocks.
     fn gguf_blocks(w: &Tensor, dtype: GgmlDType) -> Result<Vec<u8>, candle_core::Error> {

@@ -141,20 +141,11 @@ mod tests {
     type TestResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
     use super::*;
-    use crate::kernels::quant_matmul::{assert_close, matmul_t_at, QuantMatrix};
+    use crate::kernels::quant_matmul::{
+        assert_close, matmul_t_at, QuantMatrix, TEST_TYPES as TYPES,
+    };
     use candle_core::quantized::{GgmlDType, QTensor};
     use candle_core::{Device, Tensor};
-
-    const TYPES: [(GgmlDType, BlockType); 8] = [
-        (GgmlDType::Q4_0, BlockType::Q4_0),
-        (GgmlDType::Q5_0, BlockType::Q5_0),
-        (GgmlDType::Q8_0, BlockType::Q8_0),
-        (GgmlDType::Q4_1, BlockType::Q4_1),
-        (GgmlDType::Q5_1, BlockType::Q5_1),
-        (GgmlDType::Q4K, BlockType::Q4K),
-        (GgmlDType::Q5K, BlockType::Q5K),
-        (GgmlDType::Q6K, BlockType::Q6K),
-    ];
 
     fn quantized(dtype: GgmlDType, n: usize, k: usize) -> Result<Vec<u8>, candle_core::Error> {
         let w: Vec<f32> = (0..n * k)
