@@ -1,7 +1,7 @@
 //! Quantized matrix products on the CPU, each block type of Qwen2.5-0.5B's GGUF files on its
 //! shapes, at every kernel level this CPU runs (`portable`, `avx2`, `avx512`) beside candle's
 //! `QMatMul`: one activation row (decoding) in GB/s of weights read, and 32 rows (a short
-//! prompt) in multiply-adds per second; where the active level has tile kernels (AVX2, AVX-512
+//! prompt) in multiply-adds per second; where the default level has tile kernels (AVX2, AVX-512
 //! VNNI) also in 16-row tiles (`hearth_engine::kernels::tiles`), there also one layer's rows
 //! read from the caches (what the kernel itself computes per second, whatever the memory), and
 //! a decoding step of 1, 2, 4, 8 and 16 rows against that layer (batched sequences, verified
@@ -125,7 +125,7 @@ fn main() {
         let hearth = time(reps, || {
             std::hint::black_box(matmul_t(&xv, 1, k, &mat));
         });
-        if !interleaved::supported(kind, n) {
+        if !interleaved::supported(cpu::default_level(), kind, n) {
             continue;
         }
         let tiles = interleaved::interleave(kind, &data, n, k);

@@ -179,7 +179,7 @@ fn main() {
             engines.retain(|(name, _)| *name == "plain" || m.split(',').any(|x| x == *name));
         }
         // Set at load (HEARTH_CPU forces a lower one).
-        let level = hearth_engine::kernels::cpu::active();
+        let level = hearth_engine::kernels::cpu::default_level();
         // Warm-up: a long prompt and some decoding on every engine (the weights' pages
         // settle during the first seconds of a process).
         for (_, e) in &engines {

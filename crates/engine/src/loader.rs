@@ -6,6 +6,7 @@
 use crate::chat::{ChatFormat, JinjaTemplate, MetaTemplate};
 use crate::device::{device_name, DeviceSpec};
 use crate::error::{EngineError, Result};
+use crate::kernels::KernelContext;
 use crate::load::card::ModelCard;
 use crate::load::config::QwenConfig;
 use crate::load::gguf::GgufFile;
@@ -86,12 +87,12 @@ pub struct LoadOptions {
     pub scheduler: SchedulerOptions,
     /// Called as the weights load; the library draws nothing itself.
     pub progress: Option<LoadProgress>,
-    /// The CPU kernels' instruction-set level (process-wide). Default: `HEARTH_CPU`
+    /// The CPU kernels' instruction-set level, the model's own. Default: `HEARTH_CPU`
     /// (`portable`, `avx2`, `avx512`), else the best this CPU runs. A level the CPU lacks is
     /// an error, never an illegal instruction.
     pub cpu: Option<crate::kernels::CpuLevel>,
     /// How the model's layers pick among the CPU kernels (many-row kernels, widening types
-    /// without kernels for prompts); kept by each layer, not process-wide.
+    /// without kernels for prompts); the model's own, not process-wide.
     pub kernels: crate::kernels::KernelOptions,
     /// How the KV cache stores keys and values (default: f16 on the CPU, the activations'
     /// dtype on a GPU).
@@ -189,17 +190,19 @@ impl std::fmt::Debug for LoadProgress {
     }
 }
 
-/// Sets the CPU kernels' level before any weight is laid out for them (AVX-512 interleaves
-/// some block types into tiles at load).
-fn choose_cpu_level(asked: Option<crate::kernels::CpuLevel>) -> Result<()> {
+/// The model's CPU kernel level, chosen before any weight is laid out for it (levels with tile
+/// kernels interleave block types into tiles at load): the one asked for, else `HEARTH_CPU`,
+/// else the best this CPU runs. Refused where this CPU cannot run it.
+fn choose_cpu_level(asked: Option<crate::kernels::CpuLevel>) -> Result<crate::kernels::CpuLevel> {
     use crate::kernels::cpu;
-    let level = match asked {
-        Some(level) => level,
-        None => cpu::from_env()
+    match asked {
+        Some(level) => {
+            cpu::usable(level).map_err(|e| EngineError::invalid("CPU level", e.to_string()))
+        }
+        None => Ok(cpu::from_env()
             .map_err(|e| EngineError::invalid("HEARTH_CPU", e.to_string()))?
-            .unwrap_or_else(cpu::detected),
-    };
-    cpu::force(level).map_err(|e| EngineError::invalid("CPU level", e.to_string()))
+            .unwrap_or_else(cpu::detected)),
+    }
 }
 
 /// What a loaded model is, for users and benchmark tables.
@@ -305,7 +308,7 @@ pub struct LoadedModel {
 /// such as `qwen2.5-0.5b-instruct`.
 pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
     let start = Instant::now();
-    choose_cpu_level(opts.cpu)?;
+    let kernels = KernelContext::new(choose_cpu_level(opts.cpu)?, opts.kernels);
     let (card, mut checkpoint) = resolve_model(spec, opts)?;
     let device = opts.device.open()?;
     let progress = |done: usize, total: usize| {
@@ -320,8 +323,7 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
                 fit_context(&mut cfg, opts)?;
                 let tokenizer = Tokenizer::from_file(&files.tokenizer)?;
                 let dtype = opts.dtype.resolve(cfg.torch_dtype.as_deref(), &device);
-                let weights =
-                    Weights::open(&files.weights, dtype, &device)?.with_kernels(opts.kernels);
+                let weights = Weights::open(&files.weights, dtype, &device)?.with_kernels(kernels);
                 let mut model = Qwen::load_with_progress(&cfg, &weights, &progress)?;
                 model.set_cache_types(opts.cache_types)?;
                 if cfg.weights_prefix != "model" {
@@ -378,7 +380,7 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
                     crate::device::memory::return_freed_memory();
                 }
                 let phase = Instant::now();
-                let weights = file.weights(&device).with_kernels(opts.kernels);
+                let weights = file.weights(&device).with_kernels(kernels);
                 let mut model = Qwen::load_with_progress(&cfg, &weights, &progress)?;
                 // Where a GGUF's start-up goes, for comparing it with llama.cpp's mmap.
                 tracing::debug!(
@@ -436,8 +438,14 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
     }
     let load_time = start.elapsed();
     let (k, v) = model.cache_types();
-    let cache_label = format!("kv cache {}/{}", k.name(), v.name());
-    let fingerprint = fingerprint(&checkpoint, &dtype_label, &cache_label, &device);
+    // Quantized keys are stored rotated (`model::attention::rotates_keys`): a session saved
+    // before that, or without it, does not fit.
+    let rotated = match crate::model::attention::rotates_keys(Some((k, v)), cfg.head_dim) {
+        true => " (keys rotated)",
+        false => "",
+    };
+    let cache_label = format!("kv cache {}/{}{rotated}", k.name(), v.name());
+    let fingerprint = fingerprint(&checkpoint, &dtype_label, &cache_label, &device, kernels);
     let max_image_pixels = opts.max_image_pixels.unwrap_or(DEFAULT_MAX_IMAGE_PIXELS);
     let info = ModelInfo {
         origin: checkpoint.origin(),
@@ -468,7 +476,10 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
         info.load_s
     );
     if device.is_cpu() && matches!(checkpoint, Checkpoint::Gguf(_)) {
-        tracing::info!("CPU kernels: {}", crate::kernels::kernel_path());
+        tracing::info!(
+            "CPU kernels: {}",
+            crate::kernels::kernel_path(kernels.level)
+        );
     }
     Ok(LoadedModel {
         model,
@@ -494,7 +505,8 @@ fn attach_mmproj(
     let image_token = tokenizer.token_id("<|image_pad|>").ok_or_else(|| {
         bad("the model's vocabulary has no <|image_pad|> token for images".into())
     })?;
-    let vision = Vision::from_mmproj(path, image_token, device).map_err(|e| bad(e.to_string()))?;
+    let vision = Vision::from_mmproj(path, image_token, device, model.kernels())
+        .map_err(|e| bad(e.to_string()))?;
     let depth = vision.tower().config().depth;
     model.set_vision(vision).map_err(|e| bad(e.to_string()))?;
     Ok(depth)
@@ -534,7 +546,13 @@ fn mmproj_for(model: &Path, explicit: Option<&Path>) -> Option<std::path::PathBu
 }
 
 /// See [`ModelInfo::fingerprint`].
-fn fingerprint(checkpoint: &Checkpoint, dtype: &str, cache: &str, device: &Device) -> String {
+fn fingerprint(
+    checkpoint: &Checkpoint,
+    dtype: &str,
+    cache: &str,
+    device: &Device,
+    kernels: KernelContext,
+) -> String {
     let files = match checkpoint {
         Checkpoint::Dense(f) => f.weights.clone(),
         Checkpoint::Gguf(g) => vec![g.path().to_path_buf()],
@@ -560,7 +578,10 @@ fn fingerprint(checkpoint: &Checkpoint, dtype: &str, cache: &str, device: &Devic
     parts.push(cache.to_string());
     parts.push(device_name(device));
     if device.is_cpu() {
-        parts.push(format!("kernels {}", crate::kernels::kernel_path()));
+        parts.push(format!(
+            "kernels {}",
+            crate::kernels::kernel_path(kernels.level)
+        ));
     }
     parts.join("; ")
 }

@@ -274,15 +274,16 @@ fn an_f16_cache_decodes_as_an_f32_one() {
         eprintln!(
             "f16 cache: logits within {worst} of the scale, near-ties {near_ties:?}; bf16 cache: the first {bf16_same} of 64 tokens as f32's; q8_0: logits within {q8} (keys alone {keys}, values alone {values}), the first {q8_same} tokens as f32's; q4_0: within {q4}; prompt {prompt:?}"
         );
-        // Values keep f16's fidelity in q8_0; keys do not (this model's keys have outlying
-        // channels that set each block's scale), so q8_0 keys are reported, loosely held.
+        // Values keep f16's fidelity in q8_0. This model's keys have outlying channels that
+        // would set each block's scale; stored rotated they stay within twice f16's distance
+        // (unrotated they moved the logits up to 29 % of the scale).
         assert!(
             values <= 0.04,
             "q8_0 values moved the logits {values} of the scale, prompt {prompt:?}"
         );
         assert!(
-            q8 <= 0.4,
-            "q8_0 moved the logits {q8} of the scale, prompt {prompt:?}"
+            keys <= 0.1 && q8 <= 0.1,
+            "q8_0 moved the logits {q8} of the scale (keys alone {keys}), prompt {prompt:?}"
         );
     }
 }

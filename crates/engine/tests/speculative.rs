@@ -1,20 +1,20 @@
 //! Speculative decoding on the real Qwen2.5-Coder-0.5B-Instruct Q4_K_M: with prompt-lookup
 //! drafts, or a draft model's, verified in one pass, every request gets the tokens plain
 //! decoding gives it — greedy and sampled, alone and eight at once, at every CPU level — and a
-//! code edit accepts most of its drafts. (Its own test binary: it changes the process-wide
-//! kernel level.)
+//! code edit accepts most of its drafts.
 
 mod common;
 
 use common::{at_once, one_by_one, tokens_of};
-use hearth_engine::kernels::cpu;
+use hearth_engine::kernels::{cpu, CpuLevel};
 use hearth_engine::{
     DeviceSpec, Engine, GenerateRequest, LoadOptions, SamplingParams, SchedulerOptions, Speculation,
 };
 
-fn options(speculation: Speculation) -> LoadOptions {
+fn options(speculation: Speculation, level: CpuLevel) -> LoadOptions {
     LoadOptions {
         device: DeviceSpec::Cpu,
+        cpu: Some(level),
         scheduler: SchedulerOptions {
             max_seqs: Some(8),
             speculation: Some(speculation),
@@ -24,8 +24,8 @@ fn options(speculation: Speculation) -> LoadOptions {
     }
 }
 
-fn engine(path: &std::path::Path, speculation: Speculation) -> Engine {
-    Engine::load(path.to_str().unwrap(), &options(speculation)).unwrap()
+fn engine(path: &std::path::Path, speculation: Speculation, level: CpuLevel) -> Engine {
+    Engine::load(path.to_str().unwrap(), &options(speculation, level)).unwrap()
 }
 
 fn chat(user: &str) -> String {
@@ -70,9 +70,8 @@ fn speculation_gives_the_tokens_of_decoding_at_every_level() {
         ..Default::default()
     };
     for level in levels {
-        cpu::force(level).unwrap();
-        let off = engine(&path, Speculation::Off);
-        let on = engine(&path, Speculation::Ngram);
+        let off = engine(&path, Speculation::Off, level);
+        let on = engine(&path, Speculation::Ngram, level);
         let ids: Vec<Vec<u32>> = prompts()
             .iter()
             .map(|p| on.tokenizer().encode(p).unwrap())
@@ -118,7 +117,6 @@ fn speculation_gives_the_tokens_of_decoding_at_every_level() {
         }
         assert!(accepted > 0, "{level}: no draft accepted in the batch");
     }
-    cpu::force(cpu::detected()).unwrap();
 }
 
 #[test]
@@ -128,14 +126,13 @@ fn a_draft_model_gives_the_tokens_of_decoding_at_every_level() {
     };
     let spec = path.to_str().unwrap();
     for level in cpu::runnable() {
-        cpu::force(level).unwrap();
-        let off = engine(&path, Speculation::Off);
+        let off = engine(&path, Speculation::Off, level);
         // The model drafting for itself: its greedy drafts are what it then chooses.
         let on = Engine::load(
             spec,
             &LoadOptions {
                 draft_model: Some(spec.to_string()),
-                ..options(Speculation::Draft)
+                ..options(Speculation::Draft, level)
             },
         )
         .unwrap();
@@ -166,14 +163,13 @@ fn a_draft_model_gives_the_tokens_of_decoding_at_every_level() {
             assert_eq!(got, want[i], "{level}: prompt {i} of 8 at once");
         }
     }
-    cpu::force(cpu::detected()).unwrap();
     // A model of another vocabulary is no draft model for this one.
     let tiny = common::tiny("qwen2");
     let e = Engine::load(
         spec,
         &LoadOptions {
             draft_model: Some(tiny.to_str().unwrap().to_string()),
-            ..options(Speculation::Auto)
+            ..options(Speculation::Auto, cpu::detected())
         },
     )
     .err()

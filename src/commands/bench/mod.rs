@@ -274,17 +274,18 @@ pub struct Loaded {
 pub fn load(args: &ModelArgs) -> anyhow::Result<Loaded> {
     let l = load_model(&args.model, &args.load_options()?)
         .with_context(|| format!("loading {}", args.model))?;
+    // Which CPU kernels ran (`HEARTH_CPU` may ask for a lower level than the CPU has).
+    let backend = match l.info.device.as_str() {
+        "cpu" => format!("cpu-{}", l.model.kernels().level),
+        other => other.to_string(),
+    };
     Ok(Loaded {
         model: l.model,
         cfg: l.config,
         dtype: l.file_type,
         size_bytes: l.size_bytes,
         origin: l.info.origin,
-        // Which CPU kernels ran (`HEARTH_CPU` may force a lower level than the CPU has).
-        backend: match l.info.device.as_str() {
-            "cpu" => format!("cpu-{}", hearth_engine::kernels::cpu::active()),
-            other => other.to_string(),
-        },
+        backend,
     })
 }
 

@@ -1,8 +1,8 @@
-//! The one CPU-feature decision every kernel follows: the SIMD level detected once, or forced
-//! lower with `HEARTH_CPU` / [`force`] so that every path can be tested and measured on one
-//! machine.
+//! The CPU-feature levels the kernels are compiled for: the level detected once, and the
+//! default a model takes (lower with `HEARTH_CPU`, or per model through its load options and
+//! [`super::KernelContext`]), so that every path can be tested and measured on one machine.
+//! Every kernel caps the level it is given at the detected one.
 
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
 
 /// The instruction-set levels the kernels are compiled for, lowest first.
@@ -76,16 +76,6 @@ impl CpuLevel {
                 "avx512vl",
                 "avx512vnni",
             ],
-        }
-    }
-
-    fn from_u8(v: u8) -> Self {
-        match v {
-            4 => Self::Avx512,
-            3 => Self::AvxVnni,
-            2 => Self::Avx2,
-            1 => Self::Neon,
-            _ => Self::Portable,
         }
     }
 }
@@ -191,6 +181,11 @@ impl std::error::Error for CpuLevelError {}
 /// `name` as a level this CPU runs.
 pub fn checked(name: &str) -> Result<CpuLevel, CpuLevelError> {
     let level = CpuLevel::parse(name).ok_or_else(|| CpuLevelError::Unknown(name.to_string()))?;
+    usable(level)
+}
+
+/// `level`, if this CPU runs it; else the error that names what it lacks.
+pub fn usable(level: CpuLevel) -> Result<CpuLevel, CpuLevelError> {
     let missing = missing_features(level);
     if missing.is_empty() {
         Ok(level)
@@ -207,33 +202,13 @@ pub fn from_env() -> Result<Option<CpuLevel>, CpuLevelError> {
     }
 }
 
-const UNSET: u8 = u8::MAX;
-static ACTIVE: AtomicU8 = AtomicU8::new(UNSET);
-
-/// The level the kernels run at now: the one [`force`]d, else `HEARTH_CPU` (a value this CPU
+/// The level a model runs at unless its load options name one: `HEARTH_CPU` (a value this CPU
 /// cannot run is reported when a model loads; here it falls back to the detected level), else
-/// the detected one.
-pub fn active() -> CpuLevel {
-    match ACTIVE.load(Ordering::Relaxed) {
-        UNSET => {
-            let level = from_env().ok().flatten().unwrap_or_else(detected);
-            // A concurrent `force` wins.
-            let _ =
-                ACTIVE.compare_exchange(UNSET, level as u8, Ordering::Relaxed, Ordering::Relaxed);
-            CpuLevel::from_u8(ACTIVE.load(Ordering::Relaxed))
-        }
-        v => CpuLevel::from_u8(v),
-    }
-}
-
-/// Runs every later kernel call at `level` (process-wide), if this CPU can.
-pub fn force(level: CpuLevel) -> Result<(), CpuLevelError> {
-    let missing = missing_features(level);
-    if !missing.is_empty() {
-        return Err(CpuLevelError::Unsupported { level, missing });
-    }
-    ACTIVE.store(level as u8, Ordering::Relaxed);
-    Ok(())
+/// the detected one. Each model keeps its level in its [`super::KernelContext`]; nothing here
+/// changes it for the process.
+pub fn default_level() -> CpuLevel {
+    static DEFAULT: OnceLock<CpuLevel> = OnceLock::new();
+    *DEFAULT.get_or_init(|| from_env().ok().flatten().unwrap_or_else(detected))
 }
 
 #[cfg(test)]
@@ -262,7 +237,7 @@ mod tests {
             let err = checked("avx512").err().map(|e| e.to_string());
             let err = err.unwrap_or_default();
             assert!(err.contains("avx512") && err.contains("lacks"), "{err}");
-            assert!(force(CpuLevel::Avx512).is_err());
+            assert!(usable(CpuLevel::Avx512).is_err());
         }
         assert_eq!(runnable().first(), Some(&CpuLevel::Portable));
     }

@@ -1,7 +1,7 @@
 //! Products with dense weights: the body for a level (`x86/dense` or the portable one in
 //! [`super::dense`]) over tasks of weight rows in parallel.
 
-use super::cpu::{self, CpuLevel};
+use super::cpu::CpuLevel;
 use super::dense::{BlockFn, Outputs, SharedOut, WeightRows};
 use rayon::prelude::*;
 
@@ -17,13 +17,8 @@ fn kernel(level: CpuLevel) -> BlockFn {
     }
 }
 
-/// `x` is `[m, k]`, `w` is `[n, k]`; returns `[m, n]`.
-pub fn matmul_t(x: &[f32], m: usize, k: usize, w: WeightRows<'_>, n: usize) -> Vec<f32> {
-    debug_assert_eq!(x.len(), m * k);
-    matmul_t_at(cpu::active(), x, m, k, w, n)
-}
-
-/// [`matmul_t`] at `level` (capped to what this CPU runs).
+/// `x · wᵀ` at `level` (capped to what this CPU runs): `x` is `[m, k]`, `w` is `[n, k]`;
+/// returns `[m, n]`.
 pub fn matmul_t_at(
     level: CpuLevel,
     x: &[f32],
@@ -100,7 +95,7 @@ mod tests {
             ("bf16", WeightRows::Bf16(&wb)),
             ("f16", WeightRows::F16(&wh)),
         ] {
-            for level in super::cpu::runnable() {
+            for level in crate::kernels::cpu::runnable() {
                 // Every width of a register block's last group at both levels' shapes.
                 for mm in [1, 2, m, 4, 5, 6, 7, 13] {
                     let x = &x_at(mm);
@@ -143,7 +138,7 @@ mod tests {
             ("bf16", WeightRows::Bf16(&wb)),
             ("f16", WeightRows::F16(&wh)),
         ] {
-            for level in super::cpu::runnable() {
+            for level in crate::kernels::cpu::runnable() {
                 let all = matmul_t_at(level, &x, m, k, rows, n);
                 for (i, row) in x.chunks_exact(k).enumerate() {
                     let alone = matmul_t_at(level, row, 1, k, rows, n);

@@ -1,5 +1,5 @@
 //! Hearth's CPU kernels: the quantized and dense matrix products, attention and their helpers,
-//! with one CPU-feature decision for all of them ([`cpu`]).
+//! each run at the level a model's [`KernelContext`] names ([`cpu`]: the levels).
 //!
 //! - [`blocks`]: GGUF block formats and the 8-bit activation rows, shared by every ISA's file;
 //!   [`quantize`]: activations quantised to Q8_K at a level.
@@ -15,12 +15,12 @@
 //! - `ops/`: the operations beside the products: `attention` (with rotary embedding and
 //!   SwiGLU) and `delta_rule` (the hybrids' Gated DeltaNet).
 
-/// Compiles `$body` (an `#[inline(always)]` function) for AVX-512 and AVX2 and calls the best
-/// this CPU runs.
+/// Compiles `$body` (an `#[inline(always)]` function) for AVX-512 and AVX2; the function it
+/// defines takes the level first and runs the best body of that level this CPU runs.
 macro_rules! simd_dispatch {
     ($vis:vis fn $name:ident($($arg:ident: $ty:ty),*) => $body:ident) => {
         #[allow(clippy::too_many_arguments)]
-        $vis fn $name($($arg: $ty),*) {
+        $vis fn $name(level: $crate::kernels::cpu::CpuLevel, $($arg: $ty),*) {
             #[cfg(target_arch = "x86_64")]
             {
                 use $crate::kernels::cpu::{self, CpuLevel};
@@ -34,14 +34,15 @@ macro_rules! simd_dispatch {
                 unsafe fn avx2($($arg: $ty),*) {
                     $body($($arg),*)
                 }
-                // SAFETY: `cpu::active()` never exceeds the detected level, whose features
-                // include these.
-                match cpu::active() {
+                // SAFETY: capped at the detected level, whose features include these.
+                match level.min(cpu::detected()) {
                     CpuLevel::Avx512 => return unsafe { avx512($($arg),*) },
                     CpuLevel::Avx2 | CpuLevel::AvxVnni => return unsafe { avx2($($arg),*) },
                     CpuLevel::Portable | CpuLevel::Neon => {}
                 }
             }
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = level;
             $body($($arg),*)
         }
     };
@@ -50,6 +51,7 @@ macro_rules! simd_dispatch {
 #[cfg(target_arch = "aarch64")]
 mod arm;
 pub mod blocks;
+mod context;
 pub mod cpu;
 pub(crate) mod dense;
 pub(crate) mod dense_matmul;
@@ -67,30 +69,9 @@ mod tiles_q6k;
 mod x86;
 
 pub use blocks::{BlockType, Q8Row};
+pub use context::{KernelContext, KernelOptions};
 pub use cpu::{CpuLevel, CpuLevelError};
 pub use quant_matmul::{kernel_path, matmul_t, QuantMatrix};
-
-/// How a model's layers pick among the CPU kernels, beside the instruction-set level ([`cpu`]).
-/// Part of the load options: every layer of a model keeps its own copy, so two models in one
-/// process may differ.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KernelOptions {
-    /// AVX-512 VNNI's many-row kernels for Q4_K and Q6_K in GGUF order (off: the one-row
-    /// kernels, as other CPUs run; for tests and benchmarks of those paths).
-    pub many_row_kernels: bool,
-    /// From this many rows on (prompts), a quantized matrix of a type without Hearth's kernels
-    /// (Q2_K, Q3_K, …) is widened to f32 and multiplied with gemm (`usize::MAX`: never).
-    pub dequantize_from_rows: usize,
-}
-
-impl Default for KernelOptions {
-    fn default() -> Self {
-        Self {
-            many_row_kernels: true,
-            dequantize_from_rows: 16,
-        }
-    }
-}
 
 /// `f` on the values of `t` as one f32 slice, without a copy; `None` unless `t` is f32 and
 /// contiguous on the CPU (what the kernels read a tensor as).

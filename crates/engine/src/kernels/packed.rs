@@ -56,25 +56,25 @@ impl PackedMatrix {
     }
 
     /// Whether this CPU runs the kernel (AVX2 or AVX-512, at the level [`cpu`] chose).
-    pub fn runs_here() -> bool {
-        cpu::active() >= CpuLevel::Avx2 && cfg!(target_arch = "x86_64")
+    pub fn runs_here(level: CpuLevel) -> bool {
+        level.min(cpu::detected()) >= CpuLevel::Avx2 && cfg!(target_arch = "x86_64")
     }
 
     /// `x · Wᵀ` for `x` of `m` rows (`[m, k]`): `[m, n]`; `None` where this CPU runs the
     /// kernel at no level ([`Self::runs_here`]).
-    pub fn matmul_t(&self, x: &[f32], m: usize) -> Option<Vec<f32>> {
+    pub fn matmul_t(&self, level: CpuLevel, x: &[f32], m: usize) -> Option<Vec<f32>> {
         let mut out = Vec::new();
-        self.matmul_t_into(x, m, &mut out).then_some(out)
+        self.matmul_t_into(level, x, m, &mut out).then_some(out)
     }
 
     /// [`Self::matmul_t`] into `out` (its buffer reused); whether it ran.
-    pub fn matmul_t_into(&self, x: &[f32], m: usize, out: &mut Vec<f32>) -> bool {
-        if !Self::runs_here() || x.len() != m * self.k {
+    pub fn matmul_t_into(&self, level: CpuLevel, x: &[f32], m: usize, out: &mut Vec<f32>) -> bool {
+        if !Self::runs_here(level) || x.len() != m * self.k {
             return false;
         }
         #[cfg(target_arch = "x86_64")]
         {
-            self.run(cpu::active(), x, m, out);
+            self.run(level.min(cpu::detected()), x, m, out);
             true
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -173,10 +173,11 @@ mod tests {
                 }
             }
         };
-        match packed.matmul_t(&x, m) {
+        let level = cpu::default_level();
+        match packed.matmul_t(level, &x, m) {
             Some(got) => check(&got),
             None => assert!(
-                !PackedMatrix::runs_here(),
+                !PackedMatrix::runs_here(level),
                 "no product where the kernel runs"
             ),
         }

@@ -18,7 +18,7 @@
 use super::blocks::*;
 use super::cpu::{self, CpuLevel};
 use super::portable;
-use super::quantize::quantize_q8_k;
+use super::quantize::quantize_q8_k_at;
 use super::tile_kernels;
 #[cfg(target_arch = "x86_64")]
 use super::tile_layout::in_groups;
@@ -180,9 +180,9 @@ pub(crate) fn many_at(level: CpuLevel, t: BlockType, k: usize) -> Option<ManyFn>
     None
 }
 
-/// The kernels quantized weights run with at the active level, for the load log.
-pub fn kernel_path() -> &'static str {
-    match cpu::active() {
+/// The kernels quantized weights run with at `level`, for the load log.
+pub fn kernel_path(level: CpuLevel) -> &'static str {
+    match level {
         CpuLevel::Avx512 => "avx512 (VNNI, 16-row tiles)",
         CpuLevel::Avx2 => "avx2 (16-row tiles for Q4_0, Q5_0, Q8_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K)",
         CpuLevel::AvxVnni => "avxvnni (AVX2's 16-row tiles, Q8_0's with vpdpbusd)",
@@ -227,7 +227,7 @@ enum Kernel<'a> {
 }
 
 /// Quantizes every row of `x` (in parallel for prompts).
-fn quantize_rows(x: &[f32], k: usize, f: fn(&[f32]) -> Q8Row) -> Vec<Q8Row> {
+fn quantize_rows(x: &[f32], k: usize, f: &(dyn Fn(&[f32]) -> Q8Row + Sync)) -> Vec<Q8Row> {
     if x.len() / k >= 8 {
         x.par_chunks_exact(k).map(f).collect()
     } else {
@@ -235,7 +235,11 @@ fn quantize_rows(x: &[f32], k: usize, f: fn(&[f32]) -> Q8Row) -> Vec<Q8Row> {
     }
 }
 
+/// `level` picks the activations' quantizers and the tile kernels; `dot`, `many` and `rows`
+/// the kernels of matrices in GGUF order (tests pass each alone).
+#[allow(clippy::too_many_arguments)]
 fn run(
+    level: CpuLevel,
     dot: impl Fn(BlockType) -> DotFn,
     many: impl Fn(BlockType) -> Option<ManyFn>,
     rows: impl Fn(BlockType) -> Option<RowsFn>,
@@ -262,7 +266,9 @@ fn run(
     let tiles: Vec<Option<tile_kernels::GroupFn>> = mats
         .iter()
         .map(|w| match w.interleaved {
-            true => Some(tile_kernels::kernel(w.kind).expect("interleaved without a kernel")),
+            true => {
+                Some(tile_kernels::kernel_at(level, w.kind).expect("interleaved without a kernel"))
+            }
             false => None,
         })
         .collect();
@@ -277,15 +283,15 @@ fn run(
     } else {
         1
     };
-    let quantized = |wanted: bool, f: fn(&[f32]) -> Q8Row| match wanted {
+    let quantized = |wanted: bool, f: &(dyn Fn(&[f32]) -> Q8Row + Sync)| match wanted {
         true => quantize_rows(x, k, f),
         false => Vec::new(),
     };
     let q8_0 = quantized(
         mats.iter().any(|w| !is_k(w) && !w.interleaved),
-        quantize_q8_0,
+        &quantize_q8_0,
     );
-    let q8_k = quantized(mats.iter().any(is_k), quantize_q8_k);
+    let q8_k = quantized(mats.iter().any(is_k), &|x| quantize_q8_k_at(level, x));
     // The many-row and tile kernels read every activation row at a fixed stride from one
     // buffer, so that one pointer serves all rows of a group (registers are their limit).
     let many: Vec<Option<ManyFn>> = mats
@@ -308,7 +314,7 @@ fn run(
         false => (Vec::new(), 0),
     };
     let tiles_packed = match mats.iter().any(|w| w.interleaved && !is_k(w)) {
-        true => tile_kernels::quantize(x, k),
+        true => tile_kernels::quantize_at(level, x, k),
         false => (Vec::new(), 0),
     };
     // Per matrix: its first output row, bytes per row, kernel and activations.
@@ -409,7 +415,7 @@ fn run(
 /// matrix's outputs after the previous one's (a fused projection), in one parallel pass.
 /// `k` must be a multiple of every matrix's block value count.
 pub fn matmul_t(x: &[f32], m: usize, k: usize, mats: &[QuantMatrix<'_>]) -> Vec<f32> {
-    matmul_t_at(cpu::active(), x, m, k, mats, true)
+    matmul_t_at(cpu::default_level(), x, m, k, mats, true)
 }
 
 /// [`matmul_t`] at `level` (capped to what this CPU runs), with the many-row kernels allowed
@@ -424,6 +430,7 @@ pub fn matmul_t_at(
 ) -> Vec<f32> {
     let many = |t| many_rows.then(|| many_at(level, t, k)).flatten();
     run(
+        level,
         |t| dot_at(level, t).1,
         many,
         |t| rows_at(level, t),
@@ -522,6 +529,7 @@ mod tests {
                             .to_vec1()?
                     } else {
                         run(
+                            CpuLevel::Portable,
                             portable_dot,
                             |_| None,
                             |_| None,
@@ -542,12 +550,22 @@ mod tests {
                         let what = format!("{t:?} at {level} ({ran} dot) k={k} m={mm}");
                         // Each path alone, then with its rows and many-row kernels.
                         let dot = dot_at(level, t).1;
-                        let got = run(|_| dot, |_| None, |_| None, &x[..mm * k], mm, k, &[mat]);
+                        let got = run(
+                            level,
+                            |_| dot,
+                            |_| None,
+                            |_| None,
+                            &x[..mm * k],
+                            mm,
+                            k,
+                            &[mat],
+                        );
                         assert_close(&got, &want, bound, &what);
                         if ran == CpuLevel::Neon {
                             // The portable arithmetic with `sdot`: the same results exactly.
                             let one = |t| dot_at(CpuLevel::Portable, t).1;
-                            let plain = run(one, |_| None, |_| None, &x[..mm * k], mm, k, &[mat]);
+                            let plain =
+                                run(level, one, |_| None, |_| None, &x[..mm * k], mm, k, &[mat]);
                             assert_eq!(got, plain, "{what}");
                         }
                         let got = matmul_t_at(level, &x[..mm * k], mm, k, &[mat], true);
@@ -581,8 +599,9 @@ mod tests {
                         let x: Vec<f32> = (0..m * k)
                             .map(|i| ((i * 17 % 41) as f32 - 20.0) / 9.0 + (i % 5) as f32 * 0.013)
                             .collect();
-                        let alone = run(|_| dot, |_| None, |_| None, &x, m, k, &[mat]);
-                        let batched = run(|_| dot, |_| None, |_| Some(rows), &x, m, k, &[mat]);
+                        let alone = run(level, |_| dot, |_| None, |_| None, &x, m, k, &[mat]);
+                        let batched =
+                            run(level, |_| dot, |_| None, |_| Some(rows), &x, m, k, &[mat]);
                         assert_eq!(alone, batched, "{t:?} at {level}, m={m}");
                     }
                     checked.push((level, t));
@@ -622,8 +641,8 @@ mod tests {
                     let x: Vec<f32> = (0..m * k)
                         .map(|i| ((i * 11 % 37) as f32 - 18.0) / 5.0)
                         .collect();
-                    let one = run(|_| dot, |_| None, |_| None, &x, m, k, &[mat]);
-                    let got = run(|_| dot, |_| Some(many), |_| None, &x, m, k, &[mat]);
+                    let one = run(level, |_| dot, |_| None, |_| None, &x, m, k, &[mat]);
+                    let got = run(level, |_| dot, |_| Some(many), |_| None, &x, m, k, &[mat]);
                     assert_close(&got, &one, 1e-5, &format!("{t:?} at {level}, m={m}"));
                 }
             }

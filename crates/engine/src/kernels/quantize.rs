@@ -7,9 +7,9 @@ use super::cpu::{self, CpuLevel};
 use super::x86::{avx2, avx512};
 
 /// Q8_K: per 256 values, the value of largest magnitude maps to -127, scale kept in f32; at the
-/// active level, which every level gives bit for bit.
+/// default level, which every level gives bit for bit.
 pub fn quantize_q8_k(x: &[f32]) -> Q8Row {
-    quantize_q8_k_at(cpu::active(), x)
+    quantize_q8_k_at(cpu::default_level(), x)
 }
 
 /// [`quantize_q8_k`] at `level` (capped at what this CPU runs).

@@ -11,15 +11,11 @@ use super::tiles::{pack, BLOCK_WORDS, QK};
 #[cfg(target_arch = "x86_64")]
 use super::x86::tiles::{avx2, avx512, avx_vnni};
 
-/// The rows of `x` (`[m, k]`) quantized to Q8_0 (as [`super::blocks::quantize_q8_0`] does) and packed for the
-/// kernels, in one pass. Returns the buffer and the words per row.
-pub(crate) fn quantize(x: &[f32], k: usize) -> (Vec<u32>, usize) {
-    quantize_at(cpu::active(), x, k)
-}
-
-/// [`quantize`] at `level` (capped at what this CPU runs): a forced AVX2 level runs no AVX-512
-/// instruction here either.
-fn quantize_at(level: CpuLevel, x: &[f32], k: usize) -> (Vec<u32>, usize) {
+/// The rows of `x` (`[m, k]`) quantized to Q8_0 (as [`super::blocks::quantize_q8_0`] does)
+/// and packed for the kernels, in one pass, at `level` (capped at what this CPU runs: a forced
+/// AVX2 level runs no AVX-512 instruction here either). Returns the buffer and the words per
+/// row.
+pub(crate) fn quantize_at(level: CpuLevel, x: &[f32], k: usize) -> (Vec<u32>, usize) {
     use rayon::prelude::*;
     #[cfg(target_arch = "x86_64")]
     let level = level.min(cpu::detected());
@@ -57,13 +53,6 @@ fn quantize_at(level: CpuLevel, x: &[f32], k: usize) -> (Vec<u32>, usize) {
 /// and weight row `r` of the group. `w`: the group's tiles; `cols`: `out.len() / 16` packed
 /// rows, `stride` words apart.
 pub(crate) type GroupFn = fn(w: &[u8], cols: &[u32], stride: usize, out: &mut [f32]);
-
-/// The kernel for `t` (on CPUs where [`supported`]): AVX-512 VNNI's at that level, else
-/// AVX2's (also below it: weights interleaved at load keep a kernel), which computes the same
-/// integers and the same f32 operations per row, so the same outputs bit for bit.
-pub(crate) fn kernel(t: BlockType) -> Option<GroupFn> {
-    kernel_at(cpu::active(), t)
-}
 
 /// The tile kernel of `$module` (the K-quants' in `tiles_q4k::$module` and
 /// `tiles_q6k::$module`) as a [`GroupFn`] for block type `$t`, in groups of at most `$most`
@@ -104,9 +93,11 @@ macro_rules! tile_kernel {
     }};
 }
 
-/// [`kernel`] with `level` active. Tiles loaded at one level still run after the active level
-/// drops (tests switch it): below AVX-512 the AVX2 kernels serve them, with the same outputs.
-fn kernel_at(level: CpuLevel, t: BlockType) -> Option<GroupFn> {
+/// The kernel for `t` at `level` (on CPUs where [`super::tiles::supported`]): AVX-512 VNNI's
+/// at that level, else AVX2's (also below it: tiles laid out at one level keep a kernel at a
+/// lower one), which computes the same integers and the same f32 operations per row, so the
+/// same outputs bit for bit.
+pub(crate) fn kernel_at(level: CpuLevel, t: BlockType) -> Option<GroupFn> {
     #[cfg(target_arch = "x86_64")]
     {
         let hardware = cpu::detected();
@@ -171,11 +162,11 @@ mod tests {
             BlockType::Q4K | BlockType::Q5K | BlockType::Q6K => {
                 let rows: Vec<Q8Row> = x
                     .chunks_exact(k)
-                    .map(super::super::quantize::quantize_q8_k)
+                    .map(|x| super::super::quantize::quantize_q8_k_at(cpu::default_level(), x))
                     .collect();
                 super::super::blocks::pack_q8_k(&rows)
             }
-            _ => quantize(x, k),
+            _ => quantize_at(cpu::default_level(), x, k),
         };
         let mut out = vec![0f32; x.len() / k * ROWS];
         group(tiles, &cols, stride, &mut out);

@@ -33,8 +33,8 @@ pub(crate) const QK: usize = 32;
 pub const BLOCK_WORDS: usize = 16;
 
 /// Whether weights of type `t` can be interleaved here: the rows come in whole tiles and the
-/// active level has tile kernels (AVX2 or AVX-512 VNNI; every block type has them there).
-pub fn supported(t: BlockType, rows: usize) -> bool {
+/// `level` has tile kernels here (AVX2 or AVX-512 VNNI; every block type has them there).
+pub fn supported(level: CpuLevel, t: BlockType, rows: usize) -> bool {
     let has_kernel = match t {
         BlockType::Q4_0
         | BlockType::Q5_0
@@ -43,7 +43,7 @@ pub fn supported(t: BlockType, rows: usize) -> bool {
         | BlockType::Q5_1
         | BlockType::Q4K
         | BlockType::Q5K
-        | BlockType::Q6K => cpu::active() >= CpuLevel::Avx2,
+        | BlockType::Q6K => level.min(cpu::detected()) >= CpuLevel::Avx2,
     };
     rows.is_multiple_of(ROWS) && has_kernel
 }

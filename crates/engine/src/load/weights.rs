@@ -4,7 +4,7 @@
 
 use crate::error::{EngineError, Result};
 use crate::kernels::tiles::TileMatrix;
-use crate::kernels::KernelOptions;
+use crate::kernels::KernelContext;
 use candle_core::quantized::QTensor;
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Tensor};
@@ -52,9 +52,10 @@ pub trait WeightSource {
     fn projection(&self, name: &str, shape: &[usize]) -> Result<Matrix> {
         self.matrix(name, shape)
     }
-    /// How the layers built from this source pick their CPU kernels.
-    fn kernels(&self) -> KernelOptions {
-        KernelOptions::default()
+    /// How the model built from this source runs its products on the CPU: the level its
+    /// matrices are laid out for, and the kernels its layers may take.
+    fn kernels(&self) -> KernelContext {
+        KernelContext::default_level()
     }
 }
 
@@ -65,7 +66,7 @@ pub struct Weights {
     index: HashMap<String, usize>,
     dtype: DType,
     device: Device,
-    kernels: KernelOptions,
+    kernels: KernelContext,
 }
 
 impl Weights {
@@ -97,12 +98,12 @@ impl Weights {
             index,
             dtype,
             device: device.clone(),
-            kernels: KernelOptions::default(),
+            kernels: KernelContext::default_level(),
         })
     }
 
-    /// These weights' layers pick their CPU kernels by `kernels`.
-    pub fn with_kernels(mut self, kernels: KernelOptions) -> Self {
+    /// The model built from these weights runs its products as `kernels` says.
+    pub fn with_kernels(mut self, kernels: KernelContext) -> Self {
         self.kernels = kernels;
         self
     }
@@ -157,7 +158,7 @@ fn display_name(p: &Path) -> String {
 }
 
 impl WeightSource for Weights {
-    fn kernels(&self) -> KernelOptions {
+    fn kernels(&self) -> KernelContext {
         self.kernels
     }
     fn device(&self) -> &Device {

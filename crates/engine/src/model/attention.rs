@@ -7,11 +7,13 @@ use crate::cache::cache_type::CacheType;
 use crate::cache::kv::KvCache;
 use crate::cache::multimodal::Rows;
 use crate::error::Result;
-use crate::kernels::ops::attention::{attend, rotate, Cached, Heads, Piece, Stored};
+use crate::kernels::ops::attention::{attend_at, rotate, Cached, Heads, Piece, Stored};
+use crate::kernels::ops::hadamard;
+use crate::kernels::KernelContext;
 use crate::load::config::QwenConfig;
 use crate::load::weights::WeightSource;
 use crate::model::linear::Linear;
-use candle_core::{DType, Module, Result as CResult, Storage, Tensor, D};
+use candle_core::{DType, Result as CResult, Storage, Tensor, D};
 
 #[derive(Debug, Clone)]
 pub struct Attention {
@@ -82,8 +84,8 @@ impl Attention {
             false => None,
         };
         Ok(Self {
-            qkv: Linear::fused(qkv_w, qkv_b)?.with_kernels(w.kernels()),
-            o: Linear::fused(vec![weight("o_proj", h, q_out)?], o_b)?.with_kernels(w.kernels()),
+            qkv: Linear::fused(qkv_w, qkv_b)?,
+            o: Linear::fused(vec![weight("o_proj", h, q_out)?], o_b)?,
             qk_norm,
             heads: cfg.num_attention_heads,
             kv_heads: cfg.num_key_value_heads,
@@ -95,8 +97,8 @@ impl Attention {
 
     /// The fused projection of `x`, and for gated attention the gates taken out of it:
     /// `([1, len, (heads + 2 kv_heads) d], Some([1, len, heads · d]))`.
-    fn project(&self, x: &Tensor) -> CResult<(Tensor, Option<Tensor>)> {
-        let qkv = self.qkv.forward(x)?;
+    fn project(&self, x: &Tensor, kc: &KernelContext) -> CResult<(Tensor, Option<Tensor>)> {
+        let qkv = self.qkv.forward(x, kc)?;
         if !self.gated {
             return Ok((qkv, None));
         }
@@ -112,10 +114,10 @@ impl Attention {
     }
 
     /// The output projection of the attention's `out`, gated where the layer is.
-    fn output(&self, out: &Tensor, gate: Option<Tensor>) -> CResult<Tensor> {
+    fn output(&self, out: &Tensor, gate: Option<Tensor>, kc: &KernelContext) -> CResult<Tensor> {
         match gate {
-            Some(g) => self.o.forward(&(out * candle_nn::ops::sigmoid(&g)?)?),
-            None => self.o.forward(out),
+            Some(g) => self.o.forward(&(out * candle_nn::ops::sigmoid(&g)?)?, kc),
+            None => self.o.forward(out, kc),
         }
     }
 
@@ -128,15 +130,16 @@ impl Attention {
         cache: &mut KvCache,
         rotary: &Rotary,
         mask: Option<&Tensor>,
+        kc: &KernelContext,
     ) -> CResult<Tensor> {
-        let (qkv, gate) = self.project(x)?;
+        let (qkv, gate) = self.project(x, kc)?;
         if x.device().is_cpu() && x.dtype() == DType::F32 {
             let len = qkv.dim(1)?;
-            let out = self.attend_cpu(&qkv, layer, &[len], &mut [cache], rotary)?;
-            return self.output(&out, gate);
+            let out = self.attend_cpu(&qkv, layer, &[len], &mut [cache], rotary, kc)?;
+            return self.output(&out, gate, kc);
         }
         let out = self.attend(&qkv, layer, cache, rotary, mask)?;
-        self.output(&out, gate)
+        self.output(&out, gate, kc)
     }
 
     /// Rows of several sequences in one pass: `x` is `[1, rows, hidden]`, the first `lens[0]`
@@ -151,11 +154,12 @@ impl Attention {
         lens: &[usize],
         caches: &mut [&mut KvCache],
         rotary: &Rotary,
+        kc: &KernelContext,
     ) -> CResult<Tensor> {
-        let (qkv, gate) = self.project(x)?;
+        let (qkv, gate) = self.project(x, kc)?;
         if x.device().is_cpu() && x.dtype() == DType::F32 {
-            let out = self.attend_cpu(&qkv, layer, lens, caches, rotary)?;
-            return self.output(&out, gate);
+            let out = self.attend_cpu(&qkv, layer, lens, caches, rotary, kc)?;
+            return self.output(&out, gate, kc);
         }
         let mut outs = Vec::with_capacity(caches.len());
         let mut first = 0;
@@ -165,7 +169,7 @@ impl Attention {
             outs.push(self.attend(&rows, layer, cache, rotary, mask.as_ref())?);
             first += len;
         }
-        self.output(&Tensor::cat(&outs, 1)?, gate)
+        self.output(&Tensor::cat(&outs, 1)?, gate, kc)
     }
 
     /// Attention of the fused projection's output `qkv` (`[1, len, (heads + 2 kv_heads) d]`)
@@ -228,6 +232,7 @@ impl Attention {
         lens: &[usize],
         caches: &mut [&mut KvCache],
         rotary: &Rotary,
+        kc: &KernelContext,
     ) -> CResult<Tensor> {
         let (b, rows_in, _) = qkv.dims3()?;
         let device = qkv.device();
@@ -279,6 +284,15 @@ impl Attention {
                     rotate(rows, width, 0, h + kvh, d, rotary.rotated, 0, &cos, &sin)
                 }
             }
+            // Keys stored in blocks of one scale: queries and keys rotated alike (the scores
+            // unchanged), so a key's outlying channels do not set its block's scale.
+            if rotates_keys(cache.types(), d) {
+                for row in rows.chunks_exact_mut(width) {
+                    row[..(h + kvh) * d]
+                        .chunks_exact_mut(d)
+                        .for_each(hadamard::rotate);
+                }
+            }
             // The cache holds `[1, kv_heads, positions, dim]`.
             let new = |first: usize| {
                 let mut t = Vec::with_capacity(kvh * len * d);
@@ -320,10 +334,16 @@ impl Attention {
                     offset + len
                 );
             }
-            out.extend(attend(rows, width, len, offset, k, v, heads));
+            out.extend(attend_at(kc.level, rows, width, len, offset, k, v, heads));
         }
         Tensor::from_vec(out, (b, rows_in, h * d), device)
     }
+}
+
+/// Whether a cache of `types` holds keys rotated by [`hadamard::rotate`]: quantized keys, of
+/// heads the rotation fits. Its queries are rotated the same way.
+pub(crate) fn rotates_keys(types: Option<(CacheType, CacheType)>, dim: usize) -> bool {
+    types.is_some_and(|(k, _)| k.is_quantized()) && hadamard::fits(dim)
 }
 
 /// A piece of the cache (`[1, kv_heads, positions, dim]`, rows contiguous) as the kernel

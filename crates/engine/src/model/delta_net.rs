@@ -18,10 +18,11 @@ use crate::cache::kv::KvCache;
 use crate::cache::recurrent::LayerState;
 use crate::error::Result;
 use crate::kernels::ops::delta_rule::{conv_silu, delta_step};
+use crate::kernels::{CpuLevel, KernelContext};
 use crate::load::config::LinearAttentionConfig;
 use crate::load::weights::WeightSource;
 use crate::model::linear::Linear;
-use candle_core::{DType, Device, Module, Result as CResult, Tensor};
+use candle_core::{DType, Device, Result as CResult, Tensor};
 use rayon::prelude::*;
 
 /// The epsilon of the q/k L2 norm (transformers' `l2norm`, FLA's kernels).
@@ -72,13 +73,11 @@ impl DeltaNet {
                 m("in_proj_z.weight", vh * vd)?,
             ],
             None,
-        )?
-        .with_kernels(w.kernels());
+        )?;
         let gates = Linear::fused(
             vec![m("in_proj_b.weight", vh)?, m("in_proj_a.weight", vh)?],
             None,
-        )?
-        .with_kernels(w.kernels());
+        )?;
         let values = |n: &str, shape: &[usize]| -> Result<Vec<f32>> {
             Ok(w.tensor(&name(n), shape, DType::F32)?
                 .flatten_all()?
@@ -114,8 +113,7 @@ impl DeltaNet {
             out: Linear::fused(
                 vec![w.projection(&name("out_proj.weight"), &[hidden, vh * vd])?],
                 None,
-            )?
-            .with_kernels(w.kernels()),
+            )?,
             cfg: cfg.clone(),
             eps: eps as f32,
         })
@@ -130,9 +128,10 @@ impl DeltaNet {
         layer: usize,
         lens: &[usize],
         caches: &mut [&mut KvCache],
+        kc: &KernelContext,
     ) -> CResult<Tensor> {
         let (b, rows, _) = x.dims3()?;
-        let proj = Tensor::cat(&[self.proj.forward(x)?, self.gates.forward(x)?], 2)?;
+        let proj = Tensor::cat(&[self.proj.forward(x, kc)?, self.gates.forward(x, kc)?], 2)?;
         let width = proj.dim(2)?;
         let proj: Vec<f32> = proj.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
         if lens.len() != caches.len() || lens.iter().sum::<usize>() != b * rows {
@@ -148,13 +147,13 @@ impl DeltaNet {
         for (cache, &len) in caches.iter_mut().zip(lens) {
             let rows = &proj[first * width..(first + len) * width];
             first += len;
-            out.extend(self.sequence(rows, width, len, layer, cache)?);
+            out.extend(self.sequence(rows, width, len, layer, cache, kc.level)?);
         }
         let device: &Device = x.device();
         let y = Tensor::from_vec(out, (b, rows, vd), &Device::Cpu)?
             .to_device(device)?
             .to_dtype(x.dtype())?;
-        self.out.forward(&y)
+        self.out.forward(&y, kc)
     }
 
     /// One sequence's `len` projected rows through the convolution, the delta rule and the
@@ -166,6 +165,7 @@ impl DeltaNet {
         len: usize,
         layer: usize,
         cache: &mut KvCache,
+        level: CpuLevel,
     ) -> CResult<Vec<f32>> {
         let c = &self.cfg;
         let (kh, kd, vh, vd) = (
@@ -195,6 +195,7 @@ impl DeltaNet {
         for t in 0..len {
             let x = &rows[t * width..t * width + conv_dim];
             conv_silu(
+                level,
                 x,
                 &window,
                 &self.conv,
@@ -248,7 +249,7 @@ impl DeltaNet {
                     let v = &m[2 * kh * kd + h * vd..2 * kh * kd + (h + 1) * vd];
                     let (beta, decay) = gates[t * vh + h];
                     let ot = &mut o[t * vd..(t + 1) * vd];
-                    delta_step(st, q, k, v, beta, decay, &mut mem, ot);
+                    delta_step(level, st, q, k, v, beta, decay, &mut mem, ot);
                     if keep.contains(&t) {
                         kept.push(st.to_vec());
                     }

@@ -6,9 +6,10 @@ use super::delta_net::DeltaNet;
 use super::mlp::Mlp;
 use super::moe::Moe;
 use crate::error::Result;
+use crate::kernels::KernelContext;
 use crate::load::config::QwenConfig;
 use crate::load::weights::WeightSource;
-use candle_core::{Module, Tensor};
+use candle_core::Tensor;
 
 /// A decoder layer's weights.
 #[derive(Debug, Clone)]
@@ -71,19 +72,17 @@ impl FeedForward {
         }
     }
 
+    pub(super) fn forward(&self, x: &Tensor, kc: &KernelContext) -> candle_core::Result<Tensor> {
+        match self {
+            Self::Dense(m) => m.forward(x, kc),
+            Self::Experts(m) => m.forward(x, kc),
+        }
+    }
+
     pub(super) fn weight_bytes(&self) -> usize {
         match self {
             Self::Dense(m) => m.weight_bytes(),
             Self::Experts(m) => m.weight_bytes(),
-        }
-    }
-}
-
-impl Module for FeedForward {
-    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        match self {
-            Self::Dense(m) => m.forward(x),
-            Self::Experts(m) => m.forward(x),
         }
     }
 }

@@ -13,15 +13,14 @@
 //! and their outputs are concatenated.
 
 use crate::kernels::dense::WeightRows;
-use crate::kernels::dense_matmul::matmul_t;
+use crate::kernels::dense_matmul::matmul_t_at;
 use crate::kernels::tiles::{self, TileMatrix};
 pub(crate) use crate::kernels::with_cpu_f32;
-use crate::kernels::{cpu, BlockType, KernelOptions, QuantMatrix};
+use crate::kernels::{BlockType, KernelContext, QuantMatrix};
 use crate::load::weights::{tensor_bytes, Matrix};
 use candle_core::quantized::ggml_file::qtensor_from_ggml;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Result, Storage, Tensor, D};
-use std::cell::Cell;
 use std::sync::Arc;
 
 /// Up to this many rows of activations, f32 weights take the row kernel; more go to gemm, whose
@@ -36,7 +35,6 @@ const ROW_KERNEL_MAX_ROWS: usize = 16;
 pub struct Linear {
     parts: Vec<Part>,
     bias: Option<Tensor>,
-    kernels: KernelOptions,
 }
 
 #[derive(Debug, Clone)]
@@ -48,36 +46,6 @@ enum Part {
     Tiles(Arc<TileMatrix>),
 }
 
-thread_local! {
-    static ROWS_ARE_SEQUENCES: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Runs `step` with every activation row taken as a sequence of its own (a batched decode
-/// step): each row goes through the kernel it would take alone — no widening to f32 for gemm,
-/// no dense gemm — so that a request's tokens do not depend on how many others share its
-/// step. The flag is per thread: set it on the thread that runs the model's layers.
-pub fn rows_as_sequences<T>(step: impl FnOnce() -> T) -> T {
-    with_rows_as_sequences(true, step)
-}
-
-/// Runs `step` with the flag of [`rows_as_sequences`] set to `on`, restored after. A model's
-/// step sets it at its start: a thread of the pool that waits for its own work may run another
-/// model's whole step meanwhile, which must not inherit the flag of the step it interrupted.
-pub fn with_rows_as_sequences<T>(on: bool, step: impl FnOnce() -> T) -> T {
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            ROWS_ARE_SEQUENCES.with(|f| f.set(self.0));
-        }
-    }
-    let _restore = Restore(ROWS_ARE_SEQUENCES.with(|f| f.replace(on)));
-    step()
-}
-
-pub(crate) fn rows_are_sequences() -> bool {
-    ROWS_ARE_SEQUENCES.with(Cell::get)
-}
-
 impl Linear {
     /// A layer of one dense `weight` (`[out, in]`) and an optional bias.
     pub fn new(weight: Tensor, bias: Option<Tensor>) -> Result<Self> {
@@ -86,7 +54,6 @@ impl Linear {
         Ok(Self {
             parts: vec![Part::Dense(weight)],
             bias,
-            kernels: KernelOptions::default(),
         })
     }
 
@@ -129,22 +96,7 @@ impl Linear {
                 }
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Self {
-            parts,
-            bias,
-            kernels: KernelOptions::default(),
-        })
-    }
-
-    /// This layer picks its CPU kernels by `kernels` (the model's load options). From
-    /// `dequantize_from_rows` rows on (prompt prefills), a quantized matrix of a type Hearth has
-    /// no kernel for (candle's then run: Q2_K, Q3_K, …) is widened to f32 and multiplied with
-    /// gemm, several times faster than candle's one dot product per row (docs/benchmarks.md,
-    /// "Kernel choices"). The eight types with kernels
-    /// here never are: their prompts sum exactly as decoding does (see `with_block_kernels`).
-    pub fn with_kernels(mut self, kernels: KernelOptions) -> Self {
-        self.kernels = kernels;
-        self
+        Ok(Self { parts, bias })
     }
 }
 
@@ -160,7 +112,7 @@ impl Linear {
             Part::Dense(t) => {
                 let rows = t.dim(0)?.min(n);
                 let prefix = Linear::new(t.narrow(0, 0, rows)?, None)?;
-                return Ok(Some(prefix.with_kernels(self.kernels)));
+                return Ok(Some(prefix));
             }
             Part::Quantized(_, q) => q.clone(),
             Part::Tiles(t) => Arc::new(tiles_to_qtensor(t)?),
@@ -176,7 +128,7 @@ impl Linear {
             &q.device(),
         )?;
         let prefix = Linear::fused(vec![Matrix::Quantized(Arc::new(prefix))], None)?;
-        Ok(Some(prefix.with_kernels(self.kernels)))
+        Ok(Some(prefix))
     }
 
     /// Rows `ids` of its weight, f32 `[ids.len(), in]` (one part, no bias; else `None`).
@@ -208,17 +160,15 @@ impl Linear {
 
 impl Linear {
     /// `x · Wᵀ` for `m` rows of f32 on the CPU, straight from and into slices, with the
-    /// kernels and sums [`Module::forward`] takes for the same rows on the CPU (so the same
+    /// kernels and sums [`Linear::forward`] takes for the same rows on the CPU (so the same
     /// results, bit for bit): for callers that run many small products side by side, the
-    /// experts of a mixture-of-experts layer. `sequences`: every row is a sequence of its own
-    /// (see [`rows_as_sequences`]; the flag is the caller's, as this may run on another
-    /// thread). `None` where this layer takes candle's ops: a bias, a GPU, a type without
-    /// Hearth's kernels, an f32 weight whose prompt goes to gemm.
+    /// experts of a mixture-of-experts layer. `None` where this layer takes candle's ops: a
+    /// bias, a GPU, a type without Hearth's kernels, an f32 weight whose prompt goes to gemm.
     pub(crate) fn cpu_product(
         &self,
         x: &[f32],
         m: usize,
-        sequences: bool,
+        kc: &KernelContext,
     ) -> Result<Option<Vec<f32>>> {
         if self.bias.is_some() || m == 0 || !x.len().is_multiple_of(m) {
             return Ok(None);
@@ -228,11 +178,11 @@ impl Linear {
             if w.dims2()?.1 != k {
                 return Ok(None);
             }
-            return with_dense_rows(w, m, sequences, |rows, n| matmul_t(x, m, k, rows, n));
+            return with_dense_rows(w, m, kc.rows_are_sequences, |rows, n| {
+                matmul_t_at(kc.level, x, m, k, rows, n)
+            });
         }
-        with_quant_mats(&self.parts, k, |mats| {
-            quant_product(x, m, k, mats, self.kernels)
-        })
+        with_quant_mats(&self.parts, k, |mats| quant_product(x, m, k, mats, kc))
     }
 }
 
@@ -267,19 +217,19 @@ fn dense_on_huge_pages(w: &Tensor) -> Result<()> {
 }
 
 impl Part {
-    fn forward(&self, x: &Tensor, kernels: KernelOptions) -> Result<Tensor> {
+    fn forward(&self, x: &Tensor, kc: &KernelContext) -> Result<Tensor> {
         match self {
             Part::Quantized(_, q)
                 if x.device().is_cpu()
-                    && !rows_are_sequences()
-                    && x.elem_count() / x.dim(D::Minus1)? >= kernels.dequantize_from_rows
+                    && !kc.rows_are_sequences
+                    && x.elem_count() / x.dim(D::Minus1)? >= kc.options.dequantize_from_rows
                     && !with_block_kernels(q, x)? =>
             {
                 let w = q.dequantize(x.device())?.to_dtype(x.dtype())?;
                 x.broadcast_matmul(&w.t()?)
             }
             Part::Quantized(q, w) if with_block_kernels(w, x)? => {
-                match quantized_rows(std::slice::from_ref(self), x, kernels)? {
+                match quantized_rows(std::slice::from_ref(self), x, kc)? {
                     Some(y) => Ok(y),
                     None => q.forward(x),
                 }
@@ -288,12 +238,12 @@ impl Part {
             // Tiles exist only on the CPU; other activation dtypes go through f32.
             Part::Tiles(t) => {
                 let x32 = x.to_dtype(DType::F32)?;
-                match quantized_rows(std::slice::from_ref(self), &x32, kernels)? {
+                match quantized_rows(std::slice::from_ref(self), &x32, kc)? {
                     Some(y) => y.to_dtype(x.dtype()),
                     None => QMatMul::from_qtensor(tiles_to_qtensor(t)?)?.forward(x),
                 }
             }
-            Part::Dense(w) => match cpu_rows(w, x)? {
+            Part::Dense(w) => match cpu_rows(w, x, kc)? {
                 Some(y) => Ok(y),
                 None if w.dtype() == x.dtype() => x.broadcast_matmul(&w.t()?),
                 None => x.broadcast_matmul(&w.to_dtype(x.dtype())?.t()?),
@@ -314,7 +264,7 @@ fn with_block_kernels(w: &QTensor, x: &Tensor) -> Result<bool> {
 
 /// Few rows through quantized matrices on the CPU, all in one pass with Hearth's kernels
 /// ([`crate::kernels::quant_matmul`]), or `None` where some part has none (candle's then run).
-fn quantized_rows(parts: &[Part], x: &Tensor, kernels: KernelOptions) -> Result<Option<Tensor>> {
+fn quantized_rows(parts: &[Part], x: &Tensor, kc: &KernelContext) -> Result<Option<Tensor>> {
     if !x.device().is_cpu() || x.dtype() != DType::F32 {
         return Ok(None);
     }
@@ -322,21 +272,21 @@ fn quantized_rows(parts: &[Part], x: &Tensor, kernels: KernelOptions) -> Result<
     let m = x.elem_count() / k;
     let product = with_quant_mats(parts, k, |mats| {
         let n = mats.iter().map(|w| w.rows).sum();
-        with_cpu_rows(x, n, |xv| quant_product(xv, m, k, mats, kernels))
+        with_cpu_rows(x, n, |xv| quant_product(xv, m, k, mats, kc))
     })?;
     Ok(product.transpose()?.flatten())
 }
 
-/// `x · Wᵀ` over quantized matrices at the active level, with the kernels `kernels` allows.
+/// `x · Wᵀ` over quantized matrices at the context's level, with the kernels it allows.
 fn quant_product(
     x: &[f32],
     m: usize,
     k: usize,
     mats: &[QuantMatrix<'_>],
-    kernels: KernelOptions,
+    kc: &KernelContext,
 ) -> Vec<f32> {
-    let many = kernels.many_row_kernels;
-    crate::kernels::quant_matmul::matmul_t_at(cpu::active(), x, m, k, mats, many)
+    let many = kc.options.many_row_kernels;
+    crate::kernels::quant_matmul::matmul_t_at(kc.level, x, m, k, mats, many)
 }
 
 /// `f` on every part as a matrix of Hearth's quantized kernels for rows of `k` values, or
@@ -381,14 +331,14 @@ fn with_quant_mats<R>(
     Ok(Some(f(&mats)))
 }
 
-fn cpu_rows(weight: &Tensor, x: &Tensor) -> Result<Option<Tensor>> {
+fn cpu_rows(weight: &Tensor, x: &Tensor, kc: &KernelContext) -> Result<Option<Tensor>> {
     if !x.device().is_cpu() || x.dtype() != DType::F32 {
         return Ok(None);
     }
     let k = weight.dim(1)?;
     let m = x.elem_count() / k;
-    let product = with_dense_rows(weight, m, rows_are_sequences(), |rows, n| {
-        with_cpu_rows(x, n, |xv| matmul_t(xv, m, k, rows, n))
+    let product = with_dense_rows(weight, m, kc.rows_are_sequences, |rows, n| {
+        with_cpu_rows(x, n, |xv| matmul_t_at(kc.level, xv, m, k, rows, n))
     })?;
     Ok(product.transpose()?.flatten())
 }
@@ -442,16 +392,22 @@ fn with_cpu_rows(
     Ok(Some(Tensor::from_vec(out, shape, &Device::Cpu)?))
 }
 
-impl Module for Linear {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let fused = quantized_rows(&self.parts, x, self.kernels)?;
+impl Linear {
+    /// `x · Wᵀ + b`, with the kernels `kc` picks on the CPU. From `dequantize_from_rows` rows on
+    /// (prompt prefills), a quantized matrix of a type Hearth has no kernel for (candle's then
+    /// run: Q2_K, Q3_K, …) is widened to f32 and multiplied with gemm, several times faster
+    /// than candle's one dot product per row (docs/benchmarks.md, "Kernel choices"). The eight
+    /// types with kernels here never are: their prompts sum exactly as decoding does (see
+    /// `with_block_kernels`).
+    pub fn forward(&self, x: &Tensor, kc: &KernelContext) -> Result<Tensor> {
+        let fused = quantized_rows(&self.parts, x, kc)?;
         let y = match (fused, self.parts.as_slice()) {
             (Some(y), _) => y,
-            (None, [one]) => one.forward(x, self.kernels)?,
+            (None, [one]) => one.forward(x, kc)?,
             (None, parts) => {
                 let outs = parts
                     .iter()
-                    .map(|p| p.forward(x, self.kernels))
+                    .map(|p| p.forward(x, kc))
                     .collect::<Result<Vec<_>>>()?;
                 Tensor::cat(&outs, D::Minus1)?
             }

@@ -2,10 +2,11 @@
 //! input is read once.
 
 use crate::kernels::ops::attention::silu_mul;
+use crate::kernels::KernelContext;
 use crate::load::weights::WeightSource;
 use crate::model::linear::with_cpu_f32;
 use crate::model::linear::Linear;
-use candle_core::{Module, Result as CResult, Tensor, D};
+use candle_core::{Result as CResult, Tensor, D};
 
 use crate::error::Result;
 
@@ -35,33 +36,31 @@ impl Mlp {
         let up = m("up_proj", [intermediate, hidden])?;
         let down = m("down_proj", [hidden, intermediate])?;
         Ok(Self {
-            gate_up: Linear::fused(vec![gate, up], None)?.with_kernels(w.kernels()),
-            down: Linear::fused(vec![down], None)?.with_kernels(w.kernels()),
+            gate_up: Linear::fused(vec![gate, up], None)?,
+            down: Linear::fused(vec![down], None)?,
             intermediate,
         })
     }
 
-    /// The block on `m` rows of f32 on the CPU, from and into slices, as [`Module::forward`]
+    /// The block on `m` rows of f32 on the CPU, from and into slices, as [`Mlp::forward`]
     /// computes it there (see [`Linear::cpu_product`]); `None` where it takes candle's ops.
     pub(crate) fn cpu_forward(
         &self,
         x: &[f32],
         m: usize,
-        sequences: bool,
+        kc: &KernelContext,
     ) -> CResult<Option<Vec<f32>>> {
-        let Some(gate_up) = self.gate_up.cpu_product(x, m, sequences)? else {
+        let Some(gate_up) = self.gate_up.cpu_product(x, m, kc)? else {
             return Ok(None);
         };
-        let h = silu_mul(&gate_up, self.intermediate);
-        self.down.cpu_product(&h, m, sequences)
+        let h = silu_mul(kc.level, &gate_up, self.intermediate);
+        self.down.cpu_product(&h, m, kc)
     }
-}
 
-impl Module for Mlp {
-    fn forward(&self, x: &Tensor) -> CResult<Tensor> {
-        let gate_up = self.gate_up.forward(x)?;
+    pub fn forward(&self, x: &Tensor, kc: &KernelContext) -> CResult<Tensor> {
+        let gate_up = self.gate_up.forward(x, kc)?;
         // On the CPU in f32, one vectorised pass instead of candle's three.
-        let fused = with_cpu_f32(&gate_up, |gu| silu_mul(gu, self.intermediate))?;
+        let fused = with_cpu_f32(&gate_up, |gu| silu_mul(kc.level, gu, self.intermediate))?;
         if let Some(h) = fused {
             let mut shape = gate_up.dims().to_vec();
             if let Some(last) = shape.last_mut() {
@@ -69,11 +68,11 @@ impl Module for Mlp {
             }
             return self
                 .down
-                .forward(&Tensor::from_vec(h, shape, gate_up.device())?);
+                .forward(&Tensor::from_vec(h, shape, gate_up.device())?, kc);
         }
         let gate = gate_up.narrow(D::Minus1, 0, self.intermediate)?;
         let up = gate_up.narrow(D::Minus1, self.intermediate, self.intermediate)?;
         let h = (candle_nn::ops::silu(&gate)? * up)?;
-        self.down.forward(&h)
+        self.down.forward(&h, kc)
     }
 }

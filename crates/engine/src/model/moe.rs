@@ -14,10 +14,11 @@
 
 use super::mlp::Mlp;
 use crate::error::{EngineError, Result};
+use crate::kernels::KernelContext;
 use crate::load::config::MoeConfig;
 use crate::load::weights::WeightSource;
-use crate::model::linear::{rows_are_sequences, with_cpu_f32, Linear};
-use candle_core::{DType, Module, Result as CResult, Tensor, D};
+use crate::model::linear::{with_cpu_f32, Linear};
+use candle_core::{DType, Result as CResult, Tensor, D};
 use rayon::prelude::*;
 
 #[derive(Debug, Clone)]
@@ -65,13 +66,12 @@ impl Moe {
                         &[1, hidden],
                     )?],
                     None,
-                )?
-                .with_kernels(w.kernels()),
+                )?,
             )),
             None => None,
         };
         Ok(Self {
-            router: Linear::fused(vec![router], None)?.with_kernels(w.kernels()),
+            router: Linear::fused(vec![router], None)?,
             experts,
             top_k: cfg.experts_per_token,
             norm_topk_prob: cfg.norm_topk_prob,
@@ -91,24 +91,27 @@ impl Moe {
     }
 
     /// `routed` plus the shared expert's output scaled by its sigmoid gate, where there is one.
-    fn plus_shared(&self, x: &Tensor, routed: Tensor) -> CResult<Tensor> {
+    fn plus_shared(&self, x: &Tensor, routed: Tensor, kc: &KernelContext) -> CResult<Tensor> {
         let Some((mlp, gate)) = &self.shared else {
             return Ok(routed);
         };
-        let g = candle_nn::ops::sigmoid(&gate.forward(x)?)?;
-        routed + mlp.forward(x)?.broadcast_mul(&g)?
+        let g = candle_nn::ops::sigmoid(&gate.forward(x, kc)?)?;
+        routed + mlp.forward(x, kc)?.broadcast_mul(&g)?
     }
 
     /// The experts on the CPU in f32 (`x`: `[tokens, hidden]`): every chosen expert at once
     /// over the rows routed to it, then each token's weighted sum in expert order, as the
     /// tensor path sums it. `None` where some expert takes candle's ops.
-    fn cpu_experts(&self, x: &Tensor, groups: &[Routed]) -> CResult<Option<Vec<f32>>> {
+    fn cpu_experts(
+        &self,
+        x: &Tensor,
+        groups: &[Routed],
+        kc: &KernelContext,
+    ) -> CResult<Option<Vec<f32>>> {
         if !x.device().is_cpu() || x.dtype() != DType::F32 {
             return Ok(None);
         }
         let (tokens, hidden) = x.dims2()?;
-        // The step's flag, read here: the experts run on other threads.
-        let sequences = rows_are_sequences();
         let x = x.contiguous()?;
         let ys = with_cpu_f32(&x, |xs| {
             groups
@@ -123,7 +126,7 @@ impl Moe {
                     for &t in &routed.tokens {
                         rows.extend_from_slice(&xs[t as usize * hidden..][..hidden]);
                     }
-                    expert.cpu_forward(&rows, routed.tokens.len(), sequences)
+                    expert.cpu_forward(&rows, routed.tokens.len(), kc)
                 })
                 .collect::<CResult<Option<Vec<Vec<f32>>>>>()
         })?;
@@ -144,35 +147,34 @@ impl Moe {
     }
 }
 
-impl Module for Moe {
-    fn forward(&self, x: &Tensor) -> CResult<Tensor> {
+impl Moe {
+    pub fn forward(&self, x: &Tensor, kc: &KernelContext) -> CResult<Tensor> {
         let dims = x.dims().to_vec();
         let hidden = x.dim(D::Minus1)?;
         let tokens = x.elem_count() / hidden.max(1);
         let x = x.reshape((tokens, hidden))?;
-        let logits = self.router_logits(&x)?;
+        let logits = self.router_logits(&x, kc)?;
         let groups = route(&logits, self.experts.len(), self.top_k, self.norm_topk_prob);
-        let routed = match self.cpu_experts(&x, &groups)? {
+        let routed = match self.cpu_experts(&x, &groups, kc)? {
             Some(out) => Tensor::from_vec(out, (tokens, hidden), x.device())?,
-            None => self.tensor_experts(&x, &groups)?,
+            None => self.tensor_experts(&x, &groups, kc)?,
         };
-        self.plus_shared(&x, routed)?.reshape(dims)
+        self.plus_shared(&x, routed, kc)?.reshape(dims)
     }
-}
 
-impl Moe {
     /// The router's logits, `[tokens, experts]` flat. On the CPU every row takes the one-row
     /// kernel (GGUF files keep the router in f32, whose prompts would otherwise go to gemm):
     /// a token's experts and weights must not depend on the prompt around it.
-    fn router_logits(&self, x: &Tensor) -> CResult<Vec<f32>> {
+    fn router_logits(&self, x: &Tensor, kc: &KernelContext) -> CResult<Vec<f32>> {
         let tokens = x.dim(0)?;
         let x = x.contiguous()?;
-        let rows = with_cpu_f32(&x, |xs| self.router.cpu_product(xs, tokens, true))?;
+        let one_row = kc.with_rows_as_sequences(true);
+        let rows = with_cpu_f32(&x, |xs| self.router.cpu_product(xs, tokens, &one_row))?;
         if let Some(logits) = rows.transpose()?.flatten() {
             return Ok(logits);
         }
         self.router
-            .forward(&x)?
+            .forward(&x, kc)?
             .to_dtype(DType::F32)?
             .flatten_all()?
             .to_vec1::<f32>()
@@ -180,7 +182,7 @@ impl Moe {
 
     /// The experts with candle's ops, one after another (GPUs, and weights without Hearth's
     /// kernels): the same sums as [`Moe::cpu_experts`].
-    fn tensor_experts(&self, x: &Tensor, groups: &[Routed]) -> CResult<Tensor> {
+    fn tensor_experts(&self, x: &Tensor, groups: &[Routed], kc: &KernelContext) -> CResult<Tensor> {
         let mut out = x.zeros_like()?;
         for (expert, routed) in self.experts.iter().zip(groups) {
             if routed.tokens.is_empty() {
@@ -191,7 +193,7 @@ impl Moe {
                 .to_dtype(x.dtype())?
                 .unsqueeze(1)?;
             let y = expert
-                .forward(&x.index_select(&idx, 0)?)?
+                .forward(&x.index_select(&idx, 0)?, kc)?
                 .broadcast_mul(&weights)?;
             out = out.index_add(&idx, &y, 0)?;
         }
@@ -303,7 +305,7 @@ mod tests {
         let q = QTensor::quantize(w, dtype)?;
         let (rows, cols) = w.dims2()?;
         let kind = BlockType::of(dtype).ok_or("a block type with kernels")?;
-        if tiles::supported(kind, rows) {
+        if tiles::supported(crate::kernels::cpu::default_level(), kind, rows) {
             let data = tiles::interleave(kind, &q.data()?, rows, cols);
             return Ok(Matrix::Tiles(Arc::new(TileMatrix {
                 kind,
@@ -362,17 +364,18 @@ mod tests {
     fn the_cpu_experts_equal_the_tensor_path_and_each_row_alone() -> TestResult {
         let moe = tiny_moe()?;
         let x = random(37, HIDDEN, 99)?;
+        let kc = KernelContext::default_level();
         for tokens in [1, 3, 37] {
             let x = x.narrow(0, 0, tokens)?;
-            let logits = moe.router_logits(&x)?;
+            let logits = moe.router_logits(&x, &kc)?;
             let g = route(&logits, moe.experts.len(), moe.top_k, moe.norm_topk_prob);
-            let fast = moe.cpu_experts(&x, &g)?.ok_or("the CPU path")?;
-            let slow = flat(&moe.tensor_experts(&x, &g)?)?;
+            let fast = moe.cpu_experts(&x, &g, &kc)?.ok_or("the CPU path")?;
+            let slow = flat(&moe.tensor_experts(&x, &g, &kc)?)?;
             assert_eq!(fast, slow, "{tokens} tokens");
-            let batched = crate::model::linear::rows_as_sequences(|| moe.forward(&x))?;
+            let batched = moe.forward(&x, &kc.with_rows_as_sequences(true))?;
             let batched = flat(&batched)?;
             for t in 0..tokens {
-                let alone = flat(&moe.forward(&x.narrow(0, t, 1)?)?)?;
+                let alone = flat(&moe.forward(&x.narrow(0, t, 1)?, &kc)?)?;
                 let row = &fast[t * HIDDEN..][..HIDDEN];
                 assert_eq!(row, alone.as_slice(), "token {t} of {tokens}");
                 assert_eq!(&batched[t * HIDDEN..][..HIDDEN], row, "batched token {t}");

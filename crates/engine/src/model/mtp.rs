@@ -53,8 +53,7 @@ impl Mtp {
             ffn: FeedForward::load_as(w, &format!("{p}.mlp"), sparse, cfg)?,
         };
         Ok(Some(Self {
-            fc: Linear::fused(vec![w.projection(&fc_name, &[h, 2 * h])?], None)?
-                .with_kernels(w.kernels()),
+            fc: Linear::fused(vec![w.projection(&fc_name, &[h, 2 * h])?], None)?,
             norm_embedding: norm(&format!("{PREFIX}.pre_fc_norm_embedding.weight"))?,
             norm_hidden: norm(&format!("{PREFIX}.pre_fc_norm_hidden.weight"))?,
             layer,

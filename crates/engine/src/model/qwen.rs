@@ -13,11 +13,12 @@ use crate::cache::kv::KvCache;
 use crate::cache::multimodal::{ImageRows, Multimodal};
 use crate::cache::recurrent::StateShape;
 use crate::error::{EngineError, Result};
+use crate::kernels::KernelContext;
 use crate::load::config::QwenConfig;
 use crate::load::weights::{Matrix, WeightSource};
 use crate::model::linear::Linear;
 use crate::vision::{mrope_positions, ImageInput, Vision};
-use candle_core::{DType, Device, Module, Tensor};
+use candle_core::{DType, Device, Tensor};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -40,6 +41,8 @@ pub struct Qwen {
     /// The vision tower, where the checkpoint has one and it was loaded.
     vision: Option<Vision>,
     device: Device,
+    /// How its products run on the CPU (the level its weights were laid out for).
+    kernels: KernelContext,
 }
 
 /// The activation dtype for weights of `weight_dtype` on `device`: the CPU computes in f32
@@ -111,8 +114,7 @@ impl Qwen {
                 vec![w.projection("lm_head.weight", &[cfg.vocab_size, h])?],
                 None,
             )?
-        }
-        .with_kernels(w.kernels());
+        };
         let mtp = match cfg.family.is_hybrid() {
             true => Mtp::load(w, cfg, act, &norm)?,
             false => None,
@@ -146,7 +148,13 @@ impl Qwen {
             },
             vision: None,
             device,
+            kernels: w.kernels(),
         })
+    }
+
+    /// How the model's products run on the CPU.
+    pub fn kernels(&self) -> KernelContext {
+        self.kernels
     }
 
     /// The model's configuration.
@@ -230,7 +238,7 @@ impl Qwen {
             let last = hidden.narrow(1, tokens.len() - 1, 1)?;
             Ok(self
                 .lm_head
-                .forward(&last)?
+                .forward(&last, &self.kernels)?
                 .flatten_all()?
                 .to_dtype(DType::F32)?)
         })
@@ -266,8 +274,12 @@ impl Qwen {
         lens: &[usize],
         caches: &mut [&mut KvCache],
     ) -> Result<Tensor> {
-        self.over_rows(tokens, lens, caches, |x| {
-            Ok(self.lm_head.forward(&x)?.squeeze(0)?.to_dtype(DType::F32)?)
+        self.over_rows(tokens, lens, caches, |x, kc| {
+            Ok(self
+                .lm_head
+                .forward(&x, kc)?
+                .squeeze(0)?
+                .to_dtype(DType::F32)?)
         })
     }
 
@@ -279,37 +291,39 @@ impl Qwen {
         lens: &[usize],
         caches: &mut [&mut KvCache],
     ) -> Result<(Tensor, Tensor)> {
-        self.over_rows(tokens, lens, caches, |x| {
-            let logits = self.lm_head.forward(&x)?.squeeze(0)?.to_dtype(DType::F32)?;
+        self.over_rows(tokens, lens, caches, |x, kc| {
+            let logits = self
+                .lm_head
+                .forward(&x, kc)?
+                .squeeze(0)?
+                .to_dtype(DType::F32)?;
             Ok((logits, x.squeeze(0)?))
         })
     }
 
     /// `head` over the normed hidden states `[1, rows, hidden]` of [`Qwen::forward_rows`]'
     /// rows, once the caches are checked: every row through the kernels it takes decoded
-    /// alone, the head's too.
+    /// alone (the context `head` is given), the head's too.
     fn over_rows<T: Send>(
         &self,
         tokens: &[u32],
         lens: &[usize],
         caches: &mut [&mut KvCache],
-        head: impl FnOnce(Tensor) -> Result<T> + Send,
+        head: impl FnOnce(Tensor, &KernelContext) -> Result<T> + Send,
     ) -> Result<T> {
         self.check_rows(tokens, lens, caches)?;
-        self.on_pool(|| {
-            crate::model::linear::rows_as_sequences(|| {
-                head(self.rows_hidden(tokens, lens, caches)?)
-            })
-        })
+        let kc = self.kernels.with_rows_as_sequences(true);
+        self.on_pool(|| head(self.rows_hidden(tokens, lens, caches, &kc)?, &kc))
     }
 
-    /// Normed hidden states `[1, rows, hidden]` of [`Qwen::forward_rows`]' rows; extends the
-    /// caches. Runs inside `rows_as_sequences`.
+    /// Normed hidden states `[1, rows, hidden]` of [`Qwen::forward_rows`]' rows, with every
+    /// row taken as a sequence (`kc`); extends the caches.
     fn rows_hidden(
         &self,
         tokens: &[u32],
         lens: &[usize],
         caches: &mut [&mut KvCache],
+        kc: &KernelContext,
     ) -> Result<Tensor> {
         let mut images = vec![];
         let mut first = 0;
@@ -321,9 +335,9 @@ impl Qwen {
             }
             first += len;
         }
-        let x = self.layers_over(tokens, &images, |mixer, h, i| match mixer {
-            Mixer::Attention(a) => a.forward_rows(h, i, lens, caches, &self.rotary),
-            Mixer::Linear(d) => d.forward(h, i, lens, caches),
+        let x = self.layers_over(tokens, &images, kc, |mixer, h, i| match mixer {
+            Mixer::Attention(a) => a.forward_rows(h, i, lens, caches, &self.rotary, kc),
+            Mixer::Linear(d) => d.forward(h, i, lens, caches, kc),
         })?;
         for (cache, &len) in caches.iter_mut().zip(lens) {
             cache.advance(len);
@@ -339,7 +353,7 @@ impl Qwen {
             let last = hidden.narrow(1, tokens.len() - 1, 1)?;
             let logits = self
                 .lm_head
-                .forward(&last)?
+                .forward(&last, &self.kernels)?
                 .flatten_all()?
                 .to_dtype(DType::F32)?;
             Ok((logits, hidden.squeeze(0)?))
@@ -374,11 +388,11 @@ impl Qwen {
                 "no draft vocabulary was set on this model",
             ));
         };
-        self.over_rows(tokens, lens, caches, |x| {
+        self.over_rows(tokens, lens, caches, |x, kc| {
             let x = x
                 .squeeze(0)?
                 .index_select(&last_rows(lens, &self.device)?, 0)?;
-            let logits = head.forward(&x.unsqueeze(0)?)?.squeeze(0)?;
+            let logits = head.forward(&x.unsqueeze(0)?, kc)?.squeeze(0)?;
             Ok((logits.to_dtype(DType::F32)?, x.to_dtype(DType::F32)?))
         })
     }
@@ -507,21 +521,24 @@ impl Qwen {
         }
         self.check_rows(tokens, lens, caches)?;
         let eps = self.cfg.rms_norm_eps as f32;
+        let kc = &self.kernels;
         self.on_pool(|| {
             let ids = Tensor::new(tokens, &self.device)?;
             let e = self.embed.lookup(&ids)?.to_dtype(self.act_dtype)?;
             let e = candle_nn::ops::rms_norm(&e, &mtp.norm_embedding, eps)?;
             let h =
                 candle_nn::ops::rms_norm(&hidden.to_dtype(self.act_dtype)?, &mtp.norm_hidden, eps)?;
-            let x = mtp.fc.forward(&Tensor::cat(&[e, h], 1)?.unsqueeze(0)?)?;
+            let x = mtp
+                .fc
+                .forward(&Tensor::cat(&[e, h], 1)?.unsqueeze(0)?, kc)?;
             let layer = &mtp.layer;
             let Mixer::Attention(attention) = &layer.mixer else {
                 unreachable!("the head's layer is loaded with attention")
             };
             let n = candle_nn::ops::rms_norm(&x, &layer.input_norm, eps)?;
-            let x = (x + attention.forward_rows(&n, 0, lens, caches, &self.rotary)?)?;
+            let x = (x + attention.forward_rows(&n, 0, lens, caches, &self.rotary, kc)?)?;
             let n = candle_nn::ops::rms_norm(&x, &layer.post_norm, eps)?;
-            let x = (&x + layer.ffn.forward(&n)?)?;
+            let x = (&x + layer.ffn.forward(&n, kc)?)?;
             for (cache, &len) in caches.iter_mut().zip(lens) {
                 cache.advance(len);
             }
@@ -531,7 +548,7 @@ impl Qwen {
             let x = candle_nn::ops::rms_norm(&x, &mtp.norm, eps)?;
             let logits = self
                 .lm_head
-                .forward(&x.unsqueeze(0)?)?
+                .forward(&x.unsqueeze(0)?, kc)?
                 .squeeze(0)?
                 .to_dtype(DType::F32)?;
             Ok((logits, x))
@@ -544,7 +561,7 @@ impl Qwen {
             let hidden = self.hidden(tokens, cache)?;
             Ok(self
                 .lm_head
-                .forward(&hidden)?
+                .forward(&hidden, &self.kernels)?
                 .squeeze(0)?
                 .to_dtype(DType::F32)?)
         })
@@ -555,9 +572,6 @@ impl Qwen {
     /// a sleeping thread takes tens of microseconds to wake, and a decoding step hands out
     /// about a hundred matrix products, each a few tens of microseconds long.
     fn on_pool<T: Send>(&self, step: impl FnOnce() -> T + Send) -> T {
-        // Rows are a sequence's own consecutive tokens unless the step says otherwise, even on
-        // a thread that is inside another step (see `with_rows_as_sequences`).
-        let step = || crate::model::linear::with_rows_as_sequences(false, step);
         if !self.device.is_cpu() || rayon::current_thread_index().is_some() {
             return step();
         }
@@ -626,6 +640,7 @@ impl Qwen {
         &self,
         tokens: &[u32],
         images: &[(usize, Tensor)],
+        kc: &KernelContext,
         mut mix: impl FnMut(&Mixer, &Tensor, usize) -> candle_core::Result<Tensor>,
     ) -> Result<Tensor> {
         let ids = Tensor::new(tokens, &self.device)?;
@@ -648,7 +663,7 @@ impl Qwen {
             let h = candle_nn::ops::rms_norm(&x, &layer.input_norm, eps)?;
             x = (x + mix(&layer.mixer, &h, i)?)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.post_norm, eps)?;
-            x = (x + layer.ffn.forward(&h)?)?;
+            x = (x + layer.ffn.forward(&h, kc)?)?;
         }
         Ok(x)
     }
@@ -661,9 +676,10 @@ impl Qwen {
             Some(m) => m.embeddings(offset, len)?,
             None => vec![],
         };
-        let x = self.layers_over(tokens, &images, |mixer, h, i| match mixer {
-            Mixer::Attention(a) => a.forward(h, i, cache, &self.rotary, mask.as_ref()),
-            Mixer::Linear(d) => d.forward(h, i, &[len], &mut [&mut *cache]),
+        let kc = &self.kernels;
+        let x = self.layers_over(tokens, &images, kc, |mixer, h, i| match mixer {
+            Mixer::Attention(a) => a.forward(h, i, cache, &self.rotary, mask.as_ref(), kc),
+            Mixer::Linear(d) => d.forward(h, i, &[len], &mut [&mut *cache], kc),
         })?;
         cache.advance(len);
         let eps = self.cfg.rms_norm_eps as f32;

@@ -12,8 +12,8 @@
 //! waits, ahead of new requests, to run its tokens again and go on (vLLM's recompute).
 //!
 //! Batching does not change results: prompt chunks start at the same offsets whatever else
-//! runs, and a decoding row takes the kernel it would take alone
-//! ([`crate::model::linear::rows_as_sequences`]).
+//! runs, and a decoding row takes the kernel it would take alone (the kernel context's
+//! `rows_are_sequences`).
 //!
 //! A step's phases are a file each: `admission`, `prefill`, `drafting` (with the
 //! `speculative::Drafter`), `decode`; `session` moves a session's cache in and out; this file

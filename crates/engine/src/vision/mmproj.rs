@@ -5,7 +5,7 @@
 
 use super::config::{ProcessorConfig, VisionConfig};
 use crate::error::{EngineError, Result};
-use crate::kernels::KernelOptions;
+use crate::kernels::KernelContext;
 use crate::load::gguf::{GgufFile, GgufWeights};
 use crate::load::weights::{Matrix, WeightSource};
 use candle_core::{DType, Device, Tensor};
@@ -90,6 +90,15 @@ pub struct MmprojWeights {
     inner: GgufWeights,
 }
 
+impl MmprojWeights {
+    /// The tower built from these weights runs its products as `kernels` says.
+    pub fn with_kernels(self, kernels: KernelContext) -> Self {
+        Self {
+            inner: self.inner.with_kernels(kernels),
+        }
+    }
+}
+
 /// The mmproj name of the checkpoint's `model.visual.{name}`.
 fn mmproj_name(name: &str) -> String {
     let name = name.strip_prefix("model.visual.").unwrap_or(name);
@@ -148,7 +157,7 @@ impl WeightSource for MmprojWeights {
     fn matrix(&self, name: &str, shape: &[usize]) -> Result<Matrix> {
         self.inner.matrix(&mmproj_name(name), shape)
     }
-    fn kernels(&self) -> KernelOptions {
+    fn kernels(&self) -> KernelContext {
         self.inner.kernels()
     }
 }

@@ -79,18 +79,19 @@ impl Vision {
     }
 
     /// The vision of llama.cpp's mmproj file `path`, for a model whose vocabulary has the
-    /// image token `image_token`.
+    /// image token `image_token`, its products run as `kernels` says (the model's).
     pub fn from_mmproj(
         path: &Path,
         image_token: u32,
         device: &candle_core::Device,
+        kernels: crate::kernels::KernelContext,
     ) -> Result<Self> {
         let mmproj = Mmproj::open(path)?;
         let cfg = mmproj.config()?;
         Ok(Self {
             encoder: ImageEncoder::new(VisionTower::load(
                 &cfg,
-                &mmproj.weights(device),
+                &mmproj.weights(device).with_kernels(kernels),
                 "model.visual",
             )?),
             processor: ImageProcessor::new(mmproj.processor(&cfg)),

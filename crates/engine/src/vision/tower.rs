@@ -10,6 +10,7 @@ use crate::kernels::ops::full_attention::attend_all;
 use crate::kernels::ops::pointwise::bias_gelu;
 use crate::kernels::packed::PackedMatrix;
 use crate::kernels::with_cpu_f32;
+use crate::kernels::CpuLevel;
 use crate::load::weights::WeightSource;
 use candle_core::{DType, Device, Tensor};
 
@@ -23,7 +24,8 @@ struct Linear {
 /// tower's products have thousands of rows), else as loaded for candle's matmul.
 #[derive(Debug, Clone)]
 enum Weight {
-    Packed(PackedMatrix),
+    /// Packed for the kernels of this level.
+    Packed(PackedMatrix, CpuLevel),
     Plain(Tensor),
 }
 
@@ -31,7 +33,7 @@ impl Linear {
     fn load(w: &dyn WeightSource, name: &str, out: usize, inp: usize) -> Result<Self> {
         let weight = w.tensor(&format!("{name}.weight"), &[out, inp], DType::F32)?;
         Ok(Self {
-            weight: Weight::new(weight)?,
+            weight: Weight::new(weight, w.kernels().level)?,
             bias: w.tensor(&format!("{name}.bias"), &[out], DType::F32)?,
         })
     }
@@ -51,15 +53,15 @@ impl Linear {
                     Ok(y)
                 }
             }
-            Weight::Packed(p) => {
+            &Weight::Packed(ref p, level) => {
                 let m = x.dim(0)?;
                 let x = x.contiguous()?;
                 // The rows read where they are, not copied out.
-                let y = with_cpu_f32(&x, |rows| p.matmul_t(rows, m))?.flatten();
+                let y = with_cpu_f32(&x, |rows| p.matmul_t(level, rows, m))?.flatten();
                 let Some(mut y) = y else {
                     candle_core::bail!("the packed product takes {} columns", p.cols())
                 };
-                let added = with_cpu_f32(&self.bias, |b| bias_gelu(&mut y, b, gelu))?;
+                let added = with_cpu_f32(&self.bias, |b| bias_gelu(level, &mut y, b, gelu))?;
                 if added.is_none() {
                     candle_core::bail!("the bias is not f32 on the CPU");
                 }
@@ -70,16 +72,13 @@ impl Linear {
 }
 
 impl Weight {
-    fn new(w: Tensor) -> candle_core::Result<Self> {
-        if !w.device().is_cpu() || !PackedMatrix::runs_here() {
+    fn new(w: Tensor, level: CpuLevel) -> candle_core::Result<Self> {
+        if !w.device().is_cpu() || !PackedMatrix::runs_here(level) {
             return Ok(Self::Plain(w));
         }
         let (n, k) = w.dims2()?;
-        Ok(Self::Packed(PackedMatrix::new(
-            &w.flatten_all()?.to_vec1()?,
-            n,
-            k,
-        )))
+        let packed = PackedMatrix::new(&w.flatten_all()?.to_vec1()?, n, k);
+        Ok(Self::Packed(packed, level))
     }
 }
 
@@ -131,6 +130,8 @@ pub struct VisionTower {
     /// `1 / theta^(2k / (head_dim / 2))`, one per rotated pair of a coordinate.
     inv_freq: Vec<f32>,
     device: Device,
+    /// The CPU kernels' level.
+    level: CpuLevel,
 }
 
 impl VisionTower {
@@ -150,7 +151,7 @@ impl VisionTower {
             DType::F32,
         )?;
         let patch = Linear {
-            weight: Weight::new(conv.reshape((d, cfg.patch_values()))?)?,
+            weight: Weight::new(conv.reshape((d, cfg.patch_values()))?, w.kernels().level)?,
             bias: w.tensor(&name("patch_embed.proj.bias"), &[d], DType::F32)?,
         };
         let positions = w
@@ -190,6 +191,7 @@ impl VisionTower {
             merger_fc2: Linear::load(w, &name("merger.linear_fc2"), cfg.out_hidden_size, merged)?,
             inv_freq,
             device: w.device().clone(),
+            level: w.kernels().level,
         })
     }
 
@@ -247,7 +249,7 @@ impl VisionTower {
         let v = part(2)?;
         let flat = |t: &Tensor| t.flatten_all()?.to_vec1::<f32>();
         let out = match q.device().is_cpu() {
-            true => attend_all(&flat(&q)?, &flat(&k)?, &flat(&v)?, heads, n, hd),
+            true => attend_all(self.level, &flat(&q)?, &flat(&k)?, &flat(&v)?, heads, n, hd),
             false => None,
         };
         let out = match out {

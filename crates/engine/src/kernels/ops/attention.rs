@@ -260,7 +260,7 @@ pub fn attend(
     heads: Heads,
 ) -> Vec<f32> {
     attend_at(
-        crate::kernels::cpu::active(),
+        crate::kernels::cpu::default_level(),
         q,
         q_width,
         len,
@@ -454,7 +454,7 @@ fn run(level: crate::kernels::cpu::CpuLevel, job: &Job<'_>, scratch: &mut Scratc
         unsafe fn avx2(job: &Job<'_>, scratch: &mut Scratch, sink: &Sink) {
             run_rows::<2, AVX2>(job, scratch, sink)
         }
-        // SAFETY: `level` is one this CPU runs (`cpu::active()` or a test's
+        // SAFETY: `level` is one this CPU runs (`cpu::default_level()` or a test's
         // `cpu::runnable()`), whose features include these.
         match level {
             CpuLevel::Avx512 => return unsafe { avx512(job, scratch, sink) },
@@ -789,16 +789,16 @@ fn largest(s: &[f32]) -> f32 {
 }
 
 /// `silu(gate) · up` for rows holding `[gate | up]`, `n` values each; returns `[rows, n]`.
-pub fn silu_mul(gate_up: &[f32], n: usize) -> Vec<f32> {
+pub fn silu_mul(level: CpuLevel, gate_up: &[f32], n: usize) -> Vec<f32> {
     let mut out = vec![0f32; gate_up.len() / 2];
     if out.len() >= 1 << 14 {
         out.par_chunks_mut(n)
             .zip(gate_up.par_chunks_exact(2 * n))
-            .for_each(|(o, gu)| silu_mul_row(gu, o));
+            .for_each(|(o, gu)| silu_mul_row(level, gu, o));
     } else {
         out.chunks_mut(n)
             .zip(gate_up.chunks_exact(2 * n))
-            .for_each(|(o, gu)| silu_mul_row(gu, o));
+            .for_each(|(o, gu)| silu_mul_row(level, gu, o));
     }
     out
 }
@@ -1163,7 +1163,7 @@ mod tests {
             assert!((g - w).abs() < 1e-6, "{row:?} vs {want:?}");
         }
         let gate_up = [1.0f32, -2.0, 0.5, 3.0];
-        let out = silu_mul(&gate_up, 2);
+        let out = silu_mul(CpuLevel::Portable, &gate_up, 2);
         for (i, o) in out.iter().enumerate() {
             let g = gate_up[i] as f64;
             let want = g / (1.0 + (-g).exp()) * gate_up[2 + i] as f64;

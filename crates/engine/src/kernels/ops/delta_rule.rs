@@ -92,20 +92,23 @@ mod tests {
         );
         let (q, k, v) = (values(kd, 4), values(kd, 5), values(vd, 6));
         let s0 = values(kd * vd, 7);
-        let run = |portable: bool| {
+        // `None`: the portable body itself.
+        let run = |level: Option<cpu::CpuLevel>| {
             let mut conv = vec![0f32; ch];
             let (mut s, mut mem, mut out) = (s0.clone(), vec![0f32; vd], vec![0f32; vd]);
-            if portable {
+            if let Some(level) = level {
+                conv_silu(level, &x, &window, &w, &mut conv);
+                delta_step(level, &mut s, &q, &k, &v, 0.7, 0.9, &mut mem, &mut out);
+            } else {
                 conv_silu_portable(&x, &window, &w, &mut conv);
                 delta_step_portable(&mut s, &q, &k, &v, 0.7, 0.9, &mut mem, &mut out);
-            } else {
-                conv_silu(&x, &window, &w, &mut conv);
-                delta_step(&mut s, &q, &k, &v, 0.7, 0.9, &mut mem, &mut out);
             }
             (conv, s, out)
         };
-        assert_eq!(run(false), run(true), "at {:?}", cpu::active());
-        let (conv, s, out) = run(false);
+        for level in cpu::runnable() {
+            assert_eq!(run(Some(level)), run(None), "at {level:?}");
+        }
+        let (conv, s, out) = run(Some(cpu::default_level()));
         for c in 0..ch {
             let mut acc = w[(taps - 1) * ch + c] as f64 * x[c] as f64;
             for j in 0..taps - 1 {

@@ -5,6 +5,7 @@
 //! packed kernel (below AVX2) the caller keeps candle's ops.
 
 use super::pointwise::softmax_rows;
+use crate::kernels::cpu::CpuLevel;
 use crate::kernels::packed::PackedMatrix;
 
 /// Queries per block: their scores (`BLOCK × keys` values, 16 MiB for a 1920 × 1080
@@ -15,6 +16,7 @@ const BLOCK: usize = 512;
 /// (`[heads, n, dim]`); returns `[n, heads × dim]`. `None` where this CPU runs no packed
 /// kernel ([`PackedMatrix::runs_here`]) or the lengths do not fit.
 pub fn attend_all(
+    level: CpuLevel,
     q: &[f32],
     k: &[f32],
     v: &[f32],
@@ -23,7 +25,7 @@ pub fn attend_all(
     dim: usize,
 ) -> Option<Vec<f32>> {
     let len = heads * n * dim;
-    if !PackedMatrix::runs_here() || q.len() != len || k.len() != len || v.len() != len {
+    if !PackedMatrix::runs_here(level) || q.len() != len || k.len() != len || v.len() != len {
         return None;
     }
     let scale = 1.0 / (dim as f32).sqrt();
@@ -46,11 +48,11 @@ pub fn attend_all(
         for start in (0..n).step_by(BLOCK) {
             let rows = BLOCK.min(n - start);
             let block = &qh[start * dim..(start + rows) * dim];
-            if !keys.matmul_t_into(block, rows, &mut scores) {
+            if !keys.matmul_t_into(level, block, rows, &mut scores) {
                 return None;
             }
-            softmax_rows(&mut scores, n, scale);
-            if !values.matmul_t_into(&scores, rows, &mut weighted) {
+            softmax_rows(level, &mut scores, n, scale);
+            if !values.matmul_t_into(level, &scores, rows, &mut weighted) {
                 return None;
             }
             for (r, o) in weighted.chunks_exact(dim).enumerate() {
@@ -74,9 +76,10 @@ mod tests {
                 .collect()
         };
         let (q, k, v) = (gen(1), gen(2), gen(3));
-        let Some(got) = attend_all(&q, &k, &v, heads, n, dim) else {
+        let level = crate::kernels::cpu::default_level();
+        let Some(got) = attend_all(level, &q, &k, &v, heads, n, dim) else {
             assert!(
-                !PackedMatrix::runs_here(),
+                !PackedMatrix::runs_here(level),
                 "no attention where the kernel runs"
             );
             return;

@@ -4,16 +4,17 @@
 //! `exp` per value.
 
 use super::attention::exp;
+use crate::kernels::cpu::CpuLevel;
 use rayon::prelude::*;
 
 /// Each row of `rows` (`bias.len()` values each) plus `bias`, then through the tanh GELU
 /// (`0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`) where `gelu`.
-pub fn bias_gelu(rows: &mut [f32], bias: &[f32], gelu: bool) {
+pub fn bias_gelu(level: CpuLevel, rows: &mut [f32], bias: &[f32], gelu: bool) {
     let n = bias.len().max(1);
     rows.par_chunks_mut(n * 64).for_each(|chunk| {
         chunk
             .chunks_mut(n)
-            .for_each(|row| bias_gelu_row(row, bias, gelu))
+            .for_each(|row| bias_gelu_row(level, row, bias, gelu))
     });
 }
 
@@ -38,9 +39,9 @@ fn bias_gelu_row_portable(row: &mut [f32], bias: &[f32], gelu: bool) {
 }
 
 /// Each row of `rows` (`n` values each) scaled by `scale`, then its softmax.
-pub fn softmax_rows(rows: &mut [f32], n: usize, scale: f32) {
+pub fn softmax_rows(level: CpuLevel, rows: &mut [f32], n: usize, scale: f32) {
     rows.par_chunks_mut(n.max(1))
-        .for_each(|row| softmax_row(row, scale));
+        .for_each(|row| softmax_row(level, row, scale));
 }
 
 simd_dispatch!(fn softmax_row(row: &mut [f32], scale: f32) => softmax_row_portable);
@@ -89,7 +90,7 @@ mod tests {
         let bias = [0.5f32, -1.0, 2.0];
         let xs: Vec<f32> = (0..300).map(|i| (i as f32 - 150.0) / 10.0).collect();
         let mut rows = xs.clone();
-        bias_gelu(&mut rows, &bias, true);
+        bias_gelu(crate::kernels::cpu::default_level(), &mut rows, &bias, true);
         for (i, (&x, &got)) in xs.iter().zip(&rows).enumerate() {
             let x = (x + bias[i % 3]) as f64;
             let want = 0.5
@@ -101,7 +102,12 @@ mod tests {
             );
         }
         let mut rows = xs.clone();
-        bias_gelu(&mut rows, &bias, false);
+        bias_gelu(
+            crate::kernels::cpu::default_level(),
+            &mut rows,
+            &bias,
+            false,
+        );
         assert_eq!(rows[4], xs[4] - 1.0);
     }
 
@@ -109,7 +115,7 @@ mod tests {
     fn softmax_rows_sum_to_one_in_the_scores_order() {
         let mut rows: Vec<f32> = (0..40).map(|i| (i % 7) as f32 * 3.0 - 9.0).collect();
         let want: Vec<f64> = rows[20..].iter().map(|&s| (s as f64 * 0.5).exp()).collect();
-        softmax_rows(&mut rows, 20, 0.5);
+        softmax_rows(crate::kernels::cpu::default_level(), &mut rows, 20, 0.5);
         let total: f64 = want.iter().sum();
         for (got, w) in rows[20..].iter().zip(&want) {
             assert!(

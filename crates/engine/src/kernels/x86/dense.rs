@@ -243,8 +243,7 @@ unsafe fn wide8_f16(p: *const half::f16) -> __m256 {
 }
 
 pub fn at(level: CpuLevel) -> BlockFn {
-    // SAFETY: `cpu::active()` never exceeds the detected level, whose features include
-    // these.
+    // SAFETY: capped at the detected level, whose features include these.
     match level.min(cpu::detected()) {
         CpuLevel::Avx512 => |x, m, k, w, o| unsafe { avx512::run(x, m, k, w, o) },
         CpuLevel::Avx2 | CpuLevel::AvxVnni => |x, m, k, w, o| unsafe { avx2::run(x, m, k, w, o) },

@@ -5,7 +5,7 @@ use super::names::{gguf_tensor, mtp_tensor};
 use super::{tensor_bytes, GgufFile};
 use crate::error::{EngineError, Result};
 use crate::kernels::tiles::{self, TileMatrix};
-use crate::kernels::{BlockType, KernelOptions};
+use crate::kernels::{BlockType, KernelContext};
 use crate::load::weights::{Matrix, WeightSource};
 use candle_core::quantized::gguf_file::TensorInfo;
 use candle_core::quantized::{GgmlDType, QStorage, QTensor};
@@ -31,12 +31,13 @@ pub struct GgufWeights {
     /// Where the multi-token-prediction head's tensors (`mtp.*`) are.
     mtp_block: Option<usize>,
     device: Device,
-    kernels: KernelOptions,
+    kernels: KernelContext,
 }
 
 impl GgufWeights {
-    /// These weights' layers pick their CPU kernels by `kernels`.
-    pub fn with_kernels(mut self, kernels: KernelOptions) -> Self {
+    /// The model built from these weights runs its products as `kernels` says; its matrices
+    /// are laid out for that level (tiles where it has tile kernels).
+    pub fn with_kernels(mut self, kernels: KernelContext) -> Self {
         self.kernels = kernels;
         self
     }
@@ -49,7 +50,7 @@ impl GgufFile {
             mtp_block: self.mtp_block(),
             file: self.clone(),
             device: device.clone(),
-            kernels: KernelOptions::default(),
+            kernels: KernelContext::default_level(),
         }
     }
 }
@@ -148,7 +149,9 @@ impl GgufWeights {
         let [rows, cols] = *shape else {
             return Ok(None);
         };
-        if !self.device.is_cpu() || cols % kind.block_values() != 0 || !tiles::supported(kind, rows)
+        if !self.device.is_cpu()
+            || cols % kind.block_values() != 0
+            || !tiles::supported(self.kernels.level, kind, rows)
         {
             return Ok(None);
         }
@@ -372,7 +375,7 @@ impl WeightSource for GgufWeights {
             .dequantize(&self.device)?
             .to_dtype(dtype)?)
     }
-    fn kernels(&self) -> KernelOptions {
+    fn kernels(&self) -> KernelContext {
         self.kernels
     }
     fn projection(&self, name: &str, shape: &[usize]) -> Result<Matrix> {
