@@ -1,17 +1,20 @@
 //! `POST /v1/chat/completions`: one answer as JSON, or a stream of server-sent chunks.
 //! Tool calls come back in OpenAI's `tool_calls`, reasoning as `reasoning_content`.
 
+pub(super) mod request;
+
 use super::answer::{Answer, Part};
 use super::app::{off_the_runtime, App};
 use super::error::ApiError;
 use super::reply::{body_bytes, finish_reason, unix_now, usage_json, RequestId};
-use super::request::{chat_call, json_object, ChatCall};
+use super::request::{json_object, ChatCall};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use hearth_engine::{Summary, ToolCall};
+use request::chat_call;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use tokio::sync::mpsc;

@@ -3,7 +3,8 @@
 //! requests have fields, and valid bodies with bytes changed. Each decoder answers a 4xx naming
 //! what is wrong, or a call; none panics or hangs (`scripts/fuzz.sh` runs them for minutes).
 
-use super::request::{chat_call, json_object};
+use super::chat::request::chat_call;
+use super::request::json_object;
 use hearth_engine::SamplingParams;
 use hearth_fuzz::check;
 use proptest::prelude::*;

@@ -3,6 +3,7 @@
 mod calculator;
 mod files;
 mod python;
+mod sandbox;
 mod time;
 mod toolkit;
 
