@@ -2,7 +2,9 @@
 //! (Q8_0) or AVX2's bodies from `x86/tiles*/` over [`super::tiles`]' layout.
 
 use super::blocks::BlockType;
-use super::cpu::{self, CpuLevel};
+#[cfg(target_arch = "x86_64")]
+use super::cpu;
+use super::cpu::CpuLevel;
 #[cfg(target_arch = "x86_64")]
 use super::tile_layout::in_groups;
 #[cfg(target_arch = "x86_64")]
@@ -132,6 +134,7 @@ mod tests {
     type TestResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
     use super::*;
+    use crate::kernels::cpu;
     use crate::kernels::quant_matmul::{
         assert_close, matmul_t_at, QuantMatrix, TEST_TYPES as TYPES,
     };

@@ -14,10 +14,9 @@
 //! multiply-adds in one fixed order whatever rows share its pass, so a prompt's attention
 //! equals token-by-token decoding's bit for bit, and every level computes the same bits: the
 //! x86 bodies (`kernels/x86/attention.rs`) at AVX2 and AVX-512, the portable loops
-//! elsewhere (libm's exact `fmaf` where the CPU has no FMA), at the level
-//! [`crate::kernels::cpu`] chose.
+//! elsewhere (libm's exact `fmaf` where the CPU has no FMA), at the level the caller's kernel
+//! context names.
 
-#[cfg(target_arch = "x86_64")]
 use crate::kernels::cpu::CpuLevel;
 use crate::kernels::dense::SharedOut;
 #[cfg(target_arch = "x86_64")]
