@@ -308,6 +308,19 @@ fn check_parameters(at: &str, p: &Value) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// `auto`, `none` or `required`: a `tool_choice` given as a string (OpenAI's APIs).
+pub fn choice_mode(mode: &str) -> Result<ToolChoice, ApiError> {
+    match mode {
+        "auto" => Ok(ToolChoice::Auto),
+        "none" => Ok(ToolChoice::None),
+        "required" => Ok(ToolChoice::Required),
+        other => Err(ApiError::invalid(
+            "tool_choice",
+            format!("`{other}`: expected auto, none, required or a named function"),
+        )),
+    }
+}
+
 /// `choice` if the tools offered (`names`) allow it: a named tool must be among them, and a
 /// required call needs one. `name_at` is where the API's request names the tool.
 pub fn offered_choice(

@@ -4,8 +4,8 @@
 use crate::serve::error::ApiError;
 use crate::serve::images::{data_uri, part, Images, PartsText};
 use crate::serve::request::{
-    effort_thinking, end_user, json_schema, offered_choice, tool_names, typed, ChatCall,
-    RawSampling,
+    choice_mode, effort_thinking, end_user, json_schema, offered_choice, tool_names, typed,
+    ChatCall, RawSampling,
 };
 use hearth_engine::constraint::Constraint;
 use hearth_engine::{ChatMessage, SamplingParams, ToolCall, ToolChoice};
@@ -317,17 +317,7 @@ fn assistant_calls(
 fn tool_choice(v: Option<&Value>, names: &[String]) -> Result<ToolChoice, ApiError> {
     let choice = match v {
         None | Some(Value::Null) => ToolChoice::Auto,
-        Some(Value::String(s)) => match s.as_str() {
-            "auto" => ToolChoice::Auto,
-            "none" => ToolChoice::None,
-            "required" => ToolChoice::Required,
-            other => {
-                return Err(ApiError::invalid(
-                    "tool_choice",
-                    format!("`{other}`: expected auto, none, required or a named function"),
-                ))
-            }
-        },
+        Some(Value::String(s)) => choice_mode(s)?,
         Some(Value::Object(o)) => {
             let name = o
                 .get("function")

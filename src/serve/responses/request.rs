@@ -8,8 +8,8 @@ use super::tools::{offered_tools, Offered};
 use crate::serve::error::ApiError;
 use crate::serve::images::{data_uri, part, Images, PartsText};
 use crate::serve::request::{
-    effort_thinking, json_schema, note_once, offered_choice, system_first, tool_names, typed,
-    ChatCall, RawSampling,
+    choice_mode, effort_thinking, json_schema, note_once, offered_choice, system_first, tool_names,
+    typed, ChatCall, RawSampling,
 };
 use base64::Engine as _;
 use hearth_engine::constraint::Constraint;
@@ -364,17 +364,7 @@ fn tool_choice(
 ) -> Result<ToolChoice, ApiError> {
     let choice = match v {
         None | Some(Value::Null) => ToolChoice::Auto,
-        Some(Value::String(s)) => match s.as_str() {
-            "auto" => ToolChoice::Auto,
-            "none" => ToolChoice::None,
-            "required" => ToolChoice::Required,
-            other => {
-                return Err(ApiError::invalid(
-                    "tool_choice",
-                    format!("`{other}`: expected auto, none, required or a named function"),
-                ))
-            }
-        },
+        Some(Value::String(s)) => choice_mode(s)?,
         Some(Value::Object(o))
             if matches!(
                 o.get("type").and_then(Value::as_str),
