@@ -1,6 +1,7 @@
 //! Arguments every model-loading command shares.
 
 use anyhow::bail;
+use hearth_engine::kernels::{ops::attention::Products, KernelOptions};
 use hearth_engine::{
     CacheType, CacheTypes, DTypeSpec, DeviceSpec, HubOptions, LoadOptions, LoadProgress,
     SamplingParams, SchedulerOptions, YarnOptions,
@@ -71,6 +72,11 @@ pub struct ModelArgs {
     /// on a GPU the model's dtype).
     #[arg(long)]
     pub cache_type_v: Option<String>,
+    /// Attention's products on the CPU: bf16 (queries, keys, values and weights rounded to
+    /// bfloat16, sums in f32; taken where the CPU has AVX-512 BF16, about twice as fast at
+    /// depth) or f32.
+    #[arg(long, default_value = "bf16")]
+    pub attention_precision: String,
     /// Most positions a sequence may hold (default the model's context: its
     /// max_position_embeddings, or the original context times the YaRN factor).
     #[arg(long)]
@@ -114,7 +120,15 @@ impl ModelArgs {
             progress: load_progress(),
             // HEARTH_CPU, read by the engine.
             cpu: None,
-            kernels: Default::default(),
+            kernels: KernelOptions {
+                attention: Products::parse(&self.attention_precision).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "invalid --attention-precision: `{}`; expected bf16 or f32",
+                        self.attention_precision
+                    )
+                })?,
+                ..Default::default()
+            },
             cache_types: self.cache_types()?,
             ctx_size: self.ctx_size,
             yarn: self.yarn()?,

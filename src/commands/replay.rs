@@ -75,6 +75,7 @@ fn live(
         max_step_rows: None,
         cache_type_k: None,
         cache_type_v: None,
+        attention_precision: "bf16".into(),
         ctx_size: None,
         rope_scaling: None,
         rope_scale: None,

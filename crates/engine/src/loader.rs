@@ -477,8 +477,9 @@ pub fn load_model(spec: &str, opts: &LoadOptions) -> Result<LoadedModel> {
     );
     if device.is_cpu() && matches!(checkpoint, Checkpoint::Gguf(_)) {
         tracing::info!(
-            "CPU kernels: {}",
-            crate::kernels::kernel_path(kernels.level)
+            "CPU kernels: {}; attention products {}",
+            crate::kernels::kernel_path(kernels.level),
+            kernels.options.attention.at(kernels.level).name()
         );
     }
     Ok(LoadedModel {
@@ -579,8 +580,9 @@ fn fingerprint(
     parts.push(device_name(device));
     if device.is_cpu() {
         parts.push(format!(
-            "kernels {}",
-            crate::kernels::kernel_path(kernels.level)
+            "kernels {}, attention {}",
+            crate::kernels::kernel_path(kernels.level),
+            kernels.options.attention.at(kernels.level).name()
         ));
     }
     parts.join("; ")

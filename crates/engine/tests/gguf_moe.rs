@@ -8,6 +8,8 @@ use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::QTensor;
 use candle_core::{DType, Device};
 use common::*;
+use hearth_engine::kernels::ops::attention::Products;
+use hearth_engine::kernels::{cpu, KernelContext, KernelOptions};
 use hearth_engine::load::gguf::GgufFile;
 use hearth_engine::{Qwen, QwenConfig, Weights};
 use std::path::{Path, PathBuf};
@@ -17,10 +19,19 @@ fn fixture(kind: &str) -> PathBuf {
     fixtures().join(format!("gguf/tiny-qwen3-moe-{kind}.gguf"))
 }
 
+/// The file's model with f32 attention, as llama.cpp's goldens were computed (bf16 products
+/// would round where llama.cpp does not).
 fn load(path: &Path) -> hearth_engine::Result<Qwen> {
     let file = Arc::new(GgufFile::open(path)?);
     let cfg = file.config()?;
-    Qwen::load(&cfg, &file.weights(&Device::Cpu))
+    let kernels = KernelContext::new(
+        cpu::default_level(),
+        KernelOptions {
+            attention: Products::F32,
+            ..Default::default()
+        },
+    );
+    Qwen::load(&cfg, &file.weights(&Device::Cpu).with_kernels(kernels))
 }
 
 fn last_logits(m: &Qwen, ids: &[u32]) -> Vec<f32> {

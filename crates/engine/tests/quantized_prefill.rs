@@ -8,6 +8,7 @@
 mod common;
 
 use candle_core::Device;
+use hearth_engine::kernels::ops::attention::Products;
 use hearth_engine::kernels::{cpu, CpuLevel, KernelContext, KernelOptions};
 use hearth_engine::load::gguf::GgufFile;
 use hearth_engine::Qwen;
@@ -22,8 +23,11 @@ fn load(
 ) -> (Qwen, hearth_engine::Tokenizer) {
     let file = Arc::new(GgufFile::open(path).unwrap());
     let cfg = file.config().unwrap();
+    // f32 attention: the levels' products compared here are the weights' (bf16 attention,
+    // where the CPU has it, is compared with f32 in `real_model.rs`).
     let kernels = KernelOptions {
         many_row_kernels,
+        attention: Products::F32,
         ..Default::default()
     };
     let kernels = KernelContext::new(level, kernels);

@@ -5,6 +5,7 @@ mod roofline;
 
 use crate::model_args::ModelArgs;
 use anyhow::{bail, Context};
+use hearth_engine::kernels::ops::attention::Products;
 use hearth_engine::{load_model, LanguageModel, Qwen, QwenConfig};
 use std::time::Instant;
 
@@ -276,7 +277,13 @@ pub fn load(args: &ModelArgs) -> anyhow::Result<Loaded> {
         .with_context(|| format!("loading {}", args.model))?;
     // Which CPU kernels ran (`HEARTH_CPU` may ask for a lower level than the CPU has).
     let backend = match l.info.device.as_str() {
-        "cpu" => format!("cpu-{}", l.model.kernels().level),
+        "cpu" => {
+            let kc = l.model.kernels();
+            match kc.options.attention.at(kc.level) {
+                Products::Bf16 => format!("cpu-{}-bf16attn", kc.level),
+                Products::F32 => format!("cpu-{}", kc.level),
+            }
+        }
         other => other.to_string(),
     };
     Ok(Loaded {

@@ -4,6 +4,7 @@
 //! run at different levels.
 
 use super::cpu::{self, CpuLevel};
+use super::ops::attention::Products;
 
 /// How a model's products run on the CPU; passed into every layer's `forward`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +59,8 @@ pub struct KernelOptions {
     /// From this many rows on (prompts), a quantized matrix of a type without Hearth's kernels
     /// (Q2_K, Q3_K, …) is widened to f32 and multiplied with gemm (`usize::MAX`: never).
     pub dequantize_from_rows: usize,
+    /// Attention's products: bf16 where the CPU has AVX-512 BF16 (the default), or f32.
+    pub attention: Products,
 }
 
 impl Default for KernelOptions {
@@ -65,6 +68,7 @@ impl Default for KernelOptions {
         Self {
             many_row_kernels: true,
             dequantize_from_rows: 16,
+            attention: Products::Bf16,
         }
     }
 }

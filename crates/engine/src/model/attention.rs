@@ -334,7 +334,17 @@ impl Attention {
                     offset + len
                 );
             }
-            out.extend(attend_at(kc.level, rows, width, len, offset, k, v, heads));
+            out.extend(attend_at(
+                kc.level,
+                kc.options.attention,
+                rows,
+                width,
+                len,
+                offset,
+                k,
+                v,
+                heads,
+            ));
         }
         Tensor::from_vec(out, (b, rows_in, h * d), device)
     }

@@ -15,16 +15,77 @@
 //! equals token-by-token decoding's bit for bit, and every level computes the same bits: the
 //! x86 bodies (`kernels/x86/attention.rs`) at AVX2 and AVX-512, the portable loops
 //! elsewhere (libm's exact `fmaf` where the CPU has no FMA), at the level the caller's kernel
-//! context names.
+//! context names. With bf16 products ([`Products::Bf16`], on CPUs with AVX-512 BF16) the
+//! queries, keys, values and weights are rounded to bfloat16 and multiplied in pairs
+//! (`kernels/x86/attention_bf16.rs`), twice the multiply-adds per instruction, each sum still
+//! one fixed chain: a prompt still attends as decoded, though not in f32's bits.
 
 use crate::kernels::cpu::CpuLevel;
 use crate::kernels::dense::SharedOut;
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::x86::attention as x86;
+#[cfg(target_arch = "x86_64")]
+use crate::kernels::x86::attention_bf16 as x86_bf16;
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 use rayon::prelude::*;
 use std::ops::Range;
+
+/// The precision of attention's products (its sums, maximum and softmax are f32 either way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Products {
+    /// f32 throughout: every level computes the same bits.
+    F32,
+    /// Queries, keys, values and softmax weights rounded to bfloat16 and multiplied in pairs
+    /// (`vdpbf16ps`) where the CPU has AVX-512 BF16 and a head's values are a multiple of 64,
+    /// about twice the multiply-adds per instruction; f32 elsewhere. As a GPU's bf16
+    /// attention; a prompt still attends as its positions decoded one by one.
+    #[default]
+    Bf16,
+}
+
+impl Products {
+    /// `f32` or `bf16`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::F32 => "f32",
+            Self::Bf16 => "bf16",
+        }
+    }
+
+    /// `f32` or `bf16`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "f32" => Some(Self::F32),
+            "bf16" => Some(Self::Bf16),
+            _ => None,
+        }
+    }
+
+    /// The products taken at `level` on this CPU (bf16 only at AVX-512 with AVX-512 BF16).
+    pub fn at(self, level: CpuLevel) -> Self {
+        match self {
+            Self::Bf16 if level == CpuLevel::Avx512 && cpu_has_bf16() => Self::Bf16,
+            _ => Self::F32,
+        }
+    }
+
+    /// Whether attention at `level` with `dim` values a head takes bf16 products here.
+    pub fn bf16_here(self, level: CpuLevel, dim: usize) -> bool {
+        self.at(level) == Self::Bf16 && dim % 64 == 0
+    }
+}
+
+/// Whether this CPU has AVX-512 BF16 (detected once).
+fn cpu_has_bf16() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *HAS.get_or_init(|| std::arch::is_x86_feature_detected!("avx512bf16"))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
 
 /// The shape of one layer's attention.
 #[derive(Debug, Clone, Copy)]
@@ -260,6 +321,7 @@ pub fn attend(
 ) -> Vec<f32> {
     attend_at(
         crate::kernels::cpu::default_level(),
+        Products::F32,
         q,
         q_width,
         len,
@@ -270,10 +332,11 @@ pub fn attend(
     )
 }
 
-/// [`attend`] at `level` (one this CPU runs).
+/// [`attend`] at `level` (one this CPU runs), its products in `products`.
 #[allow(clippy::too_many_arguments)]
 pub fn attend_at(
     level: crate::kernels::cpu::CpuLevel,
+    products: Products,
     q: &[f32],
     q_width: usize,
     len: usize,
@@ -283,6 +346,7 @@ pub fn attend_at(
     heads: Heads,
 ) -> Vec<f32> {
     let Heads { q: qh, kv, dim } = heads;
+    let bf16 = products.bf16_here(level, dim);
     let keys = offset + len;
     let spans = keys.div_ceil(SPAN);
     let blocks = len.div_ceil(QUERY_BLOCK);
@@ -304,7 +368,7 @@ pub fn attend_at(
         let dst = SharedOut(out.as_mut_ptr());
         (0..kv * blocks).into_par_iter().for_each(|task| {
             let job = job(task % kv, task / kv, 0..spans);
-            SCRATCH.with_borrow_mut(|scratch| run(level, &job, scratch, &Sink::Out(&dst)));
+            SCRATCH.with_borrow_mut(|scratch| run(level, bf16, &job, scratch, &Sink::Out(&dst)));
         });
         return out;
     }
@@ -319,7 +383,7 @@ pub fn attend_at(
     (0..spans * kv * blocks).into_par_iter().for_each(|task| {
         let (span, rest) = (task / (kv * blocks), task % (kv * blocks));
         let job = job(rest % kv, rest / kv, span..span + 1);
-        SCRATCH.with_borrow_mut(|scratch| run(level, &job, scratch, &sink));
+        SCRATCH.with_borrow_mut(|scratch| run(level, bf16, &job, scratch, &sink));
     });
     out.par_chunks_mut(dim).enumerate().for_each(|(r, out)| {
         let mut total = State::empty(dim);
@@ -378,6 +442,12 @@ struct Scratch {
     /// One tile of keys and of values widened to f32, for a cache in 16 bits.
     kf: Vec<f32>,
     vf: Vec<f32>,
+    /// With bf16 products: the query rows, the tile's keys on their way to `kt`, its values
+    /// and each row's weights, as pairs of bf16 values ([`x86_bf16`]'s layouts).
+    qb: Vec<f32>,
+    kb: Vec<f32>,
+    vb: Vec<f32>,
+    pb: Vec<f32>,
     /// Each row's scores, then weights, for the tile: `[rows, TILE]`.
     p: Vec<f32>,
     /// Each row's state over the span now taken, and over the spans before it.
@@ -442,9 +512,24 @@ impl State {
 /// (sixteen vectors of sums): four at AVX-512, two at AVX2, one elsewhere. A row's sums are
 /// the same whichever rows share its pass, and `mul_add` is one rounding at every level (a
 /// fused instruction, or the library's exact `fmaf`), so every level computes the same bits.
-fn run(level: crate::kernels::cpu::CpuLevel, job: &Job<'_>, scratch: &mut Scratch, sink: &Sink) {
+/// `bf16` ([`Products::bf16_here`]): the AVX-512 BF16 bodies.
+fn run(
+    level: crate::kernels::cpu::CpuLevel,
+    bf16: bool,
+    job: &Job<'_>,
+    scratch: &mut Scratch,
+    sink: &Sink,
+) {
     #[cfg(target_arch = "x86_64")]
     {
+        #[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma,f16c")]
+        unsafe fn avx512_bf16(job: &Job<'_>, scratch: &mut Scratch, sink: &Sink) {
+            run_rows::<4, BF16>(job, scratch, sink)
+        }
+        if bf16 {
+            // SAFETY: `bf16` only where the CPU has AVX-512 BF16 at level AVX-512.
+            return unsafe { avx512_bf16(job, scratch, sink) };
+        }
         #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
         unsafe fn avx512(job: &Job<'_>, scratch: &mut Scratch, sink: &Sink) {
             run_rows::<4, AVX512>(job, scratch, sink)
@@ -462,7 +547,7 @@ fn run(level: crate::kernels::cpu::CpuLevel, job: &Job<'_>, scratch: &mut Scratc
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = level;
+    let _ = (level, bf16);
     run_rows::<1, PORTABLE>(job, scratch, sink)
 }
 
@@ -473,6 +558,9 @@ const PORTABLE: u8 = 0;
 const AVX2: u8 = 1;
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const AVX512: u8 = 2;
+/// AVX-512 with its products in bf16 ([`x86_bf16`]).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+const BF16: u8 = 3;
 
 /// One task, `R` query rows at a time. Row `i` is position `t0 + i / group`, head `i % group`
 /// of the kv head's group: the heads of one position see the same keys, and rows in order
@@ -492,6 +580,14 @@ fn run_rows<const R: usize, const BODY: u8>(job: &Job<'_>, s: &mut Scratch, sink
         let (t, head) = row(i);
         let q = &job.q[t * job.q_width + head * dim..][..dim];
         s.q.extend(q.iter().map(|x| x * scale));
+    }
+    #[cfg(target_arch = "x86_64")]
+    if BODY == BF16 {
+        s.qb.resize(n * dim / 2, 0.0);
+        s.pb.resize(n * TILE / 2, 0.0);
+        // SAFETY: `BF16` only in callers compiled with AVX-512 BF16, for heads of a multiple
+        // of 64 values.
+        unsafe { x86_bf16::pairs(&s.q, &mut s.qb) };
     }
     s.kt.resize(dim * TILE, 0.0);
     s.p.resize(n * TILE, 0.0);
@@ -517,7 +613,10 @@ fn run_rows<const R: usize, const BODY: u8>(job: &Job<'_>, s: &mut Scratch, sink
                 .k
                 .rows::<BODY>(job.kv_head, tile..tile + nk, dim, &mut s.kf);
             #[cfg(target_arch = "x86_64")]
-            if BODY >= AVX2 {
+            if BODY == BF16 {
+                // SAFETY: as for `pairs` above; `k` holds `nk <= TILE` keys.
+                unsafe { x86_bf16::pack_keys(k, dim, &mut s.kb, &mut s.kt) }
+            } else if BODY >= AVX2 {
                 // SAFETY: `BODY` is AVX2 or more only in callers compiled with AVX2; `k`
                 // holds `nk <= TILE` keys, `s.kt` `dim * TILE` values.
                 unsafe { x86::pack_transposed(k, dim, &mut s.kt) }
@@ -529,19 +628,35 @@ fn run_rows<const R: usize, const BODY: u8>(job: &Job<'_>, s: &mut Scratch, sink
             let vt = job
                 .v
                 .rows::<BODY>(job.kv_head, tile..tile + nk, dim, &mut s.vf);
+            #[cfg(target_arch = "x86_64")]
+            if BODY == BF16 {
+                s.vb.resize(TILE / 2 * dim, 0.0);
+                // SAFETY: as above; `vt` holds `nk <= TILE` values of `dim`.
+                unsafe { x86_bf16::pack_values(vt, dim, &mut s.vb) };
+            }
             let first = first_seeing(tile).min(n);
             let mut i = first;
             while i < n {
                 // AVX-512 takes the rows four at a time and the rest together (a kv head of
                 // seven query heads decodes as four and three, each tile loaded twice).
                 let take = match BODY {
-                    AVX512 => (n - i).min(4),
+                    AVX512 | BF16 => (n - i).min(4),
                     _ if n - i >= R => R,
                     _ => 1,
                 };
                 let (q, p) = (&s.q[i * dim..(i + take) * dim], &mut s.p[i * TILE..]);
                 #[cfg(target_arch = "x86_64")]
                 match BODY {
+                    // SAFETY: as above; `qb` holds the rows' pairs, `p` their tiles.
+                    BF16 => unsafe {
+                        let (q, half) = (&s.qb[i * dim / 2..], dim / 2);
+                        match take {
+                            4 => x86_bf16::scores::<4>(q, &s.kt, half, p),
+                            3 => x86_bf16::scores::<3>(q, &s.kt, half, p),
+                            2 => x86_bf16::scores::<2>(q, &s.kt, half, p),
+                            _ => x86_bf16::scores::<1>(q, &s.kt, half, p),
+                        }
+                    },
                     // SAFETY: as above, with AVX-512F at `AVX512`; `q` holds `take` rows,
                     // `p` their tiles.
                     AVX512 => unsafe {
@@ -569,15 +684,20 @@ fn run_rows<const R: usize, const BODY: u8>(job: &Job<'_>, s: &mut Scratch, sink
                 i += take;
             }
             for (i, st) in s.span.iter_mut().enumerate().skip(first) {
-                let p = (&mut s.p[i * TILE..(i + 1) * TILE])
+                let p: &mut [f32; TILE] = (&mut s.p[i * TILE..(i + 1) * TILE])
                     .try_into()
                     .expect("a tile");
-                st.soften(p, (limit(i) - tile).min(TILE));
+                st.soften(&mut *p, (limit(i) - tile).min(TILE));
+                #[cfg(target_arch = "x86_64")]
+                if BODY == BF16 {
+                    // SAFETY: as above; a tile's weights are 64 values.
+                    unsafe { x86_bf16::pairs(&p[..], &mut s.pb[i * TILE / 2..]) };
+                }
             }
             let mut i = first;
             while i < n {
                 let take = match BODY {
-                    AVX512 if dim % 64 == 0 => (n - i).min(4),
+                    AVX512 | BF16 if dim % 64 == 0 => (n - i).min(4),
                     _ if n - i >= R && dim % 16 == 0 => R,
                     _ => 1,
                 };
@@ -586,6 +706,26 @@ fn run_rows<const R: usize, const BODY: u8>(job: &Job<'_>, s: &mut Scratch, sink
                 let seen = (limit(i + take - 1) - tile).min(nk);
                 let (p, v) = (&s.p[i * TILE..], &vt[..seen * dim]);
                 let rows = &mut s.span[i..i + take];
+                #[cfg(target_arch = "x86_64")]
+                if BODY == BF16 {
+                    let (w, pairs) = (&s.pb[i * TILE / 2..], seen.div_ceil(2));
+                    let mut acc = rows.iter_mut().map(|r| r.acc.as_mut_ptr());
+                    let mut next = || acc.next().unwrap_or(std::ptr::null_mut());
+                    let vb = &s.vb[..pairs * dim];
+                    // SAFETY: as above; `w` holds the rows' weights as pairs, `vb` the tile's
+                    // `pairs` pairs of values, each row's own `acc` `dim` sums.
+                    unsafe {
+                        use x86_bf16::weigh;
+                        match take {
+                            4 => weigh::<4>(w, vb, pairs, dim, [(); 4].map(|_| next())),
+                            3 => weigh::<3>(w, vb, pairs, dim, [(); 3].map(|_| next())),
+                            2 => weigh::<2>(w, vb, pairs, dim, [(); 2].map(|_| next())),
+                            _ => weigh::<1>(w, vb, pairs, dim, [next()]),
+                        }
+                    }
+                    i += take;
+                    continue;
+                }
                 #[cfg(target_arch = "x86_64")]
                 if dim % 64 == 0 && BODY >= AVX2 {
                     // SAFETY: as above; `p` holds the rows' tiles, `v` `seen` values, each
@@ -886,23 +1026,26 @@ mod tests {
             let offset = total - len;
             let q: Vec<f32> = (0..len * width).map(|i| value(i, 13)).collect();
             for level in crate::kernels::cpu::runnable() {
-                let one = attend_at(
-                    level,
-                    &q,
-                    width,
-                    len,
-                    offset,
-                    cached(Stored::F16(&k16), total * d),
-                    cached(Stored::F16(&v16), total * d),
-                    heads,
-                );
-                let split = attend_at(level, &q, width, len, offset, kc, vc, heads);
-                assert!(
-                    one.iter()
-                        .zip(&split)
-                        .all(|(a, b)| a.to_bits() == b.to_bits()),
-                    "{level:?}, {len} rows: the pieces change the result"
-                );
+                for products in [Products::F32, Products::Bf16] {
+                    let one = attend_at(
+                        level,
+                        products,
+                        &q,
+                        width,
+                        len,
+                        offset,
+                        cached(Stored::F16(&k16), total * d),
+                        cached(Stored::F16(&v16), total * d),
+                        heads,
+                    );
+                    let split = attend_at(level, products, &q, width, len, offset, kc, vc, heads);
+                    assert!(
+                        one.iter()
+                            .zip(&split)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{level:?}, {products:?}, {len} rows: the pieces change the result"
+                    );
+                }
             }
         }
     }
@@ -979,15 +1122,17 @@ mod tests {
             let (kh, vh) = (Held::new(ty, &k), Held::new(ty, &v));
             let stride = cap * ty.row_len(64);
             for level in crate::kernels::cpu::runnable() {
-                let run = |k: Cached<'_>, v: Cached<'_>| {
-                    attend_at(level, &q, width, len, offset, k, v, heads)
-                        .into_iter()
-                        .map(f32::to_bits)
-                        .collect::<Vec<_>>()
-                };
-                let wide = run(f32s(&kh.wide, cap * 64), f32s(&vh.wide, cap * 64));
-                let typed = run(cached(kh.stored(ty), stride), cached(vh.stored(ty), stride));
-                assert_eq!(typed, wide, "{ty:?} at {level}");
+                for products in [Products::F32, Products::Bf16] {
+                    let run = |k: Cached<'_>, v: Cached<'_>| {
+                        attend_at(level, products, &q, width, len, offset, k, v, heads)
+                            .into_iter()
+                            .map(f32::to_bits)
+                            .collect::<Vec<_>>()
+                    };
+                    let wide = run(f32s(&kh.wide, cap * 64), f32s(&vh.wide, cap * 64));
+                    let typed = run(cached(kh.stored(ty), stride), cached(vh.stored(ty), stride));
+                    assert_eq!(typed, wide, "{ty:?} at {level}, {products:?}");
+                }
             }
         }
     }
@@ -1009,15 +1154,19 @@ mod tests {
 
     /// A prompt's attention equals decoding its positions one at a time, bit for bit, with
     /// more keys than a tile and more query rows than a block, and past a span (where
-    /// decoding splits the keys across threads).
+    /// decoding splits the keys across threads); with bf16 products too (where the CPU has
+    /// them), odd tiles' last pair of keys included.
     #[test]
     fn a_prompt_attends_as_its_positions_decoded_one_by_one() {
-        for (offset, len) in [(90, 45), (SPAN + 70, 40), (2 * SPAN - 3, 7)] {
-            a_prompt_attends_as_decoded(offset, len);
+        let level = crate::kernels::cpu::default_level();
+        for products in [Products::F32, Products::Bf16] {
+            for (offset, len) in [(90, 45), (SPAN + 70, 40), (2 * SPAN - 3, 7)] {
+                a_prompt_attends_as_decoded(level, products, offset, len);
+            }
         }
     }
 
-    fn a_prompt_attends_as_decoded(offset: usize, len: usize) {
+    fn a_prompt_attends_as_decoded(level: CpuLevel, products: Products, offset: usize, len: usize) {
         let heads = Heads {
             q: 6,
             kv: 2,
@@ -1034,10 +1183,23 @@ mod tests {
             .map(|i| value(i, 11))
             .collect();
         let cached = |data| f32s(data, cap * heads.dim);
-        let prompt = attend(&q, width, len, offset, cached(&k), cached(&v), heads);
+        let run = |q: &[f32], len: usize, offset: usize| {
+            attend_at(
+                level,
+                products,
+                q,
+                width,
+                len,
+                offset,
+                cached(&k),
+                cached(&v),
+                heads,
+            )
+        };
+        let prompt = run(&q, len, offset);
         for t in 0..len {
             let row = &q[t * width..(t + 1) * width];
-            let one = attend(row, width, 1, offset + t, cached(&k), cached(&v), heads);
+            let one = run(row, 1, offset + t);
             let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             assert_eq!(
                 bits(&prompt[t * width..(t + 1) * width]),
@@ -1060,10 +1222,20 @@ mod tests {
             let v: Vec<f32> = (0..heads.kv * cap * dim).map(|i| value(i, 11)).collect();
             let cached = |data| f32s(data, cap * dim);
             let at = |level| {
-                attend_at(level, &q, width, len, offset, cached(&k), cached(&v), heads)
-                    .iter()
-                    .map(|x| x.to_bits())
-                    .collect::<Vec<_>>()
+                attend_at(
+                    level,
+                    Products::F32,
+                    &q,
+                    width,
+                    len,
+                    offset,
+                    cached(&k),
+                    cached(&v),
+                    heads,
+                )
+                .iter()
+                .map(|x| x.to_bits())
+                .collect::<Vec<_>>()
             };
             let portable = at(crate::kernels::cpu::CpuLevel::Portable);
             for level in crate::kernels::cpu::runnable() {
@@ -1086,6 +1258,83 @@ mod tests {
             (64, SPAN + 100, 3),
         ] {
             attention_matches_the_plain_formula_at(dim, offset, len);
+        }
+    }
+
+    /// With bf16 products, attention is the formula's over the queries, keys and values
+    /// rounded to bf16, within the rounding of the softmax weights (2⁻⁹ of each).
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn bf16_products_attend_as_the_rounded_values() {
+        use crate::kernels::x86::attention_bf16::to_bf16;
+        let level = CpuLevel::Avx512;
+        if !Products::Bf16.bf16_here(level, 64) || crate::kernels::cpu::usable(level).is_err() {
+            return; // no AVX-512 BF16 on this CPU
+        }
+        let round = |x: f32| f32::from_bits((to_bf16(x) as u32) << 16) as f64;
+        for (dim, offset, len) in [(64, 5, 19), (128, 100, 45), (64, SPAN + 100, 3)] {
+            let heads = Heads { q: 6, kv: 2, dim };
+            let cap = offset + len;
+            let value = |i: usize, s: usize| ((i * s % 101) as f32 - 50.0) / 37.0;
+            let width = heads.q * dim;
+            let q: Vec<f32> = (0..len * width).map(|i| value(i, 13)).collect();
+            let k: Vec<f32> = (0..heads.kv * cap * dim).map(|i| value(i, 7)).collect();
+            let v: Vec<f32> = (0..heads.kv * cap * dim).map(|i| value(i, 11)).collect();
+            let stride = cap * dim;
+            let got = attend_at(
+                level,
+                Products::Bf16,
+                &q,
+                width,
+                len,
+                offset,
+                f32s(&k, stride),
+                f32s(&v, stride),
+                heads,
+            );
+            let scale = 1.0 / (dim as f32).sqrt();
+            let group = heads.q / heads.kv;
+            let mut worst = 0f64;
+            for t in 0..len {
+                for h in 0..heads.q {
+                    let g = h / group;
+                    let qv: Vec<f64> = q[t * width + h * dim..][..dim]
+                        .iter()
+                        .map(|&x| round(x * scale))
+                        .collect();
+                    let seen = offset + t + 1;
+                    let s: Vec<f64> = (0..seen)
+                        .map(|j| {
+                            let key = &k[g * stride + j * dim..][..dim];
+                            qv.iter().zip(key).map(|(a, &b)| a * round(b)).sum::<f64>()
+                        })
+                        .collect();
+                    let max = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let e: Vec<f64> = s.iter().map(|x| (x - max).exp()).collect();
+                    let sum: f64 = e.iter().sum();
+                    for i in 0..dim {
+                        let want: f64 = (0..seen)
+                            .map(|j| e[j] / sum * round(v[g * stride + j * dim + i]))
+                            .sum();
+                        let have = got[t * width + h * dim + i] as f64;
+                        worst = worst.max((have - want).abs());
+                    }
+                }
+            }
+            // Values are at most 1.36; each weight rounded by at most 2⁻⁹ of itself.
+            assert!(worst < 1.36 / 512.0, "dim {dim}, {offset}+{len}: {worst}");
+            let f32s_got = attend_at(
+                level,
+                Products::F32,
+                &q,
+                width,
+                len,
+                offset,
+                f32s(&k, stride),
+                f32s(&v, stride),
+                heads,
+            );
+            assert_ne!(got, f32s_got, "bf16 products not taken");
         }
     }
 

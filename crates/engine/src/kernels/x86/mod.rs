@@ -1,10 +1,12 @@
 //! The x86-64 bodies of the weight rows' dot products: AVX2 (with FMA) and AVX-512 (with VNNI
 //! where the CPU has it). [`super::quant_matmul`] picks among them by [`super::cpu`]'s level.
-//! `attention`: the attention kernel's tile transpose and scores. `dense`: the dense products'
+//! `attention`: the attention kernel's tile transpose and scores; `attention_bf16`: the same
+//! with bf16 products. `dense`: the dense products'
 //! bodies. `tiles`, `tiles_q4k`, `tiles_q6k`: the tile kernels per block type. [`PanelPass`]: one pass of
 //! the packed products' bodies ([`super::packed`]).
 
 pub(crate) mod attention;
+pub(crate) mod attention_bf16;
 pub(crate) mod avx2;
 pub(crate) mod avx512;
 pub(crate) mod dense;
