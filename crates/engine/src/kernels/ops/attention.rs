@@ -72,7 +72,7 @@ impl Products {
 
     /// Whether attention at `level` with `dim` values a head takes bf16 products here.
     pub fn bf16_here(self, level: CpuLevel, dim: usize) -> bool {
-        self.at(level) == Self::Bf16 && dim % 64 == 0
+        self.at(level) == Self::Bf16 && dim.is_multiple_of(64)
     }
 }
 
