@@ -443,10 +443,14 @@ struct Scratch {
     kf: Vec<f32>,
     vf: Vec<f32>,
     /// With bf16 products: the query rows, the tile's keys on their way to `kt`, its values
-    /// and each row's weights, as pairs of bf16 values ([`x86_bf16`]'s layouts).
+    /// and each row's weights, as pairs of bf16 values (`x86/attention_bf16.rs`'s layouts).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     qb: Vec<f32>,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     kb: Vec<f32>,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     vb: Vec<f32>,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pb: Vec<f32>,
     /// Each row's scores, then weights, for the tile: `[rows, TILE]`.
     p: Vec<f32>,
