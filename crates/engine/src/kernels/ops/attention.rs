@@ -1213,17 +1213,25 @@ mod tests {
         }
     }
 
+    /// Queries of `len` positions and keys and values of `cap`, a fixed pattern within ±1.36.
+    fn inputs(heads: Heads, len: usize, cap: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        let value = |i: usize, s: usize| ((i * s % 101) as f32 - 50.0) / 37.0;
+        let (width, kv) = (heads.q * heads.dim, heads.kv * cap * heads.dim);
+        (
+            (0..len * width).map(|i| value(i, 13)).collect(),
+            (0..kv).map(|i| value(i, 7)).collect(),
+            (0..kv).map(|i| value(i, 11)).collect(),
+        )
+    }
+
     #[test]
     fn attention_is_the_same_at_every_level() {
         // Head sizes of Qwen's models; queries that end inside a block, a pair and a tile.
         for (dim, offset, len) in [(64, 90, 45), (128, 100, 33), (128, 0, 9), (64, 5, 1)] {
             let heads = Heads { q: 6, kv: 2, dim };
             let cap = offset + len;
-            let value = |i: usize, s: usize| ((i * s % 101) as f32 - 50.0) / 37.0;
             let width = heads.q * dim;
-            let q: Vec<f32> = (0..len * width).map(|i| value(i, 13)).collect();
-            let k: Vec<f32> = (0..heads.kv * cap * dim).map(|i| value(i, 7)).collect();
-            let v: Vec<f32> = (0..heads.kv * cap * dim).map(|i| value(i, 11)).collect();
+            let (q, k, v) = inputs(heads, len, cap);
             let cached = |data| f32s(data, cap * dim);
             let at = |level| {
                 attend_at(
@@ -1279,11 +1287,8 @@ mod tests {
         for (dim, offset, len) in [(64, 5, 19), (128, 100, 45), (64, SPAN + 100, 3)] {
             let heads = Heads { q: 6, kv: 2, dim };
             let cap = offset + len;
-            let value = |i: usize, s: usize| ((i * s % 101) as f32 - 50.0) / 37.0;
             let width = heads.q * dim;
-            let q: Vec<f32> = (0..len * width).map(|i| value(i, 13)).collect();
-            let k: Vec<f32> = (0..heads.kv * cap * dim).map(|i| value(i, 7)).collect();
-            let v: Vec<f32> = (0..heads.kv * cap * dim).map(|i| value(i, 11)).collect();
+            let (q, k, v) = inputs(heads, len, cap);
             let stride = cap * dim;
             let got = attend_at(
                 level,
