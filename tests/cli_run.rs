@@ -414,3 +414,37 @@ fn run_takes_images_where_the_prompt_marks_them() {
     ]);
     assert!(!ok && err.contains("text only"), "{err}");
 }
+
+/// `--attention-precision` takes bf16 or f32; anything else is refused naming the flag, before
+/// any model loads.
+#[test]
+fn attention_precision_is_bf16_or_f32() {
+    let tiny = common::tiny("qwen2");
+    let run = |precision: &str| {
+        hearth(&[
+            "run",
+            "--model",
+            tiny.to_str().unwrap(),
+            "--device",
+            "cpu",
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "4",
+            "--attention-precision",
+            precision,
+            "The capital of France is",
+        ])
+    };
+    let (ok, _, stderr) = run("f16");
+    assert!(!ok);
+    assert!(
+        stderr.contains("--attention-precision") && stderr.contains("`f16`"),
+        "{stderr}"
+    );
+    let (f32_ok, f32_text, stderr) = run("f32");
+    assert!(f32_ok, "{stderr}");
+    let (bf16_ok, bf16_text, stderr) = run("bf16");
+    assert!(bf16_ok, "{stderr}");
+    assert!(!f32_text.is_empty() && !bf16_text.is_empty());
+}
