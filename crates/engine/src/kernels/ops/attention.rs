@@ -1290,17 +1290,20 @@ mod tests {
             let width = heads.q * dim;
             let (q, k, v) = inputs(heads, len, cap);
             let stride = cap * dim;
-            let got = attend_at(
-                level,
-                Products::Bf16,
-                &q,
-                width,
-                len,
-                offset,
-                f32s(&k, stride),
-                f32s(&v, stride),
-                heads,
-            );
+            let at = |products| {
+                attend_at(
+                    level,
+                    products,
+                    &q,
+                    width,
+                    len,
+                    offset,
+                    f32s(&k, stride),
+                    f32s(&v, stride),
+                    heads,
+                )
+            };
+            let got = at(Products::Bf16);
             let scale = 1.0 / (dim as f32).sqrt();
             let group = heads.q / heads.kv;
             let mut worst = 0f64;
@@ -1332,18 +1335,7 @@ mod tests {
             }
             // Values are at most 1.36; each weight rounded by at most 2⁻⁹ of itself.
             assert!(worst < 1.36 / 512.0, "dim {dim}, {offset}+{len}: {worst}");
-            let f32s_got = attend_at(
-                level,
-                Products::F32,
-                &q,
-                width,
-                len,
-                offset,
-                f32s(&k, stride),
-                f32s(&v, stride),
-                heads,
-            );
-            assert_ne!(got, f32s_got, "bf16 products not taken");
+            assert_ne!(got, at(Products::F32), "bf16 products not taken");
         }
     }
 
