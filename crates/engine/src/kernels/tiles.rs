@@ -25,6 +25,7 @@
 use super::blocks::{BlockType, Q8Row};
 use super::cpu::{self, CpuLevel};
 pub use super::tile_layout::ROWS;
+use crate::device::huge_pages::WeightBytes;
 
 pub(crate) const QK: usize = 32;
 /// Words per block of a packed activation row: 8 of values, the scale, `-8Σ`, `-16Σ`, `-128Σ`
@@ -79,8 +80,8 @@ pub struct TileMatrix {
     pub rows: usize,
     /// Columns of the matrix.
     pub cols: usize,
-    /// The tiles' bytes.
-    pub data: Vec<u8>,
+    /// The tiles' bytes (on huge pages where the OS gives them).
+    pub data: WeightBytes,
 }
 
 impl std::fmt::Debug for TileMatrix {
@@ -121,7 +122,6 @@ pub fn interleave(t: BlockType, data: &[u8], rows: usize, k: usize) -> Vec<u8> {
 pub fn interleave_group(t: BlockType, data: &[u8], k: usize, out: &mut [u8]) {
     let (bb, nb, tb) = (t.block_bytes(), k / t.block_values(), tile_bytes(t));
     assert!(data.len() == ROWS * nb * bb && out.len() == data.len());
-    out.fill(0);
     match t {
         BlockType::Q4K => return super::tiles_q4k::interleave_group(data, k, out, false),
         BlockType::Q5K => return super::tiles_q4k::interleave_group(data, k, out, true),
@@ -129,35 +129,45 @@ pub fn interleave_group(t: BlockType, data: &[u8], k: usize, out: &mut [u8]) {
         _ => {}
     }
     let (va, (qs, qh)) = (values_at(t), block_parts(t));
+    // Q8_0's values are stored unsigned (`+128`, a flip of each byte's top bit).
+    let (groups, flip) = match t {
+        BlockType::Q8_0 => (8, 0x8080_8080),
+        _ => (4, 0),
+    };
+    // Whole 4-byte words and one bit transpose per block: loading moves every weight byte
+    // through here, and a byte (or bit) at a time it took as long as reading the file.
     for (b, tile) in out.chunks_exact_mut(tb).enumerate() {
+        let (head, values) = tile.split_at_mut(va);
         for r in 0..ROWS {
             let at = (r * nb + b) * bb;
             let block = &data[at..at + bb];
             // Scales, then (Q4_1, Q5_1) minimums.
-            tile[2 * r..2 * r + 2].copy_from_slice(&block[..2]);
+            head[2 * r..2 * r + 2].copy_from_slice(&block[..2]);
             if va == 64 {
-                tile[32 + 2 * r..32 + 2 * r + 2].copy_from_slice(&block[2..4]);
+                head[32 + 2 * r..32 + 2 * r + 2].copy_from_slice(&block[2..4]);
             }
-            if t == BlockType::Q8_0 {
-                for (i, v) in block[2..].iter().enumerate() {
-                    tile[va + 64 * (i / 4) + 4 * r + i % 4] = v ^ 0x80;
-                }
-                continue;
-            }
-            for (i, v) in block[qs..qs + 16].iter().enumerate() {
-                tile[va + 64 * (i / 4) + 4 * r + i % 4] = *v;
+            for (g, four) in block[qs..qs + 4 * groups].chunks_exact(4).enumerate() {
+                let word = u32::from_le_bytes([four[0], four[1], four[2], four[3]]) ^ flip;
+                values[64 * g + 4 * r..64 * g + 4 * r + 4].copy_from_slice(&word.to_le_bytes());
             }
             if let Some(qh) = qh {
-                let qh =
+                let bits =
                     u32::from_le_bytes([block[qh], block[qh + 1], block[qh + 2], block[qh + 3]]);
-                for i in 0..QK {
-                    if qh >> i & 1 == 1 {
-                        tile[va + 256 + 4 * r + i % 4] |= 1 << (i / 4);
-                    }
-                }
+                values[256 + 4 * r..256 + 4 * r + 4].copy_from_slice(&slice_fifth_bits(bits));
             }
         }
     }
+}
+
+/// A block's 32 fifth bits sliced as a tile keeps them: bit `g` of byte `t` is bit `4g + t`.
+fn slice_fifth_bits(bits: u32) -> [u8; 4] {
+    std::array::from_fn(|t| {
+        // Bits 0, 4, …, 28 of `x` gathered into bits 0..8 in three halving steps.
+        let x = (bits >> t) & 0x1111_1111;
+        let x = (x | x >> 3) & 0x0303_0303;
+        let x = (x | x >> 6) & 0x000f_000f;
+        ((x | x >> 12) & 0xff) as u8
+    })
 }
 
 /// The inverse of [`interleave`]: GGUF blocks again (for the paths that need candle's layout).

@@ -306,7 +306,7 @@ mod tests {
         let (rows, cols) = w.dims2()?;
         let kind = BlockType::of(dtype).ok_or("a block type with kernels")?;
         if tiles::supported(crate::kernels::cpu::default_level(), kind, rows) {
-            let data = tiles::interleave(kind, &q.data()?, rows, cols);
+            let data = tiles::interleave(kind, &q.data()?, rows, cols).into();
             return Ok(Matrix::Tiles(Arc::new(TileMatrix {
                 kind,
                 rows,

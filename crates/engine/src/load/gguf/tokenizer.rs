@@ -5,6 +5,12 @@ use super::GgufFile;
 use crate::error::Result;
 use crate::text::tokenizer::Tokenizer;
 use serde_json::json;
+use tokenizers::models::bpe::{Vocab, BPE};
+use tokenizers::normalizers::unicode::NFC;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::{AddedToken, SplitDelimiterBehavior};
 
 /// The metadata a tokenizer is built from: hundreds of thousands of small strings.
 const VOCABULARY_KEYS: [&str; 3] = [
@@ -32,9 +38,9 @@ impl GgufFile {
         let pre = self.meta_str("tokenizer.ggml.pre").unwrap_or("qwen2");
         // Qwen2's tokenizer.json composes text to NFC first; Qwen3.5's keeps it as written (its
         // pre-tokeniser keeps combining marks with their letters instead).
-        let (pattern, normalizer) = match pre {
-            "qwen2" | "default" => (QWEN2_PRETOKENIZE, json!({"type": "NFC"})),
-            "qwen35" => (QWEN35_PRETOKENIZE, serde_json::Value::Null),
+        let (pattern, nfc) = match pre {
+            "qwen2" | "default" => (QWEN2_PRETOKENIZE, true),
+            "qwen35" => (QWEN35_PRETOKENIZE, false),
             _ => {
                 return Err(self.err(format!(
                     "tokenizer.ggml.pre `{pre}` is not supported (qwen2 or qwen35)"
@@ -57,41 +63,53 @@ impl GgufFile {
                 .collect(),
             None => vec![1; tokens.len()],
         };
-        // llama.cpp token types: 1 normal, 3 control, 4 user-defined, 5 unused.
-        let mut vocab = serde_json::Map::new();
-        let mut added = vec![];
-        for (id, tok) in tokens.iter().enumerate() {
-            // Added tokens are in the model's vocabulary too: `tokenizers` gives an added
-            // token the id the model has for it, or else the next free one.
-            vocab.insert((*tok).to_string(), json!(id));
-            if let t @ (3 | 4) = types.get(id).copied().unwrap_or(1) {
-                added.push(json!({
-                    "id": id, "content": tok, "single_word": false, "lstrip": false, "rstrip": false,
-                    "normalized": false, "special": t == 3,
-                }));
-            }
+        let built = |e: tokenizers::Error| {
+            self.err(format!("cannot build the tokenizer from its metadata: {e}"))
+        };
+        // Built with `tokenizers`' own types, as its `tokenizer.json` for these settings would
+        // be read (writing that JSON and parsing it again took longer than the rest).
+        let vocab: Vocab = (0u32..)
+            .zip(&tokens)
+            .map(|(id, tok)| ((*tok).to_string(), id))
+            .collect();
+        let merges = merges
+            .iter()
+            .map(|m| match m.split_once(' ') {
+                Some((a, b)) => Ok((a.to_string(), b.to_string())),
+                None => Err(self.err(format!(
+                    "`tokenizer.ggml.merges` holds `{m}`, not two tokens and a space"
+                ))),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let bpe = BPE::builder()
+            .vocab_and_merges(vocab, merges)
+            .build()
+            .map_err(built)?;
+        let mut inner = tokenizers::Tokenizer::new(bpe);
+        if nfc {
+            inner.with_normalizer(Some(NFC)).map_err(built)?;
         }
-        let merges: Vec<Vec<&str>> = merges.iter().map(|m| m.splitn(2, ' ').collect()).collect();
-        let spec = json!({
-            "version": "1.0",
-            "truncation": null,
-            "padding": null,
-            "added_tokens": added,
-            "normalizer": normalizer,
-            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-                {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": false},
-                {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false}
-            ]},
-            "post_processor": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
-            "decoder": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
-            "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": "",
-                      "end_of_word_suffix": "", "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
-                      "vocab": vocab, "merges": merges}
+        let split = Split::new(
+            SplitPattern::Regex(pattern.into()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map_err(built)?;
+        let byte_level = ByteLevel::new(false, false, false);
+        inner
+            .with_pre_tokenizer(Some(Sequence::new(vec![
+                split.into(),
+                byte_level.clone().into(),
+            ])))
+            .with_post_processor(Some(byte_level.clone()))
+            .with_decoder(Some(byte_level));
+        // llama.cpp token types: 1 normal, 3 control, 4 user-defined, 5 unused. Added tokens
+        // are in the model's vocabulary too, and keep the id it gives them.
+        let added = tokens.iter().zip(&types).filter_map(|(tok, t)| {
+            matches!(t, 3 | 4)
+                .then(|| AddedToken::from((*tok).to_string(), *t == 3).normalized(false))
         });
-        let inner: tokenizers::Tokenizer = spec
-            .to_string()
-            .parse()
-            .map_err(|e| self.err(format!("cannot build the tokenizer from its metadata: {e}")))?;
+        inner.add_tokens(added).map_err(built)?;
         Ok(Tokenizer::from_tokenizers(
             inner,
             &self.path.display().to_string(),

@@ -3,6 +3,7 @@
 
 use super::names::{gguf_tensor, mtp_tensor};
 use super::{tensor_bytes, GgufFile};
+use crate::device::huge_pages::WeightBytes;
 use crate::error::{EngineError, Result};
 use crate::kernels::tiles::{self, TileMatrix};
 use crate::kernels::{BlockType, KernelContext};
@@ -277,7 +278,8 @@ fn seek_to_tensor(
     Ok(())
 }
 
-/// `rows` rows of `cols` values of a tile type, from `start`, into tiles on huge pages.
+/// `rows` rows of `cols` values of a tile type, from `start`, into tiles on huge pages (a
+/// mapping of their own, huge from the first write: nothing is copied onto them later).
 fn read_tiles(
     reader: &mut (impl Read + Seek),
     start: u64,
@@ -293,9 +295,7 @@ fn read_tiles(
         candle_core::bail!("{rows}×{cols} {kind:?} does not fit in memory as whole blocks");
     };
     seek_to_tensor(reader, start, bytes)?;
-    let mut data: Vec<u8> = Vec::with_capacity(bytes);
-    crate::device::huge_pages::prefer_huge_pages(data.as_ptr(), bytes);
-    data.resize(bytes, 0);
+    let mut data = WeightBytes::zeroed(bytes);
     // Groups of 16 rows read a few MiB at a time and interleaved in parallel (rearranging the
     // K-quants' bytes took as long as reading them).
     let group = bytes / rows * tiles::ROWS;
@@ -309,7 +309,6 @@ fn read_tiles(
             .zip(tiles.par_chunks_exact_mut(group))
             .for_each(|(blocks, tiles)| tiles::interleave_group(kind, blocks, cols, tiles));
     }
-    crate::device::huge_pages::back_with_huge_pages(&data);
     Ok(TileMatrix {
         kind,
         rows,
