@@ -671,12 +671,9 @@ fn run_rows<const R: usize, const BODY: u8>(job: &Job<'_>, s: &mut Scratch, sink
                             _ => x86::scores_avx512::<1>(q, &s.kt, dim, p),
                         }
                     },
-                    AVX2 => {
-                        for r in 0..take {
-                            let (q, p) = (&q[r * dim..], &mut p[r * TILE..]);
-                            unsafe { x86::scores_avx2(q, &s.kt, dim, p) }
-                        }
-                    }
+                    // SAFETY: as above; `q` holds `take` rows, `p` their tiles.
+                    AVX2 if take == 2 => unsafe { x86::scores_avx2_pair(q, &s.kt, dim, p) },
+                    AVX2 => unsafe { x86::scores_avx2(q, &s.kt, dim, p) },
                     _ => scores::<1>(q, &s.kt, dim, p),
                 }
                 #[cfg(not(target_arch = "x86_64"))]
@@ -751,13 +748,12 @@ fn run_rows<const R: usize, const BODY: u8>(job: &Job<'_>, s: &mut Scratch, sink
                                 _ => x86::weigh_avx512::<1>(p, v, seen, dim, [next()]),
                             }
                         },
-                        _ => {
-                            for (r, row) in rows.iter_mut().enumerate() {
-                                unsafe {
-                                    x86::weigh_avx2(&p[r * TILE..], v, seen, dim, &mut row.acc)
-                                }
-                            }
-                        }
+                        // SAFETY: as above, two rows' own sums.
+                        _ if take == 2 => unsafe {
+                            x86::weigh_avx2_pair(p, v, seen, dim, [next(), next()])
+                        },
+                        // SAFETY: as above.
+                        _ => unsafe { x86::weigh_avx2(p, v, seen, dim, &mut rows[0].acc) },
                     }
                     i += take;
                     continue;

@@ -142,6 +142,39 @@ pub(crate) unsafe fn scores_avx2(q: &[f32], kt: &[f32], dim: usize, p: &mut [f32
     }
 }
 
+/// [`scores_avx2`] for two rows at once, a half tile (32 keys) per pass: the `2 × 4` sums in
+/// registers take one load of keys for two rows' multiply-adds, where one row alone loads a
+/// vector of keys for each (the loads, not the multiply-adds, bound the one-row body). Each
+/// sum is the same chain as the one-row body's.
+///
+/// # Safety
+/// AVX2 and FMA must be available; `q.len() >= 2 * dim`, `kt.len() >= dim * TILE`,
+/// `p.len() >= 2 * TILE`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn scores_avx2_pair(q: &[f32], kt: &[f32], dim: usize, p: &mut [f32]) {
+    assert!(q.len() >= 2 * dim && kt.len() >= dim * TILE && p.len() >= 2 * TILE);
+    let (q, kt) = (q.as_ptr(), kt.as_ptr());
+    for half in [0, TILE / 2] {
+        let mut acc = [[_mm256_setzero_ps(); 4]; 2];
+        for d in 0..dim {
+            let k = kt.add(d * TILE + half);
+            let k: [__m256; 4] = std::array::from_fn(|c| _mm256_loadu_ps(k.add(c * 8)));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let x = _mm256_set1_ps(*q.add(r * dim + d));
+                for c in 0..4 {
+                    acc[c] = _mm256_fmadd_ps(x, k[c], acc[c]);
+                }
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            for (c, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(p.as_mut_ptr().add(r * TILE + half + c * 8), *a);
+            }
+        }
+    }
+}
+
 /// `R` rows' weighted values `acc_r += Σ_j p_r[j] · v_j` over a tile's first `seen` keys
 /// (`p`: the rows' tile weights, `TILE` apart; `v`: `seen × dim`; `acc[r]`: row `r`'s `dim`
 /// sums), 64 columns at a time with the `R × 4` sums in registers across the keys.
@@ -208,6 +241,45 @@ pub(crate) unsafe fn weigh_avx2(p: &[f32], v: &[f32], seen: usize, dim: usize, a
         }
         for (i, a) in a.iter().enumerate() {
             _mm256_storeu_ps(out.add(c + i * 8), *a);
+        }
+    }
+}
+
+/// [`weigh_avx2`] for two rows at once, 32 columns per pass: a vector of values loaded once
+/// for both rows' multiply-adds, each sum the same chain as the one-row body's.
+///
+/// # Safety
+/// AVX2 and FMA must be available; `dim` a multiple of 32, `p.len() >= TILE + seen`,
+/// `v.len() >= seen * dim`, `acc` two distinct rows' `dim` sums.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn weigh_avx2_pair(
+    p: &[f32],
+    v: &[f32],
+    seen: usize,
+    dim: usize,
+    acc: [*mut f32; 2],
+) {
+    assert!(dim.is_multiple_of(32) && p.len() >= TILE + seen && v.len() >= seen * dim);
+    let (p, v) = (p.as_ptr(), v.as_ptr());
+    for c in (0..dim).step_by(32) {
+        let mut a: [[__m256; 4]; 2] = std::array::from_fn(|r| {
+            std::array::from_fn(|i| _mm256_loadu_ps(acc[r].add(c + i * 8)))
+        });
+        for j in 0..seen {
+            let row = v.add(j * dim + c);
+            let vj: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(row.add(i * 8)));
+            for (r, a) in a.iter_mut().enumerate() {
+                let w = _mm256_set1_ps(*p.add(r * TILE + j));
+                for i in 0..4 {
+                    a[i] = _mm256_fmadd_ps(w, vj[i], a[i]);
+                }
+            }
+        }
+        for (r, a) in a.iter().enumerate() {
+            for (i, a) in a.iter().enumerate() {
+                _mm256_storeu_ps(acc[r].add(c + i * 8), *a);
+            }
         }
     }
 }
