@@ -204,6 +204,30 @@ fn gguf_tokenizer_and_template_come_from_the_metadata() {
     assert_eq!(file.stop_token_ids(), vec![1023]);
 }
 
+/// A vocabulary the tokenizer cannot be built from is an error naming the key, not a crash.
+#[test]
+fn a_broken_merge_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("merges.gguf");
+    write_tiny(&path, GgmlDType::Q8_0, |m| {
+        for (k, v) in m.iter_mut() {
+            if let (true, Value::Array(merges)) = (k == "tokenizer.ggml.merges", v) {
+                merges[3] = Value::String("nospace".into());
+            }
+        }
+    });
+    let err = GgufFile::open(&path)
+        .unwrap()
+        .tokenizer()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("merges.gguf"), "{err}");
+    assert!(
+        err.contains("`tokenizer.ggml.merges` holds `nospace`"),
+        "{err}"
+    );
+}
+
 fn open_err(path: &Path) -> String {
     match GgufFile::open(path).and_then(|f| f.config().map(|_| ())) {
         Ok(()) => panic!("{} should not load", path.display()),

@@ -4,9 +4,9 @@
 //! 4 KiB, and the hardware prefetcher stops at each page boundary; on huge pages the quantized
 //! kernels read 25–45 % faster (`cargo bench --bench quant_kernels` runs both).
 //!
-//! A matrix of 2 MiB or more that the loader lays out itself ([`WeightBytes`]) gets a mapping
-//! of its own, aligned to 2 MiB and marked before it is written, so its pages are huge from
-//! their first touch. Buffers that candle allocates are asked before they are filled
+//! The matrices the loader lays out itself ([`WeightBytes`]) get mappings of their own, aligned
+//! to 2 MiB and marked before they are written, so their pages are huge from their first
+//! touch. Buffers that candle allocates are asked before they are filled
 //! ([`prefer_huge_pages`]), which is not enough on its own: a buffer that reuses heap memory
 //! freed earlier in the load is already on small pages, and a matrix of a few MiB holds at
 //! most one whole 2 MiB page of its own. So those are collapsed onto huge pages once filled
