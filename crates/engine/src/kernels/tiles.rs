@@ -118,7 +118,8 @@ pub fn interleave(t: BlockType, data: &[u8], rows: usize, k: usize) -> Vec<u8> {
     out
 }
 
-/// One group of 16 rows of `k` values, GGUF blocks in `data`, as tiles into `out` (same size).
+/// One group of 16 rows of `k` values, GGUF blocks in `data`, as tiles into `out` (same size;
+/// every byte of it is written).
 pub fn interleave_group(t: BlockType, data: &[u8], k: usize, out: &mut [u8]) {
     let (bb, nb, tb) = (t.block_bytes(), k / t.block_values(), tile_bytes(t));
     assert!(data.len() == ROWS * nb * bb && out.len() == data.len());

@@ -97,18 +97,16 @@ impl GgufFile {
         .map_err(built)?;
         let byte_level = ByteLevel::new(false, false, false);
         inner
-            .with_pre_tokenizer(Some(Sequence::new(vec![
-                split.into(),
-                byte_level.clone().into(),
-            ])))
-            .with_post_processor(Some(byte_level.clone()))
+            .with_pre_tokenizer(Some(Sequence::new(vec![split.into(), byte_level.into()])))
+            .with_post_processor(Some(byte_level))
             .with_decoder(Some(byte_level));
         // llama.cpp token types: 1 normal, 3 control, 4 user-defined, 5 unused. Added tokens
         // are in the model's vocabulary too, and keep the id it gives them.
-        let added = tokens.iter().zip(&types).filter_map(|(tok, t)| {
-            matches!(t, 3 | 4)
-                .then(|| AddedToken::from((*tok).to_string(), *t == 3).normalized(false))
-        });
+        let added = tokens
+            .iter()
+            .zip(&types)
+            .filter(|(_, t)| matches!(t, 3 | 4))
+            .map(|(tok, t)| AddedToken::from((*tok).to_string(), *t == 3).normalized(false));
         inner.add_tokens(added).map_err(built)?;
         Ok(Tokenizer::from_tokenizers(
             inner,
