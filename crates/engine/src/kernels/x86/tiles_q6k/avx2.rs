@@ -1,7 +1,7 @@
 //! The AVX2 tile kernel of Q6_K.
 
 use crate::kernels::blocks::K_WORDS;
-use crate::kernels::tile_layout::{prefetch_part, ROWS};
+use crate::kernels::tile_layout::{prefetch_part_ahead, ROWS};
 use crate::kernels::tiles_q6k::{HIGH, LOW, SCALES, SUMS16, TILE};
 use std::arch::x86_64::*;
 
@@ -59,7 +59,7 @@ pub unsafe fn q6k<const C: usize>(w: &[u8], cols: *const u32, stride: usize, out
         let tile = w.as_ptr().add(b * TILE);
         let mut s = [[_mm256_setzero_si256(); 2]; C];
         for sb in 0..8 {
-            prefetch_part(tile, TILE, sb, 8);
+            prefetch_part_ahead(tile, 2 * TILE, TILE, sb, 8);
             // Groups 4sb + g (sub-block sb, low nibbles) and 32 + 4sb + g (sub-block sb + 8).
             let values = |g: usize, h: usize| {
                 let k = 4 * sb + g;

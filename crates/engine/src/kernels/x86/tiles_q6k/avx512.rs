@@ -1,7 +1,7 @@
 //! The AVX-512 VNNI tile kernel of Q6_K.
 
 use crate::kernels::blocks::K_WORDS;
-use crate::kernels::tile_layout::{prefetch_part, ROWS};
+use crate::kernels::tile_layout::{prefetch_part_ahead, ROWS};
 use crate::kernels::tiles_q6k::{HIGH, LOW, SCALES, SUMS16, TILE};
 use std::arch::x86_64::*;
 
@@ -26,7 +26,7 @@ pub unsafe fn q6k<const C: usize>(w: &[u8], cols: *const u32, stride: usize, out
         let tile = w.as_ptr().add(b * TILE);
         let mut s = [_mm512_setzero_si512(); C];
         for sb in 0..8 {
-            prefetch_part(tile, TILE, sb, 8);
+            prefetch_part_ahead(tile, 2 * TILE, TILE, sb, 8);
             let values = |g: usize| {
                 let k = 4 * sb + g;
                 let v = _mm512_loadu_si512(tile.add(LOW + 64 * k) as _);
