@@ -1301,34 +1301,13 @@ mod tests {
             };
             let got = at(Products::Bf16);
             let scale = 1.0 / (dim as f32).sqrt();
-            let group = heads.q / heads.kv;
-            let mut worst = 0f64;
-            for t in 0..len {
-                for h in 0..heads.q {
-                    let g = h / group;
-                    let qv: Vec<f64> = q[t * width + h * dim..][..dim]
-                        .iter()
-                        .map(|&x| round(x * scale))
-                        .collect();
-                    let seen = offset + t + 1;
-                    let s: Vec<f64> = (0..seen)
-                        .map(|j| {
-                            let key = &k[g * stride + j * dim..][..dim];
-                            qv.iter().zip(key).map(|(a, &b)| a * round(b)).sum::<f64>()
-                        })
-                        .collect();
-                    let max = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                    let e: Vec<f64> = s.iter().map(|x| (x - max).exp()).collect();
-                    let sum: f64 = e.iter().sum();
-                    for i in 0..dim {
-                        let want: f64 = (0..seen)
-                            .map(|j| e[j] / sum * round(v[g * stride + j * dim + i]))
-                            .sum();
-                        let have = got[t * width + h * dim + i] as f64;
-                        worst = worst.max((have - want).abs());
-                    }
-                }
-            }
+            let rows = |row: &[f32]| row.iter().map(|&x| round(x * scale)).collect();
+            let want = formula(&q, width, len, offset, &k, &v, stride, heads, rows, round);
+            let worst = got
+                .iter()
+                .zip(&want)
+                .map(|(&have, want)| (have as f64 - want).abs())
+                .fold(0f64, f64::max);
             // Values are at most 1.36; each weight rounded by at most 2⁻⁹ of itself.
             assert!(worst < 1.36 / 512.0, "dim {dim}, {offset}+{len}: {worst}");
             assert_ne!(got, at(Products::F32), "bf16 products not taken");
@@ -1357,35 +1336,69 @@ mod tests {
             f32s(&v, stride),
             heads,
         );
-        let d = heads.dim;
-        let group = heads.q / heads.kv;
+        let (root, width) = ((heads.dim as f64).sqrt(), heads.q * heads.dim);
+        let rows = |row: &[f32]| row.iter().map(|&x| x as f64 / root).collect();
+        let want = formula(
+            &q,
+            q_width,
+            len,
+            offset,
+            &k,
+            &v,
+            stride,
+            heads,
+            rows,
+            f64::from,
+        );
+        for (at, (&have, want)) in got.iter().zip(&want).enumerate() {
+            let (t, h, i) = (at / width, at % width / heads.dim, at % heads.dim);
+            assert!(
+                (have as f64 - want).abs() < 1e-5,
+                "dim={dim} t={t} h={h} i={i}: {have} vs {want}"
+            );
+        }
+    }
+
+    /// Attention by its formula in f64, output rows `heads.q × dim` wide: `query` makes the
+    /// vector a head's query row scores with (scaled, and rounded where the products are),
+    /// `value` reads each key and value.
+    #[allow(clippy::too_many_arguments)]
+    fn formula(
+        q: &[f32],
+        q_width: usize,
+        len: usize,
+        offset: usize,
+        k: &[f32],
+        v: &[f32],
+        stride: usize,
+        heads: Heads,
+        query: impl Fn(&[f32]) -> Vec<f64>,
+        value: impl Fn(f32) -> f64,
+    ) -> Vec<f64> {
+        let (d, group) = (heads.dim, heads.q / heads.kv);
+        let mut out = vec![0.0; len * heads.q * d];
         for t in 0..len {
             for h in 0..heads.q {
                 let g = h / group;
-                let qv = &q[t * q_width + h * d..][..d];
+                let qv = query(&q[t * q_width + h * d..][..d]);
                 let seen = offset + t + 1;
                 let s: Vec<f64> = (0..seen)
                     .map(|j| {
                         let key = &k[g * stride + j * d..][..d];
-                        qv.iter().zip(key).map(|(a, b)| (a * b) as f64).sum::<f64>()
-                            / (d as f64).sqrt()
+                        qv.iter().zip(key).map(|(a, &b)| a * value(b)).sum::<f64>()
                     })
                     .collect();
                 let max = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let e: Vec<f64> = s.iter().map(|x| (x - max).exp()).collect();
                 let sum: f64 = e.iter().sum();
                 for i in 0..d {
-                    let want: f64 = (0..seen)
-                        .map(|j| e[j] / sum * v[g * stride + j * d + i] as f64)
+                    out[(t * heads.q + h) * d + i] = (0..seen)
+                        .map(|j| e[j] / sum * value(v[g * stride + j * d + i]))
                         .sum();
-                    let have = got[t * heads.q * d + h * d + i] as f64;
-                    assert!(
-                        (have - want).abs() < 1e-5,
-                        "dim={dim} t={t} h={h} i={i}: {have} vs {want}"
-                    );
                 }
             }
         }
+        out
     }
 
     #[test]
