@@ -973,6 +973,97 @@ fn a_hybrid_shares_a_system_prompt_at_the_message_start() {
     }
 }
 
+/// Many turns later, a new conversation with the same system prompt still resumes where it
+/// ends: the marked checkpoints are thinned where they are closest, and the system prompt's
+/// end is far from the others.
+#[test]
+fn a_hybrid_keeps_the_system_prompt_through_many_turns() {
+    for family in ["qwen3.5", "qwen3.5-moe"] {
+        let e = engine(family, Default::default());
+        let system: Vec<u32> = (0..40).map(|j| (j * 13 + 7) % 1000).collect();
+        let mut prompt = chat(&system, &[&[900, 901, 902]]);
+        for turn in 0..8u32 {
+            let (ids, _) = collect(
+                e.generate(request(prompt.clone(), 3, Some("chat")))
+                    .unwrap(),
+            );
+            e.release_session("chat").unwrap();
+            prompt.extend(&ids);
+            prompt.extend([IM_END, IM_START, 910 + turn, 911, 912]);
+        }
+        let b = chat(&system, &[&[920, 921, 922, 923]]);
+        let (ids_b, sb) = collect(e.generate(request(b.clone(), 6, Some("agent-b"))).unwrap());
+        // The state after the second `<|im_start|>`.
+        assert_eq!(sb.usage.cached_prompt_tokens, 1 + 40 + 2, "{family}");
+        let fresh = engine(family, Default::default());
+        assert_eq!(
+            collect(fresh.generate(request(b, 6, None)).unwrap()).0,
+            ids_b,
+            "{family}: resumed vs fresh"
+        );
+    }
+}
+
+/// Agents that share a long system prompt share its recurrent-state checkpoints too (held,
+/// not copied, and counted once), as they share its keys and values.
+#[test]
+fn hybrid_agents_hold_a_shared_system_prompt_once() {
+    for family in ["qwen3.5", "qwen3.5-moe"] {
+        let chunked = SchedulerOptions {
+            prefill_chunk: Some(64),
+            ..Default::default()
+        };
+        let e = engine(family, chunked);
+        let system: Vec<u32> = (0..300).map(|j| (j * 29 + 3) % 1000).collect();
+        collect(
+            e.generate(request(chat(&system, &[&[900, 901]]), 2, None))
+                .unwrap(),
+        );
+        let first = e.stats().unwrap().kv_bytes;
+        for agent in 0..3u32 {
+            let p = chat(&system, &[&[910 + agent, 911, 912]]);
+            let (_, s) = collect(e.generate(request(p, 2, None)).unwrap());
+            assert_eq!(s.usage.cached_prompt_tokens, 303, "{family}");
+        }
+        // Four agents: 1.4 × the first one's bytes (2.3 × with the checkpoints copied).
+        let stats = e.stats().unwrap();
+        assert!(
+            stats.kv_bytes < 2 * first,
+            "{family}: {stats:?}, first {first}"
+        );
+    }
+}
+
+/// A prompt that parts from a cached one inside a long message resumes at a block boundary
+/// (the end of a prefill step) near where they part, not at the message's start.
+#[test]
+fn a_hybrid_resumes_inside_a_long_message() {
+    for family in ["qwen3.5", "qwen3.5-moe"] {
+        let chunked = SchedulerOptions {
+            prefill_chunk: Some(64),
+            ..Default::default()
+        };
+        let e = engine(family, chunked.clone());
+        let long: Vec<u32> = (0..400).map(|j| (j * 7 + 11) % 1000).collect();
+        let a = chat(&long, &[]);
+        collect(e.generate(request(a.clone(), 2, None)).unwrap());
+        let mut b = a[..300].to_vec();
+        b.extend([930, 931, 932]);
+        let (ids_b, sb) = collect(e.generate(request(b.clone(), 6, None)).unwrap());
+        let cached = sb.usage.cached_prompt_tokens;
+        assert!(
+            cached % 64 == 0 && cached > 300 - 2 * 64,
+            "{family}: {cached}"
+        );
+        let fresh = engine(family, chunked);
+        assert_eq!(
+            collect(fresh.generate(request(b, 6, None)).unwrap()).0,
+            ids_b,
+            "{family}: resumed vs fresh"
+        );
+    }
+}
+
 /// Turn to turn: a next turn that repeats the answer resumes at the state's end; one whose
 /// history differs from what was generated (a template that drops the thinking) resumes at
 /// the end of the previous prompt. Both give the tokens of a fresh run.

@@ -161,8 +161,8 @@ impl KvCache {
     }
 
     /// Bytes this cache alone holds now: its own buffers (capacity, not length: growth by
-    /// doubling counts in full) and the recurrent state with its checkpoints. The segments it
-    /// shares ([`KvCache::shared`]) are counted apart, once for all the caches that hold them.
+    /// doubling counts in full) and the recurrent state with its own checkpoints. What it
+    /// shares ([`KvCache::shared_bytes`]) is counted apart, once for all the caches that hold it.
     pub fn bytes(&self) -> usize {
         self.capacity * self.position_bytes + self.recurrent.as_ref().map_or(0, |r| r.bytes())
     }
@@ -170,6 +170,16 @@ impl KvCache {
     /// The segments this cache shares with others, in order.
     pub fn shared(&self) -> impl Iterator<Item = &Arc<Segment>> {
         self.shared.iter().map(|(s, _)| s)
+    }
+
+    /// Everything this cache holds with others, as (identity, bytes): its shared segments and
+    /// the recurrent-state checkpoints another cache holds too. A total over many caches
+    /// counts each identity once.
+    pub fn shared_bytes(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.shared
+            .iter()
+            .map(|(s, _)| (Arc::as_ptr(s) as usize, s.bytes()))
+            .chain(self.recurrent.iter().flat_map(RecurrentState::shared))
     }
 
     /// Positions held in shared segments (the rest are in its own buffers).
@@ -219,7 +229,7 @@ impl KvCache {
                     "the source cache's recurrent state has no checkpoint after {len} positions"
                 );
             }
-            *dst = RecurrentState::prefix_of(from, len, src.len)?;
+            *dst = RecurrentState::prefix_of(from, len, src.len, share)?;
         }
         // The images go along: a prompt that shares them reuses their embeddings.
         self.multimodal = src.multimodal.clone();

@@ -3,15 +3,23 @@
 //!
 //! Keys and values can be cut back to any prefix; a recurrent state cannot: it is one fixed-size
 //! summary of every token so far. So the state is copied at the positions a later prompt may
-//! resume from — the end of each prefill (a turn's prompt) and the places the scheduler marks
-//! (message starts: a shared system prompt) — and a cache can only be cut back, shared or
-//! resumed at one of those checkpoints or at its end.
+//! resume from — the places the scheduler marks (message starts, where a shared system prompt
+//! ends or a conversation's history is written differently, and each prompt's end) and the end
+//! of every prefill step (block boundaries inside a long message) — and a cache can only be cut
+//! back, shared or resumed at one of those checkpoints or at its end.
+//!
+//! Each checkpoint is a full copy of the state (50 MiB for a Qwen3.5-9B), so a cache keeps at
+//! most `MAX_CHECKPOINTS`: past that, one is dropped where dropping it leaves the shortest
+//! stretch to recompute, block boundaries before marked positions, never the latest. Spaced
+//! that way, a system prompt's end outlives many turns, and a long prompt keeps a few
+//! boundaries spread over it. Checkpoints never change once taken: a cache seeded from
+//! another's prefix holds the same ones (an `Arc`), and the budget counts each once.
 
 use candle_core::Result;
+use std::sync::Arc;
 
-/// Checkpoints a cache keeps: the first (a system prompt that other conversations share) and
-/// the latest ones (the previous turns' ends). Each is a full copy of the state.
-const MAX_CHECKPOINTS: usize = 4;
+/// Checkpoints a cache keeps.
+const MAX_CHECKPOINTS: usize = 6;
 
 /// One linear-attention layer's state: the convolution's last `taps - 1` inputs (time-major,
 /// `[taps - 1, channels]`) and the delta rule's matrix per value head (`[value heads, key dim,
@@ -57,6 +65,9 @@ impl StateShape {
 #[derive(Debug, Clone)]
 struct Checkpoint {
     len: usize,
+    /// Whether the scheduler marked the position (a message start, a prompt's end) rather
+    /// than a prefill step ending there.
+    marked: bool,
     layers: Vec<LayerState>,
 }
 
@@ -67,7 +78,7 @@ pub struct RecurrentState {
     /// `slot[i]`: the index among the linear layers of model layer `i`.
     slot: Vec<Option<usize>>,
     now: Vec<LayerState>,
-    checkpoints: Vec<Checkpoint>,
+    checkpoints: Vec<Arc<Checkpoint>>,
     /// Positions where the scheduler wants a checkpoint (message starts).
     marks: Vec<usize>,
     /// Checkpoints the layers of the running step fill in, completed by [`Self::advance`].
@@ -77,7 +88,7 @@ pub struct RecurrentState {
     /// ones.
     verifying: bool,
     /// The states after each row of the last verifying step.
-    verified: Vec<Checkpoint>,
+    verified: Vec<Arc<Checkpoint>>,
 }
 
 impl RecurrentState {
@@ -116,14 +127,31 @@ impl RecurrentState {
         self.slot.get(layer).is_some_and(Option::is_some)
     }
 
-    /// Bytes held: the live state and every checkpoint.
+    /// Bytes this state alone holds: the live state and the checkpoints no other state shares
+    /// (those are [`Self::shared`]).
     pub fn bytes(&self) -> usize {
-        self.shape.bytes() * (1 + self.checkpoints.len())
+        let own = self.checkpoints.iter().filter(|c| !is_shared(c)).count();
+        self.shape.bytes() * (1 + own)
     }
 
-    /// Bytes held once one more checkpoint is taken (what a prefill may add).
+    /// Bytes held once one more checkpoint is taken (what a prefill may add): one more copy,
+    /// unless the cap drops one of its own.
     pub fn bytes_with_checkpoint(&self) -> usize {
-        self.shape.bytes() * (1 + (self.checkpoints.len() + 1).min(MAX_CHECKPOINTS))
+        let full = self.checkpoints.len() >= MAX_CHECKPOINTS;
+        if full && !self.checkpoints.iter().any(is_shared) {
+            self.bytes()
+        } else {
+            self.bytes() + self.shape.bytes()
+        }
+    }
+
+    /// The checkpoints other states hold too, each as (identity, bytes), so that a total over
+    /// many states counts each once.
+    pub fn shared(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.checkpoints
+            .iter()
+            .filter(|c| is_shared(c))
+            .map(|c| (Arc::as_ptr(c) as usize, self.shape.bytes()))
     }
 
     /// The live state of model layer `layer`.
@@ -135,13 +163,14 @@ impl RecurrentState {
     }
 
     /// Asks for checkpoints after these positions (each the number of tokens the state has then
-    /// seen), on top of the one at the end of every prefill.
+    /// seen, ascending), on top of the one at the end of every prefill step; marked ones are
+    /// kept longer.
     pub fn mark(&mut self, positions: &[usize]) {
         self.marks = positions.to_vec();
     }
 
     /// Whether a step that ends after `end` tokens, having run `len`, wants the state after
-    /// `seen` tokens kept: a marked position, or the end of a prefill.
+    /// `seen` tokens kept: a marked position, or the end of a prefill step.
     pub fn wants(&self, seen: usize, end: usize, len: usize) -> bool {
         self.verifying || (seen == end && len > 1) || self.marks.binary_search(&seen).is_ok()
     }
@@ -168,6 +197,7 @@ impl RecurrentState {
             None => {
                 self.pending.push(Checkpoint {
                     len: seen,
+                    marked: self.marks.binary_search(&seen).is_ok(),
                     layers: self.shape.zeros(),
                 });
                 self.pending.len() - 1
@@ -177,21 +207,37 @@ impl RecurrentState {
         Ok(())
     }
 
-    /// Ends a step: its pending checkpoints are kept, within `MAX_CHECKPOINTS` (the first and
-    /// the latest).
+    /// Ends a step: its pending checkpoints are kept, within `MAX_CHECKPOINTS`.
     pub fn advance(&mut self) {
         if std::mem::take(&mut self.verifying) {
-            self.verified = std::mem::take(&mut self.pending);
+            self.verified = std::mem::take(&mut self.pending)
+                .into_iter()
+                .map(Arc::new)
+                .collect();
             return;
         }
         for c in std::mem::take(&mut self.pending) {
             self.checkpoints.retain(|k| k.len != c.len);
-            self.checkpoints.push(c);
+            self.checkpoints.push(Arc::new(c));
         }
         self.checkpoints.sort_by_key(|c| c.len);
         while self.checkpoints.len() > MAX_CHECKPOINTS {
-            self.checkpoints.remove(1);
+            let drop = self.least_needed();
+            self.checkpoints.remove(drop);
         }
+    }
+
+    /// The checkpoint to drop: of the block boundaries if any (else of the marked ones), the
+    /// one whose neighbours are closest (the fewest tokens to recompute where a prompt parts
+    /// between them); never the latest.
+    fn least_needed(&self) -> usize {
+        let c = &self.checkpoints;
+        let gap = |i: usize| c[i + 1].len - if i == 0 { 0 } else { c[i - 1].len };
+        let boundaries = c[..c.len() - 1].iter().any(|k| !k.marked);
+        (0..c.len() - 1)
+            .filter(|&i| !boundaries || !c[i].marked)
+            .min_by_key(|&i| gap(i))
+            .unwrap_or(0)
     }
 
     /// The longest prefix of at most `len` tokens this state can resume from, given that it has
@@ -237,10 +283,37 @@ impl RecurrentState {
 
     /// The state after `len` tokens of `src` (which has seen `seen`), with its checkpoints up
     /// to there; `len` must be resumable.
-    pub fn prefix_of(src: &RecurrentState, len: usize, seen: usize) -> Result<Self> {
-        let mut s = src.clone();
-        s.marks.clear();
-        s.rewind(len, seen)?;
+    /// The checkpoints are the source's own where `share` (else copies).
+    pub fn prefix_of(src: &RecurrentState, len: usize, seen: usize, share: bool) -> Result<Self> {
+        let now = if len >= seen {
+            src.now.clone()
+        } else if len == 0 {
+            src.shape.zeros()
+        } else {
+            match src
+                .verified
+                .iter()
+                .chain(&src.checkpoints)
+                .find(|c| c.len == len)
+            {
+                Some(c) => c.layers.clone(),
+                None => candle_core::bail!("no recurrent-state checkpoint after {len} tokens"),
+            }
+        };
+        let mut s = Self::new(src.shape.clone());
+        s.now = now;
+        s.checkpoints = src
+            .checkpoints
+            .iter()
+            .filter(|c| len > 0 && c.len <= len)
+            .map(|c| {
+                if share {
+                    c.clone()
+                } else {
+                    Arc::new((**c).clone())
+                }
+            })
+            .collect();
         Ok(s)
     }
 
@@ -269,6 +342,10 @@ impl RecurrentState {
         self.pending.clear();
         Ok(())
     }
+}
+
+fn is_shared(c: &Arc<Checkpoint>) -> bool {
+    Arc::strong_count(c) > 1
 }
 
 #[cfg(test)]
@@ -320,24 +397,82 @@ mod tests {
         Ok(())
     }
 
-    #[test]
-    fn keeps_the_first_and_latest_checkpoints() -> Result<()> {
-        let mut s = state();
-        s.mark(&[3]);
-        assert!(s.wants(3, 50, 50));
-        for end in [3, 10, 20, 30, 40, 50] {
-            let l = fill(&mut s, end as f32)?;
-            for layer in [0, 2] {
-                s.record(layer, end, &l)?;
+    /// Runs `len` tokens after `from` as one step, checkpointing where the state wants.
+    fn step(s: &mut RecurrentState, from: usize, len: usize) -> Result<()> {
+        let end = from + len;
+        for seen in from + 1..=end {
+            if s.wants(seen, end, len) {
+                let l = fill(s, seen as f32)?;
+                for layer in [0, 2] {
+                    s.record(layer, seen, &l)?;
+                }
             }
-            s.advance();
         }
-        assert_eq!(s.bytes(), 5 * s.shape().bytes());
-        let kept: Vec<usize> = (0..=50).filter(|&n| s.resumable(n, 60) == n).collect();
-        assert_eq!(kept, vec![0, 3, 30, 40, 50]);
-        let p = RecurrentState::prefix_of(&s, 30, 60)?;
-        assert_eq!(p.layers()[0].conv, vec![30.0; 2]);
-        assert_eq!(p.resumable(45, 30), 30);
+        fill(s, end as f32)?;
+        s.advance();
+        Ok(())
+    }
+
+    /// Positions of at most `seen` the state can resume at (0 and its end among them).
+    fn kept(s: &RecurrentState, seen: usize) -> Vec<usize> {
+        (0..=seen).filter(|&n| s.resumable(n, seen) == n).collect()
+    }
+
+    #[test]
+    fn keeps_marked_positions_and_spreads_block_boundaries() -> Result<()> {
+        let mut s = state();
+        // A 2000-token prompt in steps of 100: its system prompt ends at 301.
+        s.mark(&[301, 2000]);
+        for from in (0..2000).step_by(100) {
+            step(&mut s, from, 100)?;
+        }
+        assert_eq!(s.bytes(), (1 + MAX_CHECKPOINTS) * s.shape().bytes());
+        let at = kept(&s, 2000);
+        assert_eq!(at.len(), MAX_CHECKPOINTS + 1, "{at:?}");
+        assert!(at.contains(&301), "{at:?}");
+        // Keeping only the first and latest would leave 1699 tokens to recompute.
+        let widest = at.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+        assert!(widest <= 500, "{at:?}");
+        let p = RecurrentState::prefix_of(&s, 301, 2000, true)?;
+        assert_eq!(p.layers()[0].conv, vec![301.0; 2]);
+        assert_eq!(p.resumable(1000, 301), 301);
+
+        // Ten turns of 50 tokens each (a message start and the prompt's end marked): block
+        // boundaries go first; the system prompt's end and the latest turns stay.
+        let mut seen = 2000;
+        for _ in 0..10 {
+            s.mark(&[seen + 3, seen + 50]);
+            step(&mut s, seen, 50)?;
+            seen += 50;
+        }
+        let at = kept(&s, seen);
+        assert_eq!(at.len(), MAX_CHECKPOINTS + 1, "{at:?}");
+        assert!(at.contains(&301) && at.contains(&2000), "{at:?}");
+        assert!(s.resumable(seen - 1, seen) >= seen - 50, "{at:?}");
+        Ok(())
+    }
+
+    #[test]
+    fn a_shared_prefix_holds_the_same_checkpoints() -> Result<()> {
+        let mut s = state();
+        s.mark(&[40]);
+        step(&mut s, 0, 50)?;
+        step(&mut s, 50, 50)?;
+        let one = s.shape().bytes();
+        // The live state and the checkpoints after 40, 50 and 100.
+        assert_eq!(s.bytes(), 4 * one);
+        let p = RecurrentState::prefix_of(&s, 50, 100, true)?;
+        assert_eq!(p.layers()[0].conv, vec![50.0; 2]);
+        assert_eq!(p.resumable(45, 50), 40);
+        // The checkpoints after 40 and 50 are held by both and counted by neither alone.
+        assert_eq!((s.bytes(), p.bytes()), (2 * one, one));
+        let ids: Vec<(usize, usize)> = p.shared().collect();
+        assert_eq!(ids.len(), 2);
+        assert!(s.shared().eq(ids.iter().copied()));
+        let copy = RecurrentState::prefix_of(&s, 50, 100, false)?;
+        assert_eq!((copy.bytes(), copy.shared().count()), (3 * one, 0));
+        drop(s);
+        assert_eq!((p.bytes(), p.shared().count()), (3 * one, 0));
         Ok(())
     }
 

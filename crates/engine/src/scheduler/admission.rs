@@ -109,18 +109,21 @@ impl Scheduler {
                 continue;
             }
             seed.cache.expect(expected_len(&job.request));
-            // A hybrid model's state is kept where each message starts: a later prompt that
-            // shares the system prompt or earlier turns resumes there.
+            // A hybrid model's state is kept where each message starts and where the prompt
+            // ends: a later prompt that shares the system prompt or earlier turns resumes there.
+            // (Not before `MIN_SHARED_PREFIX`: nothing resumes that early.)
             if let Some(start) = self.message_start {
-                let from = seed.cache.len();
-                let marks: Vec<usize> = job
-                    .request
-                    .prompt
+                let from = seed.cache.len().max(MIN_SHARED_PREFIX - 1);
+                let prompt = &job.request.prompt;
+                let mut marks: Vec<usize> = prompt
                     .iter()
                     .enumerate()
                     .filter(|&(p, &t)| t == start && p + 1 > from)
                     .map(|(p, _)| p + 1)
                     .collect();
+                if prompt.len() > from && marks.last() != Some(&prompt.len()) {
+                    marks.push(prompt.len());
+                }
                 seed.cache.mark_checkpoints(&marks);
             }
             match Sequence::new(job, stop, seed.cache, seed.tokens) {

@@ -223,7 +223,7 @@ impl Scheduler {
         self.peak_kv_bytes = self.peak_kv_bytes.max(self.kv_bytes());
     }
 
-    /// Bytes every cache holds: idle and running, each shared segment once.
+    /// Bytes every cache holds: idle and running, each shared segment and checkpoint once.
     fn kv_bytes(&self) -> usize {
         let running: usize = self
             .running
@@ -240,9 +240,9 @@ impl Scheduler {
             .iter()
             .map(|s| &s.cache)
             .chain(self.pool.caches())
-            .flat_map(KvCache::shared)
-            .filter(|s| seen.insert(Arc::as_ptr(s)))
-            .map(|s| s.bytes())
+            .flat_map(KvCache::shared_bytes)
+            .filter(|&(id, _)| seen.insert(id))
+            .map(|(_, bytes)| bytes)
             .sum();
         self.pool.bytes() + running + shared
     }
