@@ -282,8 +282,7 @@ impl RecurrentState {
     }
 
     /// The state after `len` tokens of `src` (which has seen `seen`), with its checkpoints up
-    /// to there; `len` must be resumable.
-    /// The checkpoints are the source's own where `share` (else copies).
+    /// to there — the source's own where `share`, else copies; `len` must be resumable.
     pub fn prefix_of(src: &RecurrentState, len: usize, seen: usize, share: bool) -> Result<Self> {
         let now = if len >= seen {
             src.now.clone()
