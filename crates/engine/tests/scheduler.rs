@@ -995,13 +995,23 @@ fn a_hybrid_keeps_the_system_prompt_through_many_turns() {
         let (ids_b, sb) = collect(e.generate(request(b.clone(), 6, Some("agent-b"))).unwrap());
         // The state after the second `<|im_start|>`.
         assert_eq!(sb.usage.cached_prompt_tokens, 1 + 40 + 2, "{family}");
-        let fresh = engine(family, Default::default());
-        assert_eq!(
-            collect(fresh.generate(request(b, 6, None)).unwrap()).0,
-            ids_b,
-            "{family}: resumed vs fresh"
-        );
+        assert_as_fresh(family, Default::default(), b, &ids_b);
     }
+}
+
+/// Prefill steps of `n` tokens (a checkpoint at the end of each).
+fn chunked(n: usize) -> SchedulerOptions {
+    SchedulerOptions {
+        prefill_chunk: Some(n),
+        ..Default::default()
+    }
+}
+
+/// An engine that computes all of `prompt` gives `ids`, as the one that resumed did.
+fn assert_as_fresh(family: &str, options: SchedulerOptions, prompt: Vec<u32>, ids: &[u32]) {
+    let fresh = engine(family, options);
+    let (alone, _) = collect(fresh.generate(request(prompt, ids.len(), None)).unwrap());
+    assert_eq!(alone, ids, "{family}: resumed vs fresh");
 }
 
 /// Agents that share a long system prompt share its recurrent-state checkpoints too (held,
@@ -1009,11 +1019,7 @@ fn a_hybrid_keeps_the_system_prompt_through_many_turns() {
 #[test]
 fn hybrid_agents_hold_a_shared_system_prompt_once() {
     for family in ["qwen3.5", "qwen3.5-moe"] {
-        let chunked = SchedulerOptions {
-            prefill_chunk: Some(64),
-            ..Default::default()
-        };
-        let e = engine(family, chunked);
+        let e = engine(family, chunked(64));
         let system: Vec<u32> = (0..300).map(|j| (j * 29 + 3) % 1000).collect();
         collect(
             e.generate(request(chat(&system, &[&[900, 901]]), 2, None))
@@ -1039,11 +1045,7 @@ fn hybrid_agents_hold_a_shared_system_prompt_once() {
 #[test]
 fn a_hybrid_resumes_inside_a_long_message() {
     for family in ["qwen3.5", "qwen3.5-moe"] {
-        let chunked = SchedulerOptions {
-            prefill_chunk: Some(64),
-            ..Default::default()
-        };
-        let e = engine(family, chunked.clone());
+        let e = engine(family, chunked(64));
         let long: Vec<u32> = (0..400).map(|j| (j * 7 + 11) % 1000).collect();
         let a = chat(&long, &[]);
         collect(e.generate(request(a.clone(), 2, None)).unwrap());
@@ -1055,12 +1057,7 @@ fn a_hybrid_resumes_inside_a_long_message() {
             cached % 64 == 0 && cached > 300 - 2 * 64,
             "{family}: {cached}"
         );
-        let fresh = engine(family, chunked);
-        assert_eq!(
-            collect(fresh.generate(request(b, 6, None)).unwrap()).0,
-            ids_b,
-            "{family}: resumed vs fresh"
-        );
+        assert_as_fresh(family, chunked(64), b, &ids_b);
     }
 }
 
