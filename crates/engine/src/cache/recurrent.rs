@@ -267,18 +267,23 @@ impl RecurrentState {
             self.checkpoints.clear();
             return Ok(());
         }
-        let Some(c) = self
+        self.now = self.kept_at(len)?.layers.clone();
+        self.checkpoints.retain(|c| c.len <= len);
+        self.verified.clear();
+        Ok(())
+    }
+
+    /// The checkpoint, or the state a verifying step kept, after `len` tokens.
+    fn kept_at(&self, len: usize) -> Result<&Checkpoint> {
+        match self
             .verified
             .iter()
             .chain(&self.checkpoints)
             .find(|c| c.len == len)
-        else {
-            candle_core::bail!("no recurrent-state checkpoint after {len} tokens")
-        };
-        self.now = c.layers.clone();
-        self.checkpoints.retain(|c| c.len <= len);
-        self.verified.clear();
-        Ok(())
+        {
+            Some(c) => Ok(c),
+            None => candle_core::bail!("no recurrent-state checkpoint after {len} tokens"),
+        }
     }
 
     /// The state after `len` tokens of `src` (which has seen `seen`), with its checkpoints up
@@ -289,15 +294,7 @@ impl RecurrentState {
         } else if len == 0 {
             src.shape.zeros()
         } else {
-            match src
-                .verified
-                .iter()
-                .chain(&src.checkpoints)
-                .find(|c| c.len == len)
-            {
-                Some(c) => c.layers.clone(),
-                None => candle_core::bail!("no recurrent-state checkpoint after {len} tokens"),
-            }
+            src.kept_at(len)?.layers.clone()
         };
         let mut s = Self::new(src.shape.clone());
         s.now = now;
